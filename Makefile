@@ -1,0 +1,36 @@
+# Relay's front door. `make run` starts everything on embedded defaults; `make test`
+# runs the suite against real PostgreSQL and Redis (started if they are down).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: run test install install-dev migrate clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+$(VENV)/.installed: requirements.txt | $(BIN)/python
+	$(BIN)/pip install --quiet -r requirements.txt
+	touch $@
+
+$(VENV)/.installed-dev: requirements.txt requirements-dev.txt $(VENV)/.installed
+	$(BIN)/pip install --quiet -r requirements-dev.txt
+	touch $@
+
+install: $(VENV)/.installed
+install-dev: $(VENV)/.installed-dev
+
+migrate: install
+	$(BIN)/python manage.py migrate --noinput
+
+## Start web, worker, beat and SMTP on SQLite and the filesystem broker (var/).
+run: install
+	scripts/run.sh
+
+## Set up and run the whole test suite.
+test: install-dev
+	scripts/test.sh
+
+clean:
+	rm -rf var .pytest_cache

@@ -1,0 +1,265 @@
+"""Relay settings. Every environment variable Relay reads is read here, and only here.
+
+Each value is parsed strictly: a value that cannot be used stops start-up with an
+ImproperlyConfigured error that names the variable, instead of a confusing failure later.
+"""
+from pathlib import Path
+
+import environ
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = BASE_DIR / "var"
+
+env = environ.Env()
+
+
+def _int(name: str, default: int, *, minimum: int = 0) -> int:
+    raw = env.str(name, default=str(default)).strip()
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be an integer, got {raw!r}") from None
+    if value < minimum:
+        raise ImproperlyConfigured(f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
+def _bool(name: str, default: bool) -> bool:
+    raw = env.str(name, default="true" if default else "false").strip().lower()
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off", ""):
+        return False
+    raise ImproperlyConfigured(f"{name} must be true or false, got {raw!r}")
+
+
+def _choice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    value = env.str(name, default=default).strip()
+    if value not in choices:
+        raise ImproperlyConfigured(f"{name} must be one of {', '.join(choices)}, got {value!r}")
+    return value
+
+
+def _rate(name: str, default: str) -> str:
+    value = env.str(name, default=default).strip()
+    count, _, period = value.partition("/")
+    if not count.isdigit() or period not in ("second", "minute", "hour", "day", "s", "m", "h", "d"):
+        raise ImproperlyConfigured(f"{name} must look like 20/hour, got {value!r}")
+    return value
+
+
+# --- Django core -----------------------------------------------------------------------
+DEBUG = _bool("DJANGO_DEBUG", True)
+SECRET_KEY = env.str("DJANGO_SECRET_KEY", default="relay-dev-only-secret-key-change-me" if DEBUG else "")
+if not SECRET_KEY:
+    raise ImproperlyConfigured("DJANGO_SECRET_KEY must be set when DJANGO_DEBUG is false")
+ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]", "testserver"])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "django_celery_beat",
+    "mailboxes",
+    "expiry",
+    "relay",
+]
+
+MIDDLEWARE = [
+    "mailboxes.middleware.JsonErrorsMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+try:
+    DATABASES = {"default": env.db_url("DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'relay.sqlite3'}")}
+except (ImproperlyConfigured, ValueError, KeyError) as exc:
+    raise ImproperlyConfigured(f"DATABASE_URL is not a usable database URL: {exc}") from None
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Web, worker, beat and smtp share one SQLite file: wait for the write lock instead
+    # of failing at once, and use WAL so readers never block the writer.
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {"timeout": 30, "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"}
+    )
+else:
+    DATABASES["default"]["CONN_MAX_AGE"] = _int("DATABASE_CONN_MAX_AGE", 60)
+    DATABASES["default"].setdefault("OPTIONS", {}).setdefault("connect_timeout", 5)
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+try:
+    CACHES = {"default": env.cache_url("CACHE_URL", default="locmemcache://")}
+except (ImproperlyConfigured, ValueError, KeyError) as exc:
+    raise ImproperlyConfigured(f"CACHE_URL is not a usable cache URL: {exc}") from None
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+
+# Bodies above this are refused with 400 (request_too_large) before any parsing.
+DATA_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
+
+LOG_LEVEL = _choice("RELAY_LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR"))
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": "WARNING"},
+    "loggers": {
+        name: {"handlers": ["console"], "level": LOG_LEVEL, "propagate": False}
+        for name in ("mailboxes", "expiry", "relay")
+    },
+}
+
+# --- REST API --------------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["mailboxes.authentication.BearerAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["mailboxes.authentication.IsPrincipal"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_PAGINATION_CLASS": "mailboxes.pagination.RelayPagination",
+    "PAGE_SIZE": 50,
+    "EXCEPTION_HANDLER": "mailboxes.errors.exception_handler",
+    "UNAUTHENTICATED_USER": None,
+    "DEFAULT_THROTTLE_RATES": {"anon_create": _rate("RELAY_ANON_CREATE_RATE", "20/hour")},
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Relay API",
+    "DESCRIPTION": "Disposable, expiring email mailboxes.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "ENUM_NAME_OVERRIDES": {
+        "MailboxStatusEnum": "mailboxes.models.MailboxStatus",
+        "OutboundStatusEnum": "mailboxes.models.OutboundStatus",
+    },
+}
+
+# --- Relay -----------------------------------------------------------------------------
+RELAY_DOMAINS = [d.strip().lower() for d in env.list("RELAY_DOMAINS", default=["relay.localhost"]) if d.strip()]
+if not RELAY_DOMAINS:
+    raise ImproperlyConfigured("RELAY_DOMAINS must name at least one domain")
+
+RELAY_MIN_TTL_MS = _int("RELAY_MIN_TTL_MS", 300_000, minimum=1)
+RELAY_MAX_TTL_MS = _int("RELAY_MAX_TTL_MS", 604_800_000, minimum=1)
+RELAY_DEFAULT_TTL_MS = _int("RELAY_DEFAULT_TTL_MS", 86_400_000, minimum=1)
+if RELAY_MIN_TTL_MS > RELAY_MAX_TTL_MS:
+    raise ImproperlyConfigured(
+        f"RELAY_MIN_TTL_MS ({RELAY_MIN_TTL_MS}) must not exceed RELAY_MAX_TTL_MS ({RELAY_MAX_TTL_MS})"
+    )
+if not RELAY_MIN_TTL_MS <= RELAY_DEFAULT_TTL_MS:
+    raise ImproperlyConfigured(
+        f"RELAY_DEFAULT_TTL_MS ({RELAY_DEFAULT_TTL_MS}) must be at least RELAY_MIN_TTL_MS ({RELAY_MIN_TTL_MS})"
+    )
+
+RELAY_SWEEP_INTERVAL_SECONDS = _int("RELAY_SWEEP_INTERVAL_SECONDS", 5, minimum=1)
+RELAY_SWEEP_BATCH_SIZE = _int("RELAY_SWEEP_BATCH_SIZE", 500, minimum=1)
+RELAY_CLEANUP_MAX_RETRIES = _int("RELAY_CLEANUP_MAX_RETRIES", 3)
+RELAY_CLEANUP_RETRY_BACKOFF_SECONDS = _int("RELAY_CLEANUP_RETRY_BACKOFF_SECONDS", 30, minimum=1)
+RELAY_CLEANUP_LEASE_SECONDS = _int("RELAY_CLEANUP_LEASE_SECONDS", 120, minimum=4)
+RELAY_RETENTION_DAYS = _int("RELAY_RETENTION_DAYS", 7, minimum=1)
+# The longest a retry waits: Celery's retry_backoff_max. Retries past it stop doubling.
+RELAY_CLEANUP_RETRY_BACKOFF_MAX_SECONDS = 600
+
+RELAY_BACKEND = _choice("RELAY_BACKEND", "local", ("local", "stalwart"))
+STALWART_URL = env.str("STALWART_URL", default="").rstrip("/")
+STALWART_TOKEN = env.str("STALWART_TOKEN", default="")
+if RELAY_BACKEND == "stalwart" and not (STALWART_URL and STALWART_TOKEN):
+    raise ImproperlyConfigured("STALWART_URL and STALWART_TOKEN must be set when RELAY_BACKEND is stalwart")
+if STALWART_URL and not STALWART_URL.startswith(("http://", "https://")):
+    raise ImproperlyConfigured(f"STALWART_URL must be an http(s) URL, got {STALWART_URL!r}")
+# (connect, read) seconds for every call to Stalwart.
+STALWART_TIMEOUT = (_int("STALWART_CONNECT_TIMEOUT_SECONDS", 3, minimum=1), _int("STALWART_READ_TIMEOUT_SECONDS", 10, minimum=1))
+
+RELAY_SMTP_HOST = env.str("RELAY_SMTP_HOST", default="127.0.0.1")
+RELAY_SMTP_PORT = _int("RELAY_SMTP_PORT", 2525, minimum=0)
+if RELAY_SMTP_PORT > 65535:
+    raise ImproperlyConfigured(f"RELAY_SMTP_PORT must be a port number, got {RELAY_SMTP_PORT}")
+RELAY_MAX_MESSAGE_BYTES = _int("RELAY_MAX_MESSAGE_BYTES", 10_485_760, minimum=1024)
+RELAY_SMTP_MAX_RECIPIENTS = _int("RELAY_SMTP_MAX_RECIPIENTS", 50, minimum=1)
+RELAY_SMTP_SESSION_SECONDS = _int("RELAY_SMTP_SESSION_SECONDS", 300, minimum=1)
+RELAY_SMTP_IDLE_SECONDS = _int("RELAY_SMTP_IDLE_SECONDS", 60, minimum=1)
+
+# Outbound mail for POST /mailboxes/{id}/messages.
+try:
+    vars().update(env.email_url("EMAIL_URL", default="consolemail://"))
+except (ImproperlyConfigured, ValueError, KeyError) as exc:
+    raise ImproperlyConfigured(f"EMAIL_URL is not a usable email URL: {exc}") from None
+EMAIL_TIMEOUT = 10
+RELAY_SEND_MAX_RETRIES = _int("RELAY_SEND_MAX_RETRIES", 3)
+
+# --- Celery ----------------------------------------------------------------------------
+CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="filesystem://")
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    # The server-less broker of `make run`: messages are files under var/broker/.
+    _broker_dir = VAR_DIR / "broker"
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_broker_dir / "queue"),
+        "data_folder_out": str(_broker_dir / "queue"),
+        "control_folder": str(_broker_dir / "control"),
+    }
+    for _folder in ("queue", "control"):
+        (_broker_dir / _folder).mkdir(parents=True, exist_ok=True)
+elif CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        # With acks_late a task stays unacknowledged in Redis until it finishes; if no
+        # worker acks it within visibility_timeout, Redis hands it out again. Tasks held
+        # for a countdown (retries: at most RELAY_CLEANUP_RETRY_BACKOFF_MAX_SECONDS) are
+        # unacked all that time, so the timeout must be longer, or every retry would be
+        # duplicated. A task lost with a dead worker is not waited for: the sweep
+        # re-enqueues it from the database after its lease (RELAY_CLEANUP_LEASE_SECONDS).
+        "visibility_timeout": 3600,
+        "socket_timeout": 10,
+        "socket_connect_timeout": 5,
+    }
+else:
+    raise ImproperlyConfigured(f"CELERY_BROKER_URL must be filesystem:// or redis://..., got {CELERY_BROKER_URL!r}")
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Relay keeps every outcome in its own tables; Celery results would only pile up.
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_RESULT_BACKEND = None
+# Acknowledge after the task ran, and give a task back to the queue when the process
+# running it dies (kill -9, OOM): a mailbox cleanup is never dropped by a crash.
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+# With acks_late, each prefetched message is one more a dying worker holds hostage until
+# the broker gives it back; one at a time keeps that to the task in hand.
+CELERY_WORKER_PREFETCH_MULTIPLIER = _int("CELERY_WORKER_PREFETCH_MULTIPLIER", 1, minimum=1)
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = True
+# No task may run forever; the expire task sets tighter limits of its own.
+CELERY_TASK_SOFT_TIME_LIMIT = 60
+CELERY_TASK_TIME_LIMIT = 90
+CELERY_TASK_ALWAYS_EAGER = _bool("CELERY_TASK_ALWAYS_EAGER", False)
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+CELERY_TIMEZONE = "UTC"

@@ -1,0 +1,30 @@
+"""The beat schedules Relay needs, kept in django-celery-beat's tables.
+
+Installed by a migration so a fresh deployment needs no manual step, and brought in line
+with the settings after every `migrate` (a changed RELAY_SWEEP_INTERVAL_SECONDS takes
+effect on the next deploy)."""
+from django.conf import settings
+
+SWEEP_TASK_NAME = "relay: expiry sweep"
+PURGE_TASK_NAME = "relay: retention purge"
+
+
+def install_schedules(apps=None) -> None:
+    if apps is None:
+        from django.apps import apps
+    IntervalSchedule = apps.get_model("django_celery_beat", "IntervalSchedule")
+    CrontabSchedule = apps.get_model("django_celery_beat", "CrontabSchedule")
+    PeriodicTask = apps.get_model("django_celery_beat", "PeriodicTask")
+
+    every, _ = IntervalSchedule.objects.get_or_create(every=settings.RELAY_SWEEP_INTERVAL_SECONDS, period="seconds")
+    PeriodicTask.objects.update_or_create(
+        name=SWEEP_TASK_NAME,
+        defaults={"task": "expiry.tasks.sweep", "interval": every, "crontab": None, "enabled": True,
+                  "expire_seconds": settings.RELAY_SWEEP_INTERVAL_SECONDS * 2},
+    )
+    daily, _ = CrontabSchedule.objects.get_or_create(minute="17", hour="3", day_of_week="*", day_of_month="*",
+                                                     month_of_year="*", timezone="UTC")
+    PeriodicTask.objects.update_or_create(
+        name=PURGE_TASK_NAME,
+        defaults={"task": "expiry.tasks.purge_retained", "crontab": daily, "interval": None, "enabled": True},
+    )

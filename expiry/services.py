@@ -1,0 +1,341 @@
+"""When and how a mailbox stops: lazy expiry, the sweep, the cleanup of one mailbox, the
+retention purge. Every path that ends a mailbox goes through `mailboxes_expire` or
+`mailbox_delete`, so the API, the SMTP server, the sweep and the workers agree.
+
+A mailbox that stops being active owes one deprovision on the mail backend. The row
+records it (`cleanup_state`), together with a claim and a lease:
+
+- whoever moves a cleanup to `pending` draws a fresh claim and queues one
+  `expire_mailbox(id, claim)` task after commit, leasing the cleanup for
+  RELAY_CLEANUP_LEASE_SECONDS;
+- a task may only run the cleanup whose claim it carries, and takes it with a
+  compare-and-set from `pending` to `running`: a duplicate message, a redelivery or a
+  second worker finds nothing to take and stops;
+- a lease that lapses (its task was lost with a killed worker, a flushed broker or a
+  failed publish) is found by the next sweep, which draws a new claim and queues again.
+
+So the database, not the broker, holds what is owed, and the attempt count lives in the
+row, where no lost message can reset it.
+"""
+import logging
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from mailboxes.models import CleanupState, Mailbox, MailboxStatus, Message
+from relay.backends import PermanentBackendError, TransientBackendError, get_backend
+
+logger = logging.getLogger(__name__)
+
+OWED = (CleanupState.PENDING, CleanupState.RUNNING)
+
+
+def _lease_until(now: datetime, *, extra_seconds: float = 0) -> datetime:
+    return now + timedelta(seconds=settings.RELAY_CLEANUP_LEASE_SECONDS + extra_seconds)
+
+
+def _enqueue_after_commit(mailbox_ids: list, claim: uuid.UUID) -> None:
+    """Queue one cleanup task per mailbox once the claim is committed: a worker must never
+    look for a claim that is not in the database yet. A publish that fails is only
+    logged: the lease lapses and a sweep queues the cleanup again."""
+    if not mailbox_ids:
+        return
+
+    def publish() -> None:
+        from expiry.tasks import expire_mailbox
+
+        for mailbox_id in mailbox_ids:
+            try:
+                expire_mailbox.apply_async(args=(str(mailbox_id),), kwargs={"claim": str(claim)})
+            except Exception:
+                logger.exception("could not queue cleanup of %s; the sweep will retry it after its lease", mailbox_id)
+
+    transaction.on_commit(publish)
+
+
+# --- ending a mailbox ----------------------------------------------------------------
+def mailboxes_expire(*, mailbox_ids: list, now: datetime | None = None, enqueue: bool = True,
+                     claim: uuid.UUID | None = None) -> list:
+    """Expire those of `mailbox_ids` that are active and due, mark their cleanup pending
+    and (with `enqueue`) queue it after commit. Returns the ids this call expired: a
+    mailbox another caller expired first is not among them."""
+    if not mailbox_ids:
+        return []
+    now = now or timezone.now()
+    claim = claim or uuid.uuid4()
+    with transaction.atomic():
+        # The status and due-time conditions make this a compare-and-set: of two callers
+        # racing for one mailbox, only one moves it.
+        Mailbox.objects.filter(id__in=mailbox_ids, status=MailboxStatus.ACTIVE, expires_at__lte=now).update(
+            status=MailboxStatus.EXPIRED,
+            expired_at=now,
+            cleanup_state=CleanupState.PENDING,
+            cleanup_claim=claim,
+            cleanup_lease_until=_lease_until(now),
+        )
+        expired = list(Mailbox.objects.filter(id__in=mailbox_ids, cleanup_claim=claim).values_list("id", flat=True))
+        if enqueue:
+            _enqueue_after_commit(expired, claim)
+    if expired:
+        logger.info("expired %d mailbox(es)", len(expired))
+    return expired
+
+
+def mailbox_expire_if_due(*, mailbox: Mailbox, now: datetime | None = None) -> Mailbox:
+    """Lazy expiry: the check every API access and every SMTP RCPT makes itself, so
+    correctness never waits for a worker. Returns the mailbox as it now stands."""
+    now = now or timezone.now()
+    if mailbox.status == MailboxStatus.ACTIVE and mailbox.expires_at <= now:
+        mailboxes_expire(mailbox_ids=[mailbox.id], now=now)
+        mailbox.refresh_from_db(fields=["status", "expired_at", "cleanup_state"])
+    return mailbox
+
+
+def mailbox_delete(*, mailbox: Mailbox, now: datetime | None = None) -> None:
+    """Soft-delete: the mailbox stops receiving at once, is deprovisioned like an expired
+    one, and is invisible from then on."""
+    now = now or timezone.now()
+    claim = uuid.uuid4()
+    with transaction.atomic():
+        owes_cleanup = Mailbox.objects.filter(id=mailbox.id, status=MailboxStatus.ACTIVE).update(
+            status=MailboxStatus.DELETED,
+            deleted_at=now,
+            cleanup_state=CleanupState.PENDING,
+            cleanup_claim=claim,
+            cleanup_lease_until=_lease_until(now),
+        )
+        if owes_cleanup:
+            _enqueue_after_commit([mailbox.id], claim)
+        else:
+            # Expired already: its cleanup is under way or finished; leave that as it is.
+            Mailbox.objects.filter(id=mailbox.id, status=MailboxStatus.EXPIRED).update(
+                status=MailboxStatus.DELETED, deleted_at=now
+            )
+    logger.info("deleted mailbox %s (%s)", mailbox.id, mailbox.address)
+
+
+def cleanup_requeue(*, mailbox_ids: list, now: datetime | None = None, reset_attempts: bool = False) -> list:
+    """Draw a new claim for these cleanups and queue them: used by the sweep for lapsed
+    leases and by operators for dead letters. Returns the ids requeued."""
+    if not mailbox_ids:
+        return []
+    now = now or timezone.now()
+    claim = uuid.uuid4()
+    changes = {
+        "cleanup_state": CleanupState.PENDING,
+        "cleanup_claim": claim,
+        "cleanup_lease_until": _lease_until(now),
+    }
+    if reset_attempts:
+        changes["cleanup_attempts"] = 0
+    with transaction.atomic():
+        Mailbox.objects.filter(id__in=mailbox_ids).exclude(cleanup_state__in=[CleanupState.NONE, CleanupState.DONE]).update(**changes)
+        requeued = list(Mailbox.objects.filter(id__in=mailbox_ids, cleanup_claim=claim).values_list("id", flat=True))
+        _enqueue_after_commit(requeued, claim)
+    return requeued
+
+
+# --- the sweep ------------------------------------------------------------------------
+@dataclass
+class SweepResult:
+    expired: int = 0
+    requeued: int = 0
+
+
+def cleanup_sweep(*, batch_size: int | None = None, max_batches: int = 1000) -> SweepResult:
+    """Expire every due active mailbox and requeue every cleanup whose lease lapsed.
+
+    Each batch is claimed in its own short transaction with FOR UPDATE SKIP LOCKED, so
+    two sweeps running at once (two beats, a slow sweep overlapping the next) take
+    disjoint rows instead of waiting on each other. Where SKIP LOCKED is missing
+    (SQLite), the compare-and-set in `mailboxes_expire` keeps them disjoint all the same."""
+    batch_size = batch_size or settings.RELAY_SWEEP_BATCH_SIZE
+    result = SweepResult()
+    for _ in range(max_batches):
+        with transaction.atomic(durable=True):
+            now = timezone.now()
+            due = list(
+                Mailbox.objects.select_for_update(skip_locked=True)
+                .filter(status=MailboxStatus.ACTIVE, expires_at__lte=now)
+                .order_by("expires_at")
+                .values_list("id", flat=True)[:batch_size]
+            )
+            result.expired += len(mailboxes_expire(mailbox_ids=due, now=now))
+        if len(due) < batch_size:
+            break
+    for _ in range(max_batches):
+        with transaction.atomic(durable=True):
+            now = timezone.now()
+            lapsed = list(
+                Mailbox.objects.select_for_update(skip_locked=True)
+                .filter(cleanup_state__in=OWED, cleanup_lease_until__lte=now)
+                .order_by("cleanup_lease_until")
+                .values_list("id", flat=True)[:batch_size]
+            )
+            result.requeued += len(_requeue_lapsed(lapsed, now))
+        if len(lapsed) < batch_size:
+            break
+    if result.expired or result.requeued:
+        logger.info("sweep expired %d and requeued %d lapsed cleanup(s)", result.expired, result.requeued)
+    return result
+
+
+def _requeue_lapsed(mailbox_ids: list, now: datetime) -> list:
+    if not mailbox_ids:
+        return []
+    claim = uuid.uuid4()
+    Mailbox.objects.filter(id__in=mailbox_ids, cleanup_state__in=OWED, cleanup_lease_until__lte=now).update(
+        cleanup_state=CleanupState.PENDING, cleanup_claim=claim, cleanup_lease_until=_lease_until(now)
+    )
+    requeued = list(Mailbox.objects.filter(id__in=mailbox_ids, cleanup_claim=claim).values_list("id", flat=True))
+    for mailbox_id in requeued:
+        logger.warning("cleanup of %s lapsed without an outcome; queued again", mailbox_id)
+    _enqueue_after_commit(requeued, claim)
+    return requeued
+
+
+# --- the cleanup of one mailbox -------------------------------------------------------
+class CleanupOutcome(StrEnum):
+    SKIPPED = "skipped"  # not due, not ours, or finished already: nothing done
+    DONE = "done"
+    RETRY = "retry"
+    DEAD = "dead"
+
+
+def cleanup_attempt_limit() -> int:
+    return settings.RELAY_CLEANUP_MAX_RETRIES + 1
+
+
+def mailbox_cleanup(*, mailbox_id, claim: uuid.UUID | None, final_attempt: bool, retry_wait_max_seconds: float) -> CleanupOutcome:
+    """Deprovision one mailbox if this caller holds its claim.
+
+    Raises TransientBackendError when the caller should retry (the row then stays
+    pending under the same claim, leased for the retry's wait). Anything else the
+    backend raises is recorded and re-raised: the task fails, the lease lapses, and a
+    sweep tries again, each try counted, until the cleanup is dead."""
+    now = timezone.now()
+    if claim is None:
+        # A task queued before the mailbox was due: expire it now under a claim of its own.
+        claim = uuid.uuid4()
+        if not mailboxes_expire(mailbox_ids=[mailbox_id], now=now, enqueue=False, claim=claim):
+            return CleanupOutcome.SKIPPED
+
+    taken = Mailbox.objects.filter(id=mailbox_id, cleanup_state=CleanupState.PENDING, cleanup_claim=claim).update(
+        cleanup_state=CleanupState.RUNNING,
+        cleanup_lease_until=_lease_until(now),
+        cleanup_attempts=F("cleanup_attempts") + 1,
+    )
+    if not taken:
+        logger.debug("cleanup of %s: claim %s not held (done, dead, or taken by another)", mailbox_id, claim)
+        return CleanupOutcome.SKIPPED
+    mailbox = Mailbox.objects.get(id=mailbox_id)
+    limit = cleanup_attempt_limit()
+
+    if mailbox.cleanup_attempts > limit:
+        # Earlier attempts ended without an outcome (their worker died mid-call): a
+        # poison pill. Park it rather than let it take workers down forever.
+        _finish(mailbox_id, claim, CleanupState.DEAD, error=mailbox.cleanup_last_error or
+                f"{mailbox.cleanup_attempts - 1} attempts ended without an outcome")
+        return CleanupOutcome.DEAD
+
+    try:
+        get_backend().deprovision(mailbox)
+    except TransientBackendError as exc:
+        if final_attempt or mailbox.cleanup_attempts >= limit:
+            _finish(mailbox_id, claim, CleanupState.DEAD, error=str(exc))
+            return CleanupOutcome.DEAD
+        # Keep the claim for the retry Celery is about to schedule, and lease the row
+        # past its longest possible wait so a sweep does not queue a second copy.
+        Mailbox.objects.filter(id=mailbox_id, cleanup_state=CleanupState.RUNNING, cleanup_claim=claim).update(
+            cleanup_state=CleanupState.PENDING,
+            cleanup_last_error=str(exc)[:2000],
+            cleanup_lease_until=_lease_until(timezone.now(), extra_seconds=retry_wait_max_seconds),
+        )
+        logger.warning("cleanup of %s failed (attempt %d of %d), will retry: %s",
+                       mailbox.address, mailbox.cleanup_attempts, limit, exc)
+        raise
+    except PermanentBackendError as exc:
+        _finish(mailbox_id, claim, CleanupState.DEAD, error=str(exc))
+        return CleanupOutcome.DEAD
+    except Exception as exc:
+        Mailbox.objects.filter(id=mailbox_id, cleanup_state=CleanupState.RUNNING, cleanup_claim=claim).update(
+            cleanup_last_error=f"{type(exc).__name__}: {exc}"[:2000]
+        )
+        raise
+    _finish(mailbox_id, claim, CleanupState.DONE)
+    return CleanupOutcome.DONE
+
+
+def _finish(mailbox_id, claim: uuid.UUID, state: CleanupState, *, error: str = "") -> None:
+    changes = {"cleanup_state": state, "cleanup_lease_until": None, "cleanup_claim": None}
+    if state == CleanupState.DONE:
+        changes["cleanup_done_at"] = timezone.now()
+    if error:
+        changes["cleanup_last_error"] = error[:2000]
+    # Only the claim holder records the outcome: if our lease lapsed mid-call and a sweep
+    # handed the cleanup to another task, that task's outcome is the one that counts.
+    Mailbox.objects.filter(id=mailbox_id, cleanup_claim=claim).update(**changes)
+    if state == CleanupState.DEAD:
+        logger.error("cleanup of %s is a dead letter: %s", mailbox_id, error)
+    else:
+        logger.info("cleanup of %s done", mailbox_id)
+
+
+def retry_wait_max_seconds(retries: int) -> float:
+    """The longest Celery's exponential backoff may wait before retry number retries+1."""
+    return min(settings.RELAY_CLEANUP_RETRY_BACKOFF_MAX_SECONDS,
+               settings.RELAY_CLEANUP_RETRY_BACKOFF_SECONDS * (2 ** retries))
+
+
+# --- operators ------------------------------------------------------------------------
+def mailboxes_expire_now(*, mailbox_ids: list) -> list:
+    """The admin's "expire now": end these active mailboxes at once, due or not."""
+    now = timezone.now()
+    Mailbox.objects.filter(id__in=mailbox_ids, status=MailboxStatus.ACTIVE, expires_at__gt=now).update(expires_at=now)
+    return mailboxes_expire(mailbox_ids=mailbox_ids, now=now)
+
+
+def expiry_stats() -> dict:
+    from django.db.models import Count
+
+    statuses = dict(Mailbox.objects.values_list("status").annotate(n=Count("id")).order_by())
+    cleanups = dict(Mailbox.objects.exclude(cleanup_state=CleanupState.NONE)
+                    .values_list("cleanup_state").annotate(n=Count("id")).order_by())
+    return {
+        "mailboxes": {status: statuses.get(status, 0) for status in MailboxStatus.values},
+        "cleanup": {
+            # A running cleanup is still owed.
+            "pending": cleanups.get(CleanupState.PENDING, 0) + cleanups.get(CleanupState.RUNNING, 0),
+            "done": cleanups.get(CleanupState.DONE, 0),
+            "dead": cleanups.get(CleanupState.DEAD, 0),
+        },
+    }
+
+
+# --- retention ------------------------------------------------------------------------
+def mailboxes_purge(*, now: datetime | None = None, batch_size: int = 1000) -> int:
+    """Delete mailboxes that ended more than RELAY_RETENTION_DAYS ago, with their mail, in
+    batches. Their addresses stay reserved (AddressReservation is never purged), and a
+    mailbox whose cleanup is still owed or dead is kept until that is settled."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(days=settings.RELAY_RETENTION_DAYS)
+    ended = (Q(status=MailboxStatus.EXPIRED, expired_at__lt=cutoff) | Q(status=MailboxStatus.DELETED, deleted_at__lt=cutoff))
+    settled = Q(cleanup_state__in=[CleanupState.NONE, CleanupState.DONE])
+    purged = 0
+    while True:
+        ids = list(Mailbox.objects.filter(ended & settled).values_list("id", flat=True)[:batch_size])
+        if not ids:
+            break
+        with transaction.atomic():
+            Message.objects.filter(mailbox_id__in=ids).delete()
+            Mailbox.objects.filter(id__in=ids).delete()
+        purged += len(ids)
+    if purged:
+        logger.info("purged %d mailbox(es) past retention", purged)
+    return purged

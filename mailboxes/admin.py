@@ -1,0 +1,64 @@
+from django.contrib import admin
+
+from expiry.admin import expire_now, retry_cleanup
+from mailboxes.models import AddressReservation, ApiKey, Mailbox, Message, OutboundMessage, Owner
+
+
+class ApiKeyInline(admin.TabularInline):
+    model = ApiKey
+    extra = 0
+    fields = ["prefix", "created_at", "revoked_at"]
+    readonly_fields = ["prefix", "created_at"]
+
+
+@admin.register(Owner)
+class OwnerAdmin(admin.ModelAdmin):
+    list_display = ["name", "plan", "created_at"]
+    list_filter = ["plan"]
+    search_fields = ["name"]
+    inlines = [ApiKeyInline]
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(admin.ModelAdmin):
+    list_display = ["prefix", "owner", "created_at", "revoked_at"]
+    list_filter = ["revoked_at", "owner__plan"]
+    search_fields = ["prefix", "owner__name"]
+    readonly_fields = ["prefix", "key_hash", "created_at"]
+    list_select_related = ["owner"]
+
+
+@admin.register(Mailbox)
+class MailboxAdmin(admin.ModelAdmin):
+    list_display = ["address", "owner", "status", "created_at", "expires_at", "expired_at", "cleanup_state", "cleanup_attempts"]
+    list_filter = ["status", "cleanup_state", "owner__plan"]
+    search_fields = ["address", "owner__name", "id"]
+    date_hierarchy = "created_at"
+    list_select_related = ["owner"]
+    readonly_fields = ["id", "token_hash", "backend_id", "cleanup_claim", "cleanup_lease_until", "cleanup_attempts",
+                       "cleanup_last_error", "cleanup_done_at", "created_at", "expired_at", "deleted_at"]
+    show_full_result_count = False
+
+
+@admin.register(Message)
+class MessageAdmin(admin.ModelAdmin):
+    list_display = ["id", "mailbox", "from_header", "subject", "size", "received_at", "is_read"]
+    search_fields = ["mailbox__address", "subject", "from_header"]
+    list_select_related = ["mailbox"]
+    exclude = ["raw"]
+    show_full_result_count = False
+
+
+@admin.register(OutboundMessage)
+class OutboundMessageAdmin(admin.ModelAdmin):
+    list_display = ["id", "mailbox", "subject", "status", "attempts", "created_at", "sent_at"]
+    list_filter = ["status"]
+    search_fields = ["mailbox__address", "subject"]
+    list_select_related = ["mailbox"]
+
+
+@admin.register(AddressReservation)
+class AddressReservationAdmin(admin.ModelAdmin):
+    list_display = ["address", "reserved_at"]
+    search_fields = ["address"]
+    show_full_result_count = False

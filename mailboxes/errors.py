@@ -1,0 +1,111 @@
+"""Relay's error format: {"code", "message"} plus "fields" for validation errors.
+
+Every error a client can cause goes through here, DRF's and Django's alike, so no
+request ever sees an HTML page or a 500 for bad input."""
+import logging
+
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, JsonResponse
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+logger = logging.getLogger(__name__)
+
+
+class ApiError(exceptions.APIException):
+    """An error with Relay's own code."""
+
+    def __init__(self, message: str | None = None):
+        super().__init__(detail=message or self.default_detail)
+
+
+class Conflict(ApiError):
+    status_code = status.HTTP_409_CONFLICT
+    default_code = "conflict"
+    default_detail = "That address has already been used."
+
+
+class Expired(ApiError):
+    status_code = status.HTTP_410_GONE
+    default_code = "expired"
+    default_detail = "Mailbox has expired"
+
+
+class BackendUnavailable(ApiError):
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_code = "backend_unavailable"
+    default_detail = "The mail backend could not provision the mailbox; try again later."
+
+
+CODES = {
+    exceptions.ValidationError: "invalid_request",
+    exceptions.ParseError: "invalid_request",
+    exceptions.UnsupportedMediaType: "invalid_request",
+    exceptions.AuthenticationFailed: "unauthorized",
+    exceptions.NotAuthenticated: "unauthorized",
+    exceptions.PermissionDenied: "forbidden",
+    exceptions.NotFound: "not_found",
+    exceptions.MethodNotAllowed: "method_not_allowed",
+    exceptions.NotAcceptable: "not_acceptable",
+    exceptions.Throttled: "rate_limited",
+}
+
+
+def _code(exc: exceptions.APIException) -> str:
+    if isinstance(exc, ApiError):
+        return exc.default_code
+    for exc_type, code in CODES.items():
+        if isinstance(exc, exc_type):
+            return code
+    return "error"
+
+
+def _first_message(detail) -> str:
+    if isinstance(detail, dict):
+        for value in detail.values():
+            return _first_message(value)
+    if isinstance(detail, list) and detail:
+        return _first_message(detail[0])
+    return str(detail)
+
+
+def exception_handler(exc, context):
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound("Not found.")
+    elif isinstance(exc, PermissionDenied):
+        exc = exceptions.PermissionDenied()
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None  # a real bug: let Django log it and answer 500
+    body = {"code": _code(exc), "message": _first_message(exc.detail)}
+    if isinstance(exc, exceptions.ValidationError):
+        detail = exc.detail if isinstance(exc.detail, dict) else {"non_field_errors": exc.detail}
+        body["fields"] = {name: [str(m) for m in (msgs if isinstance(msgs, list) else [msgs])] for name, msgs in detail.items()}
+        body["message"] = "The request is not valid."
+    elif isinstance(exc, exceptions.NotFound):
+        body["message"] = "Not found."
+    response.data = body
+    return response
+
+
+def _json_error(status_code: int, code: str, message: str) -> JsonResponse:
+    return JsonResponse({"code": code, "message": message}, status=status_code)
+
+
+# Django's own error views, for what never reaches DRF (unknown routes, bodies over
+# DATA_UPLOAD_MAX_MEMORY_SIZE, bugs).
+def bad_request(request, exception=None):
+    return _json_error(400, "invalid_request", "The request could not be read (too large or malformed).")
+
+
+def not_found(request, exception=None):
+    return _json_error(404, "not_found", "Not found.")
+
+
+def server_error(request):
+    return _json_error(500, "server_error", "Something went wrong on our side; it has been logged.")
+
+
+def api_response(code: str, message: str, status_code: int) -> Response:
+    return Response({"code": code, "message": message}, status=status_code)

@@ -1,0 +1,166 @@
+"""What a mailbox is: owners and their keys, mailboxes, the mail they hold."""
+import uuid
+
+from django.db import models
+from django.db.models import Q
+
+
+class Plan(models.TextChoices):
+    FREE = "free"
+    PRO = "pro"
+    ENTERPRISE = "enterprise"
+
+
+# The longest TTL each plan may ask for; never above settings.RELAY_MAX_TTL_MS.
+PLAN_TTL_CAP_MS = {
+    Plan.FREE: 60 * 60 * 1000,
+    Plan.PRO: 24 * 60 * 60 * 1000,
+    Plan.ENTERPRISE: 7 * 24 * 60 * 60 * 1000,
+}
+
+
+class Owner(models.Model):
+    name = models.CharField(max_length=100, unique=True)
+    plan = models.CharField(max_length=16, choices=Plan.choices, default=Plan.FREE)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ApiKey(models.Model):
+    """An owner's API key. Only its SHA-256 is stored: keys are 256-bit random tokens,
+    so a fast hash is enough, and lookups stay one indexed equality."""
+
+    owner = models.ForeignKey(Owner, on_delete=models.CASCADE, related_name="api_keys")
+    prefix = models.CharField(max_length=12, help_text="The key's first characters, to tell keys apart.")
+    key_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.owner})"
+
+
+class AddressReservation(models.Model):
+    """Every address ever handed out. Outlives the mailbox (retention purges mailboxes,
+    never reservations), so an address is never given to a second holder."""
+
+    address = models.CharField(max_length=320, primary_key=True)
+    reserved_at = models.DateTimeField(auto_now_add=True)
+
+
+class MailboxStatus(models.TextChoices):
+    ACTIVE = "active"
+    EXPIRED = "expired"
+    DELETED = "deleted"
+
+
+class CleanupState(models.TextChoices):
+    """Deprovisioning on the mail backend, owed once a mailbox stops being active.
+
+    pending: owed, a task is (or should be) queued for it; running: a worker holds it;
+    done: deprovisioned; dead: given up, waiting for an operator."""
+
+    NONE = "", "not due"
+    PENDING = "pending"
+    RUNNING = "running"
+    DONE = "done"
+    DEAD = "dead"
+
+
+class Mailbox(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    # Null for an anonymous mailbox, which only its own token may use.
+    owner = models.ForeignKey(Owner, null=True, blank=True, on_delete=models.CASCADE, related_name="mailboxes")
+    address = models.CharField(max_length=320, unique=True)
+    status = models.CharField(max_length=8, choices=MailboxStatus.choices, default=MailboxStatus.ACTIVE)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    expired_at = models.DateTimeField(null=True, blank=True)
+    deleted_at = models.DateTimeField(null=True, blank=True)
+    # SHA-256 of the anonymous creator's token, if any.
+    token_hash = models.CharField(max_length=64, null=True, blank=True, unique=True)
+    # The mail backend's id for this mailbox's principal (Stalwart account id).
+    backend_id = models.CharField(max_length=100, blank=True, default="")
+
+    # Cleanup bookkeeping, written by expiry/ (see expiry/services.py).
+    cleanup_state = models.CharField(max_length=8, choices=CleanupState.choices, default=CleanupState.NONE, blank=True)
+    # Who may run the cleanup now: the claim handed to the one queued task.
+    cleanup_claim = models.UUIDField(null=True, blank=True)
+    # Until then, the claim holder is trusted to finish; after it, a sweep re-enqueues.
+    cleanup_lease_until = models.DateTimeField(null=True, blank=True)
+    cleanup_attempts = models.PositiveIntegerField(default=0)
+    cleanup_last_error = models.TextField(blank=True, default="")
+    cleanup_done_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name_plural = "mailboxes"
+        indexes = [
+            # The sweep's "due active mailboxes": only active rows are in it, so it stays
+            # as small as the live set however many millions have expired.
+            models.Index(fields=["expires_at"], condition=Q(status="active"), name="mailbox_active_due"),
+            # An owner's list, newest first.
+            models.Index(fields=["owner", "status", "-created_at"], name="mailbox_owner_list"),
+            # The sweep's "cleanups whose lease has lapsed".
+            models.Index(
+                fields=["cleanup_lease_until"],
+                condition=Q(cleanup_state__in=["pending", "running"]),
+                name="mailbox_cleanup_lease",
+            ),
+            # Dead letters and the retention purge.
+            models.Index(fields=["cleanup_state", "status"], name="mailbox_cleanup_state"),
+            # The retention purge, one per way a mailbox ends.
+            models.Index(fields=["expired_at"], condition=Q(status="expired"), name="mailbox_expired_at"),
+            models.Index(fields=["deleted_at"], condition=Q(status="deleted"), name="mailbox_deleted_at"),
+        ]
+
+    def __str__(self) -> str:
+        return self.address
+
+
+class Message(models.Model):
+    """A message received over SMTP. The raw bytes are the record; the rest is what
+    could be parsed out of them."""
+
+    mailbox = models.ForeignKey(Mailbox, on_delete=models.CASCADE, related_name="messages")
+    received_at = models.DateTimeField(auto_now_add=True)
+    envelope_from = models.CharField(max_length=320, blank=True, default="")
+    envelope_to = models.CharField(max_length=320, blank=True, default="")
+    from_header = models.TextField(blank=True, default="")
+    to_header = models.TextField(blank=True, default="")
+    subject = models.TextField(blank=True, default="")
+    text = models.TextField(blank=True, default="")
+    html = models.TextField(blank=True, default="")
+    headers = models.JSONField(default=list)
+    attachments = models.JSONField(default=list)
+    size = models.PositiveIntegerField()
+    raw = models.BinaryField()
+    is_read = models.BooleanField(default=False)
+
+    class Meta:
+        indexes = [models.Index(fields=["mailbox", "-received_at"], name="message_mailbox_list")]
+
+
+class OutboundStatus(models.TextChoices):
+    QUEUED = "queued"
+    SENT = "sent"
+    FAILED = "failed"
+
+
+class OutboundMessage(models.Model):
+    """A message a mailbox's owner asked Relay to send."""
+
+    mailbox = models.ForeignKey(Mailbox, on_delete=models.CASCADE, related_name="outbound")
+    to = models.JSONField()
+    subject = models.CharField(max_length=998)
+    text = models.TextField()
+    html = models.TextField(blank=True, default="")
+    status = models.CharField(max_length=8, choices=OutboundStatus.choices, default=OutboundStatus.QUEUED)
+    attempts = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["mailbox", "-created_at"], name="outbound_mailbox_list")]

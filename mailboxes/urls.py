@@ -1,0 +1,29 @@
+from django.urls import path, register_converter
+
+from mailboxes import views
+
+
+class RowIdConverter:
+    """A positive integer that fits a bigint: larger ones are 404, not a database error."""
+
+    regex = "[0-9]{1,18}"
+
+    def to_python(self, value: str) -> int:
+        return int(value)
+
+    def to_url(self, value: int) -> str:
+        return str(value)
+
+
+register_converter(RowIdConverter, "rowid")
+
+urlpatterns = [
+    path("mailboxes", views.MailboxCollectionView.as_view(), name="mailbox-list"),
+    path("mailboxes/<uuid:mailbox_id>", views.MailboxDetailView.as_view(), name="mailbox-detail"),
+    path("mailboxes/<uuid:mailbox_id>/renew", views.MailboxRenewView.as_view(), name="mailbox-renew"),
+    path("mailboxes/<uuid:mailbox_id>/messages", views.MessageCollectionView.as_view(), name="message-list"),
+    path("mailboxes/<uuid:mailbox_id>/messages/<rowid:message_id>", views.MessageDetailView.as_view(), name="message-detail"),
+    path("mailboxes/<uuid:mailbox_id>/messages/<rowid:message_id>/raw", views.MessageRawView.as_view(), name="message-raw"),
+    path("mailboxes/<uuid:mailbox_id>/outbox", views.OutboundCollectionView.as_view(), name="outbound-list"),
+    path("mailboxes/<uuid:mailbox_id>/outbox/<rowid:outbound_id>", views.OutboundDetailView.as_view(), name="outbound-detail"),
+]

@@ -1,0 +1,52 @@
+"""Mail backends: where a mailbox's principal lives. See SPEC §7.
+
+A backend has two calls, `provision(mailbox)` and `deprovision(mailbox)`. Both raise
+TransientBackendError for what a retry may fix (timeouts, 5xx, rate limits) and
+PermanentBackendError for what it will not (bad credentials, a rejected request).
+`provision` returns the backend's id for the principal ("" when it has none).
+"""
+from functools import lru_cache
+from typing import Protocol
+
+from django.conf import settings
+
+
+class BackendError(Exception):
+    permanent = False
+
+
+class TransientBackendError(BackendError):
+    permanent = False
+
+
+class PermanentBackendError(BackendError):
+    permanent = True
+
+
+class MailboxLike(Protocol):
+    address: str
+    backend_id: str
+
+
+class MailBackend(Protocol):
+    name: str
+
+    def provision(self, mailbox: MailboxLike) -> str: ...
+
+    def deprovision(self, mailbox: MailboxLike) -> None: ...
+
+
+@lru_cache(maxsize=8)
+def _backend(name: str, url: str, token: str) -> MailBackend:
+    if name == "stalwart":
+        from relay.backends.stalwart import StalwartBackend
+
+        return StalwartBackend(base_url=url, token=token, timeout=settings.STALWART_TIMEOUT)
+    from relay.backends.local import LocalBackend
+
+    return LocalBackend()
+
+
+def get_backend() -> MailBackend:
+    """The configured backend, one instance per process (it keeps an HTTP session)."""
+    return _backend(settings.RELAY_BACKEND, settings.STALWART_URL, settings.STALWART_TOKEN)

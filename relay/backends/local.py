@@ -1,0 +1,12 @@
+"""The local backend: Relay's own SMTP server is the mail store, so there is nothing
+external to create or remove. The mailbox row alone decides what is accepted."""
+
+
+class LocalBackend:
+    name = "local"
+
+    def provision(self, mailbox) -> str:
+        return ""
+
+    def deprovision(self, mailbox) -> None:
+        return None
