@@ -6,6 +6,7 @@ ImproperlyConfigured error that names the variable, instead of a confusing failu
 from pathlib import Path
 
 import environ
+from kombu import Exchange, Queue
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -246,6 +247,12 @@ elif CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
 else:
     raise ImproperlyConfigured(f"CELERY_BROKER_URL must be filesystem:// or redis://..., got {CELERY_BROKER_URL!r}")
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Publish through the default ("") exchange, which names the queue directly. Through a
+# named exchange, kombu looks up the queue in a binding that Redis keeps as a key: a
+# broker restarted without persistence, or flushed, forgets it, and every publish after
+# that is dropped in silence until each worker restarts and binds again.
+CELERY_TASK_QUEUES = [Queue("celery", Exchange(""), routing_key="celery")]
+CELERY_TASK_DEFAULT_QUEUE = "celery"
 # Relay keeps every outcome in its own tables; Celery results would only pile up.
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_RESULT_BACKEND = None

@@ -38,7 +38,7 @@ def expire_mailbox(self, mailbox_id: str, claim: str | None = None) -> str:
 
 
 # A sweep message older than two intervals is dropped: a newer one is already queued.
-@shared_task(acks_late=True, soft_time_limit=300, expires=settings.RELAY_SWEEP_INTERVAL_SECONDS * 2)
+@shared_task(acks_late=True, soft_time_limit=300, time_limit=330, expires=settings.RELAY_SWEEP_INTERVAL_SECONDS * 2)
 def sweep() -> dict:
     """Beat's sweep: expire what is due, requeue lapsed cleanups. Safe to overlap."""
     result = services.cleanup_sweep()

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions, permissions, throttling
+from rest_framework.settings import api_settings
 
 from mailboxes.models import ApiKey, Mailbox, Owner, Plan
 
@@ -78,6 +79,10 @@ class AnonymousCreateThrottle(throttling.AnonRateThrottle):
         if isinstance(request.user, Principal) and request.user.owner is not None:
             return True
         return super().allow_request(request, view)
+
+    def get_rate(self) -> str:
+        # Read when used, not at import, so the setting can change under a running test.
+        return api_settings.DEFAULT_THROTTLE_RATES[self.scope]
 
     def get_cache_key(self, request, view) -> str:
         # Per client address, also for the holder of a mailbox token.

@@ -1,0 +1,202 @@
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+import redis
+from django.conf import settings
+from rest_framework.test import APIClient
+
+from mailboxes.services import owner_create_api_key
+from tests.stalwart_fake import TOKEN, FakeStalwart
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def pytest_configure(config):
+    if settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
+        pytest.exit("The suite runs on PostgreSQL and Redis: run it with `make test`.", returncode=2)
+
+
+def wait_until(predicate, *, timeout: float, interval: float = 0.05, message: str = "condition"):
+    """Poll `predicate` until it returns something truthy; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
+        time.sleep(interval)
+
+
+# --- API clients ---------------------------------------------------------------------------
+@pytest.fixture
+def api(db):
+    return APIClient()
+
+
+@pytest.fixture
+def make_client(db):
+    def make(name: str = "alice", plan: str = "pro") -> APIClient:
+        _, key = owner_create_api_key(name=name, plan=plan)
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+        client.key = key
+        return client
+
+    return make
+
+
+@pytest.fixture
+def client_pro(make_client):
+    return make_client("alice", "pro")
+
+
+# --- Stalwart ------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def stalwart_server():
+    fake = FakeStalwart().start()
+    yield fake
+    fake.stop()
+
+
+@pytest.fixture
+def stalwart(stalwart_server, settings):
+    """The fake Stalwart, reset, and Relay configured to use it in this process."""
+    stalwart_server.reset()
+    settings.RELAY_BACKEND = "stalwart"
+    settings.STALWART_URL = stalwart_server.url
+    settings.STALWART_TOKEN = TOKEN
+    yield stalwart_server
+    stalwart_server.reset()
+
+
+# --- SMTP ----------------------------------------------------------------------------------
+class SmtpServerThread:
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.stop_event: asyncio.Event | None = None
+        self.address = None
+        self.ready = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        from relay.smtp import serve
+
+        asyncio.set_event_loop(self.loop)
+
+        async def main() -> None:
+            self.stop_event = asyncio.Event()
+            await serve("127.0.0.1", 0, stop=self.stop_event, ready=self._on_ready, drain_seconds=10)
+
+        self.loop.run_until_complete(main())
+
+    def _on_ready(self, address) -> None:
+        self.address = address
+        self.ready.set()
+
+    def start(self) -> "SmtpServerThread":
+        self.thread.start()
+        assert self.ready.wait(10), "SMTP server did not start"
+        return self
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.stop_event.set)
+        self.thread.join(15)
+
+    @property
+    def port(self) -> int:
+        return self.address[1]
+
+
+@pytest.fixture
+def smtp_server(transactional_db):
+    server = SmtpServerThread().start()
+    yield server
+    server.stop()
+
+
+# --- Celery worker processes -----------------------------------------------------------------
+class Processes:
+    """Real `celery worker` and `celery beat` processes against the test database."""
+
+    def __init__(self, tmp_path: Path, env: dict) -> None:
+        self.tmp_path = tmp_path
+        self.env = env
+        self.procs: dict[str, tuple[subprocess.Popen, Path]] = {}
+
+    def _spawn(self, name: str, args: list[str], ready_text: str | None) -> subprocess.Popen:
+        log = self.tmp_path / f"{name}.log"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "config", *args],
+            cwd=ROOT, env=self.env, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        self.procs[name] = (proc, log)
+        if ready_text:
+            wait_until(lambda: ready_text in log.read_text(errors="replace") or proc.poll() is not None,
+                       timeout=60, interval=0.1, message=f"{name} to start")
+            assert proc.poll() is None, f"{name} exited:\n{log.read_text(errors='replace')[-3000:]}"
+        return proc
+
+    def worker(self, name: str, concurrency: int = 1) -> subprocess.Popen:
+        return self._spawn(name, ["worker", "-P", "prefork", "-c", str(concurrency), "-n", f"{name}@%h",
+                                  "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "INFO"],
+                           ready_text=" ready.")
+
+    def beat(self, name: str) -> subprocess.Popen:
+        return self._spawn(name, ["beat", "-l", "INFO", "--pidfile", str(self.tmp_path / f"{name}.pid"),
+                                  "-s", str(self.tmp_path / f"{name}-schedule")], ready_text="beat: Starting")
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        proc, _ = self.procs[name]
+        os.killpg(proc.pid, sig)
+        proc.wait(10)
+
+    def log(self, name: str) -> str:
+        return self.procs[name][1].read_text(errors="replace")
+
+    def stop_all(self) -> None:
+        for proc, _ in self.procs.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc, _ in self.procs.values():
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(5)
+
+
+def _test_database_url() -> str:
+    parts = urlsplit(os.environ["DATABASE_URL"])
+    return urlunsplit(parts._replace(path="/" + settings.DATABASES["default"]["NAME"]))
+
+
+@pytest.fixture
+def broker():
+    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    client.flushdb()  # no message from an earlier test may reach these workers
+    yield client
+    client.flushdb()
+
+
+@pytest.fixture
+def processes(transactional_db, stalwart, broker, tmp_path):
+    env = dict(os.environ)
+    env.update({
+        "DATABASE_URL": _test_database_url(),
+        "RELAY_BACKEND": "stalwart",
+        "STALWART_URL": stalwart.url,
+        "STALWART_TOKEN": TOKEN,
+        "PYTHONUNBUFFERED": "1",
+    })
+    procs = Processes(tmp_path, env)
+    yield procs
+    procs.stop_all()
