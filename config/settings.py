@@ -104,6 +104,8 @@ try:
     DATABASES = {"default": env.db_url("DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'relay.sqlite3'}")}
 except (ImproperlyConfigured, ValueError, KeyError) as exc:
     raise ImproperlyConfigured(f"DATABASE_URL is not a usable database URL: {exc}") from None
+if DATABASES["default"]["ENGINE"] not in ("django.db.backends.postgresql", "django.db.backends.sqlite3"):
+    raise ImproperlyConfigured(f"DATABASE_URL must be a postgres:// or sqlite:/// URL, got {env.str('DATABASE_URL')!r}")
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Web, worker, beat and smtp share one SQLite file: wait for the write lock instead
     # of failing at once, and use WAL so readers never block the writer.

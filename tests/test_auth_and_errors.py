@@ -1,0 +1,95 @@
+"""Authentication, keys, and the promise that no client input gets a 500."""
+import pytest
+from django.core.management import call_command
+
+from mailboxes.authentication import hash_secret
+from mailboxes.models import ApiKey, Owner
+
+
+def test_createapikey_prints_the_key_alone_on_the_last_line_and_stores_a_hash(db, capsys):
+    call_command("createapikey", "carol", "--plan", "enterprise")
+    key = capsys.readouterr().out.strip().splitlines()[-1]
+    assert key.startswith("rk_") and " " not in key
+    stored = ApiKey.objects.get(owner__name="carol")
+    assert stored.key_hash == hash_secret(key) and key not in (stored.key_hash, stored.prefix)
+    assert Owner.objects.get(name="carol").plan == "enterprise"
+
+
+def test_createapikey_again_adds_a_key_and_both_work(db, capsys, api):
+    call_command("createapikey", "dave")
+    call_command("createapikey", "dave")
+    keys = [line for line in capsys.readouterr().out.splitlines() if line.startswith("rk_")]
+    assert len(set(keys)) == 2
+    for key in keys:
+        api.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+        assert api.get("/api/v1/mailboxes").status_code == 200
+
+
+@pytest.mark.parametrize("header", [None, "Bearer nope", "Bearer rt_nope", "Basic abc", "Bearer", "Bearer " + "x" * 5000])
+def test_missing_or_bad_credentials_are_401(api, header):
+    if header:
+        api.credentials(HTTP_AUTHORIZATION=header)
+    response = api.get("/api/v1/mailboxes")
+    assert response.status_code == 401
+    assert response.json()["code"] == "unauthorized"
+    assert set(response.json()) == {"code", "message"}
+
+
+def test_revoked_key_is_401(client_pro):
+    ApiKey.objects.update(revoked_at="2026-01-01T00:00:00Z")
+    assert client_pro.get("/api/v1/mailboxes").status_code == 401
+
+
+@pytest.mark.parametrize("body, content_type", [
+    ("{bad json", "application/json"),
+    ("[1, 2, 3]", "application/json"),
+    ('"just a string"', "application/json"),
+    ("null", "application/json"),
+    ('{"local_part": {"nested": true}}', "application/json"),
+    ('{"local_part": ' + '"' + "a" * 100_000 + '"}', "application/json"),
+    ('{"domain": ' + '"' + "d" * 100_000 + '"}', "application/json"),
+    ("local_part=x", "application/x-www-form-urlencoded"),
+    ("\xff\xfe garbage", "application/json"),
+])
+def test_malformed_bodies_are_4xx_json(client_pro, body, content_type):
+    response = client_pro.generic("POST", "/api/v1/mailboxes", body.encode("utf-8", "surrogateescape"), content_type)
+    assert 400 <= response.status_code < 500
+    assert response.json()["code"] in ("invalid_request",)
+
+
+def test_body_over_the_upload_limit_is_400_json(client_pro):
+    response = client_pro.generic("POST", "/api/v1/mailboxes", b'{"a": "' + b"x" * 3_000_000 + b'"}', "application/json")
+    assert response.status_code == 400
+    assert response["Content-Type"].startswith("application/json")
+
+
+@pytest.mark.parametrize("path", ["/nope", "/api/v1/nope", "/api/v1/mailboxes/not-a-uuid",
+                                  "/api/v1/mailboxes/00000000-0000-0000-0000-000000000000/messages/99999999999999999999",
+                                  "/api/v1/mailboxes/00000000-0000-0000-0000-000000000000/messages/abc/raw"])
+def test_unknown_routes_are_404_json(client_pro, path, settings):
+    for debug in (False, True):
+        settings.DEBUG = debug
+        response = client_pro.get(path)
+        assert response.status_code == 404
+        assert response.json() == {"code": "not_found", "message": "Not found."}
+
+
+def test_wrong_method_is_405_json(client_pro):
+    response = client_pro.put("/api/v1/mailboxes", {}, format="json")
+    assert response.status_code == 405
+    assert response.json()["code"] == "method_not_allowed"
+
+
+def test_send_with_bad_fields_is_400_with_fields(client_pro):
+    mailbox = client_pro.post("/api/v1/mailboxes", {}, format="json").json()
+    response = client_pro.post(f"/api/v1/mailboxes/{mailbox['id']}/messages",
+                               {"to": "not-a-list", "subject": "x" * 2000}, format="json")
+    assert response.status_code == 400
+    assert {"to", "subject", "text"} <= set(response.json()["fields"])
+
+
+def test_openapi_schema_and_docs_are_served(api):
+    schema = api.get("/api/schema/")
+    assert schema.status_code == 200
+    assert b"/api/v1/mailboxes/{mailbox_id}/renew" in schema.content
+    assert api.get("/api/docs/").status_code == 200

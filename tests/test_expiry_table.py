@@ -1,0 +1,117 @@
+"""SPEC §5's expiry table: every row, for the info routes and the operational ones."""
+from datetime import timedelta
+
+import pytest
+import time_machine
+from django.utils import timezone
+
+from mailboxes.models import Mailbox, Message
+
+INFO = ["get", "list"]
+OPERATIONAL = ["messages", "message", "raw", "renew", "send", "delete_message"]
+
+
+@pytest.fixture
+def mailbox(client_pro):
+    body = client_pro.post("/api/v1/mailboxes", {"local_part": "table", "ttl_ms": 600_000}, format="json").json()
+    mailbox = Mailbox.objects.get(id=body["id"])
+    mailbox.message = Message.objects.create(mailbox=mailbox, size=5, raw=b"hello", subject="s")
+    return mailbox
+
+
+def call(client, route, mailbox):
+    base = f"/api/v1/mailboxes/{mailbox.id}"
+    mid = mailbox.message.id
+    if route == "get":
+        return client.get(base)
+    if route == "list":
+        return client.get("/api/v1/mailboxes?include_expired=true")
+    if route == "messages":
+        return client.get(f"{base}/messages")
+    if route == "message":
+        return client.get(f"{base}/messages/{mid}")
+    if route == "raw":
+        return client.get(f"{base}/messages/{mid}/raw")
+    if route == "delete_message":
+        return client.delete(f"{base}/messages/{mid}")
+    if route == "renew":
+        return client.post(f"{base}/renew", {}, format="json")
+    if route == "send":
+        return client.post(f"{base}/messages", {"to": ["x@example.com"], "subject": "s", "text": "t"}, format="json")
+    raise AssertionError(route)
+
+
+def status_shown(response, mailbox) -> str:
+    body = response.json()
+    if "results" in body:
+        body = next(m for m in body["results"] if m["id"] == str(mailbox.id))
+    return body["status"]
+
+
+@pytest.mark.parametrize("route", INFO)
+def test_active_future_info_is_200_active(client_pro, mailbox, route):
+    response = call(client_pro, route, mailbox)
+    assert response.status_code == 200
+    assert status_shown(response, mailbox) == "active"
+
+
+@pytest.mark.parametrize("route", OPERATIONAL)
+def test_active_future_operational_is_normal(client_pro, mailbox, route):
+    assert call(client_pro, route, mailbox).status_code in (200, 202, 204)
+
+
+@pytest.mark.parametrize("route", INFO)
+def test_active_past_info_expires_now_and_shows_expired(client_pro, mailbox, route):
+    with time_machine.travel(timezone.now() + timedelta(minutes=11), tick=False):
+        response = call(client_pro, route, mailbox)
+        assert response.status_code == 200
+        assert status_shown(response, mailbox) == "expired"
+    mailbox.refresh_from_db()
+    assert mailbox.status == "expired"
+    assert mailbox.expired_at is not None
+    assert mailbox.cleanup_state == "pending"
+
+
+@pytest.mark.parametrize("route", OPERATIONAL)
+def test_active_past_operational_expires_now_and_is_410(client_pro, mailbox, route):
+    with time_machine.travel(timezone.now() + timedelta(minutes=11), tick=False):
+        response = call(client_pro, route, mailbox)
+    assert response.status_code == 410
+    assert response.json() == {"code": "expired", "message": "Mailbox has expired"}
+    mailbox.refresh_from_db()
+    assert mailbox.status == "expired"
+    assert mailbox.cleanup_state == "pending"
+
+
+@pytest.mark.parametrize("route", INFO)
+def test_expired_info_is_200_expired(client_pro, mailbox, route):
+    Mailbox.objects.filter(id=mailbox.id).update(status="expired", expired_at=timezone.now())
+    response = call(client_pro, route, mailbox)
+    assert response.status_code == 200
+    assert status_shown(response, mailbox) == "expired"
+
+
+@pytest.mark.parametrize("route", OPERATIONAL)
+def test_expired_operational_is_410_even_with_future_expires_at(client_pro, mailbox, route):
+    Mailbox.objects.filter(id=mailbox.id).update(status="expired", expired_at=timezone.now())
+    response = call(client_pro, route, mailbox)
+    assert response.status_code == 410
+    assert response.json()["code"] == "expired"
+
+
+@pytest.mark.parametrize("route", INFO + OPERATIONAL)
+def test_deleted_is_404_everywhere(client_pro, mailbox, route):
+    assert client_pro.delete(f"/api/v1/mailboxes/{mailbox.id}").status_code == 204
+    response = call(client_pro, route, mailbox)
+    if route == "list":
+        assert str(mailbox.id) not in [m["id"] for m in response.json()["results"]]
+    else:
+        assert response.status_code == 404
+        assert response.json() == {"code": "not_found", "message": "Not found."}
+
+
+def test_lazy_expiry_is_exact_to_the_instant(client_pro, mailbox):
+    with time_machine.travel(mailbox.expires_at - timedelta(milliseconds=1), tick=False):
+        assert client_pro.get(f"/api/v1/mailboxes/{mailbox.id}").json()["status"] == "active"
+    with time_machine.travel(mailbox.expires_at, tick=False):
+        assert client_pro.get(f"/api/v1/mailboxes/{mailbox.id}").json()["status"] == "expired"

@@ -1,0 +1,64 @@
+from datetime import timedelta
+
+import pytest
+import time_machine
+from django.utils import timezone
+
+from mailboxes.models import Mailbox
+
+
+@pytest.fixture
+def mailbox_id(client_pro):
+    return client_pro.post("/api/v1/mailboxes", {"ttl_ms": 600_000}, format="json").json()["id"]
+
+
+def renew(client, mailbox_id, **body):
+    return client.post(f"/api/v1/mailboxes/{mailbox_id}/renew", body, format="json")
+
+
+def test_renew_on_active_mailbox_sets_expires_at_from_now(client_pro, mailbox_id):
+    later = timezone.now() + timedelta(minutes=5)
+    with time_machine.travel(later, tick=False):
+        response = renew(client_pro, mailbox_id, ttl_ms=3_600_000)
+    assert response.status_code == 200
+    assert response.json()["status"] == "active"
+    assert Mailbox.objects.get(id=mailbox_id).expires_at == later + timedelta(hours=1)
+
+
+def test_renew_without_ttl_uses_the_plan_default(client_pro, mailbox_id):
+    now = timezone.now()
+    with time_machine.travel(now, tick=False):
+        renew(client_pro, mailbox_id)
+    assert Mailbox.objects.get(id=mailbox_id).expires_at == now + timedelta(hours=24)
+
+
+def test_renew_on_expired_mailbox_is_410(client_pro, mailbox_id):
+    with time_machine.travel(timezone.now() + timedelta(minutes=11), tick=False):
+        response = renew(client_pro, mailbox_id, ttl_ms=600_000)
+    assert response.status_code == 410
+    assert response.json() == {"code": "expired", "message": "Mailbox has expired"}
+    assert Mailbox.objects.get(id=mailbox_id).status == "expired"
+
+
+def test_renew_on_another_owners_mailbox_is_404(make_client, mailbox_id):
+    response = renew(make_client("mallory"), mailbox_id, ttl_ms=600_000)
+    assert response.status_code == 404
+    assert response.json()["code"] == "not_found"
+
+
+@pytest.mark.parametrize("ttl", [299_999, 86_400_001, "600000", 1.5])
+def test_renew_out_of_range_is_400(client_pro, mailbox_id, ttl):
+    response = renew(client_pro, mailbox_id, ttl_ms=ttl)
+    assert response.status_code == 400
+    assert "ttl_ms" in response.json()["fields"]
+
+
+def test_renew_cannot_revive_a_mailbox_expired_between_read_and_write(client_pro, mailbox_id):
+    from mailboxes.errors import Expired
+    from mailboxes.services import mailbox_renew
+
+    mailbox = Mailbox.objects.get(id=mailbox_id)
+    Mailbox.objects.filter(id=mailbox_id).update(status="expired")  # a sweep got there first
+    with pytest.raises(Expired):
+        mailbox_renew(mailbox=mailbox, ttl_ms=600_000)
+    assert Mailbox.objects.get(id=mailbox_id).status == "expired"
