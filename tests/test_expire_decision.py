@@ -1,0 +1,208 @@
+"""Each case of the expire decision (SPEC §6), run in this process against the fake
+Stalwart. Real worker processes are in test_workers.py."""
+import threading
+import uuid
+from datetime import timedelta
+
+import pytest
+import time_machine
+from django.db import connection
+from django.utils import timezone
+
+from expiry import services
+from expiry.tasks import expire_mailbox
+from mailboxes.models import Mailbox
+from tests.stalwart_fake import CONCURRENCY, FORBIDDEN_IN_BODY, HTTP_503, NOT_FOUND, RATE_LIMITED, TIMEOUT, UNAUTHORIZED
+
+
+@pytest.fixture
+def make_mailbox(db, stalwart):
+    def make(name: str, *, due: bool = True, account: bool = True) -> Mailbox:
+        now = timezone.now()
+        return Mailbox.objects.create(
+            address=f"{name}@relay.localhost",
+            expires_at=now - timedelta(seconds=1) if due else now + timedelta(minutes=10),
+            backend_id=stalwart.add_account(name) if account else "",
+        )
+
+    return make
+
+
+def expire_and_claim(mailbox: Mailbox) -> uuid.UUID:
+    """What the sweep does for a due mailbox, without publishing anything."""
+    claim = uuid.uuid4()
+    assert services.mailboxes_expire(mailbox_ids=[mailbox.id], enqueue=False, claim=claim) == [mailbox.id]
+    return claim
+
+
+def run_task(mailbox: Mailbox, claim) -> str:
+    """The real task, run eagerly: Celery's autoretry re-applies it at once."""
+    result = expire_mailbox.apply(args=(str(mailbox.id),), kwargs={"claim": str(claim) if claim else None})
+    return result.result if not isinstance(result.result, Exception) else result.result
+
+
+def test_not_yet_due_does_nothing(make_mailbox, stalwart):
+    mailbox = make_mailbox("later", due=False)
+    assert run_task(mailbox, None) == "skipped"
+    mailbox.refresh_from_db()
+    assert (mailbox.status, mailbox.cleanup_state) == ("active", "")
+    assert stalwart.calls == []
+
+
+def test_due_is_deprovisioned_and_done(make_mailbox, stalwart):
+    mailbox = make_mailbox("due")
+    assert run_task(mailbox, expire_and_claim(mailbox)) == "done"
+    mailbox.refresh_from_db()
+    assert (mailbox.status, mailbox.cleanup_state, mailbox.cleanup_attempts) == ("expired", "done", 1)
+    assert mailbox.cleanup_done_at >= mailbox.expires_at
+    assert stalwart.destroyed_names() == ["due"]
+
+
+def test_a_task_queued_before_due_expires_the_mailbox_itself_once_due(make_mailbox, stalwart):
+    mailbox = make_mailbox("early", due=False)
+    with time_machine.travel(mailbox.expires_at + timedelta(milliseconds=1), tick=False):
+        assert run_task(mailbox, None) == "done"
+    mailbox.refresh_from_db()
+    assert (mailbox.status, mailbox.cleanup_state) == ("expired", "done")
+
+
+@pytest.mark.parametrize("how", ["no account", "notFound"])
+def test_already_gone_counts_as_done(make_mailbox, stalwart, how):
+    mailbox = make_mailbox("gone", account=how != "no account")
+    if how == "notFound":
+        stalwart.fail(NOT_FOUND, name="gone")
+    assert run_task(mailbox, expire_and_claim(mailbox)) == "done"
+    mailbox.refresh_from_db()
+    assert mailbox.cleanup_state == "done"
+    assert stalwart.destroyed_names() == []
+
+
+@pytest.mark.parametrize("kind", [HTTP_503, RATE_LIMITED, CONCURRENCY, TIMEOUT])
+def test_transient_failure_is_retried_then_done(make_mailbox, stalwart, kind):
+    mailbox = make_mailbox("flaky")
+    stalwart.fail(kind, name="flaky", times=2)
+    assert run_task(mailbox, expire_and_claim(mailbox)) == "done"
+    mailbox.refresh_from_db()
+    assert (mailbox.cleanup_state, mailbox.cleanup_attempts) == ("done", 3)
+    assert len(stalwart.destroy_calls("flaky")) == 3
+    assert stalwart.destroyed_names() == ["flaky"]
+
+
+def test_failing_past_the_last_retry_is_dead_with_attempts_and_error(make_mailbox, stalwart):
+    mailbox = make_mailbox("broken")
+    stalwart.fail(HTTP_503, name="broken")
+    assert run_task(mailbox, expire_and_claim(mailbox)) == "dead"
+    mailbox.refresh_from_db()
+    assert (mailbox.cleanup_state, mailbox.cleanup_attempts) == ("dead", 4)  # 1 try + max_retries 3
+    assert "503" in mailbox.cleanup_last_error
+    assert mailbox.cleanup_lease_until is None  # no sweep will pick it up again by itself
+    assert len(stalwart.destroy_calls("broken")) == 4
+
+
+@pytest.mark.parametrize("kind", [UNAUTHORIZED, FORBIDDEN_IN_BODY])
+def test_permanent_error_is_dead_at_once(make_mailbox, stalwart, kind):
+    mailbox = make_mailbox("refused")
+    stalwart.fail(kind, name="refused")
+    assert run_task(mailbox, expire_and_claim(mailbox)) == "dead"
+    mailbox.refresh_from_db()
+    assert (mailbox.cleanup_state, mailbox.cleanup_attempts) == ("dead", 1)
+    assert mailbox.cleanup_last_error
+
+
+def test_already_done_makes_no_backend_call(make_mailbox, stalwart):
+    mailbox = make_mailbox("twice")
+    claim = expire_and_claim(mailbox)
+    assert run_task(mailbox, claim) == "done"
+    calls = len(stalwart.calls)
+    assert run_task(mailbox, claim) == "skipped"  # a duplicate of the same message
+    assert run_task(mailbox, None) == "skipped"
+    assert len(stalwart.calls) == calls
+
+
+def test_a_stale_claim_is_refused(make_mailbox, stalwart):
+    mailbox = make_mailbox("stale")
+    expire_and_claim(mailbox)
+    assert run_task(mailbox, uuid.uuid4()) == "skipped"
+    assert stalwart.calls == []
+
+
+def test_sweep_with_nothing_due_makes_no_backend_call(make_mailbox, stalwart):
+    make_mailbox("future", due=False)
+    result = services.cleanup_sweep()
+    assert (result.expired, result.requeued) == (0, 0)
+    assert stalwart.calls == []
+    assert Mailbox.objects.get().status == "active"
+
+
+def test_sweep_requeues_a_cleanup_whose_lease_lapsed_keeping_its_attempts(make_mailbox, stalwart):
+    mailbox = make_mailbox("lapsed")
+    expire_and_claim(mailbox)
+    Mailbox.objects.filter(id=mailbox.id).update(cleanup_state="running", cleanup_attempts=2)
+    assert services.cleanup_sweep().requeued == 0  # lease still running
+    with time_machine.travel(timezone.now() + timedelta(minutes=5), tick=False):
+        assert services.cleanup_sweep().requeued == 1
+    mailbox.refresh_from_db()
+    assert (mailbox.cleanup_state, mailbox.cleanup_attempts) == ("pending", 2)
+
+
+def test_a_cleanup_that_keeps_dying_becomes_dead(make_mailbox, stalwart):
+    mailbox = make_mailbox("poison")
+    claim = expire_and_claim(mailbox)
+    Mailbox.objects.filter(id=mailbox.id).update(cleanup_attempts=4)  # four attempts died mid-call
+    assert run_task(mailbox, claim) == "dead"
+    mailbox.refresh_from_db()
+    assert mailbox.cleanup_state == "dead"
+    assert stalwart.calls == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_sweeps_at_once_claim_disjoint_mailboxes(stalwart, monkeypatch):
+    now = timezone.now()
+    Mailbox.objects.bulk_create([Mailbox(address=f"m{i}@relay.localhost", expires_at=now - timedelta(seconds=1))
+                                 for i in range(3000)])
+    claimed: list[list] = [[], []]
+
+    def record(mailbox_ids, claim):
+        claimed[int(threading.current_thread().name)].extend(mailbox_ids)
+
+    monkeypatch.setattr(services, "_enqueue_after_commit", record)
+    barrier = threading.Barrier(2)
+
+    def sweep():
+        barrier.wait()
+        try:
+            services.cleanup_sweep(batch_size=50)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=sweep, name=str(i)) for i in range(2)]
+    [t.start() for t in threads]
+    [t.join(120) for t in threads]
+    assert claimed[0] and claimed[1], "both sweeps should have found work"
+    assert not set(claimed[0]) & set(claimed[1])
+    assert len(claimed[0]) + len(claimed[1]) == 3000
+    assert Mailbox.objects.filter(status="expired", cleanup_state="pending").count() == 3000
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_workers_running_one_cleanup_deprovision_once(stalwart):
+    stalwart.latency = 0.3
+    mailbox = Mailbox.objects.create(address="contended@relay.localhost", expires_at=timezone.now(),
+                                     backend_id=stalwart.add_account("contended"))
+    claim = expire_and_claim(mailbox)
+    barrier = threading.Barrier(2)
+    outcomes = []
+
+    def work():
+        barrier.wait()
+        try:
+            outcomes.append(services.mailbox_cleanup(mailbox_id=mailbox.id, claim=claim, final_attempt=False,
+                                                     retry_wait_max_seconds=1))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=work) for _ in range(2)]
+    [t.start() for t in threads]
+    [t.join(30) for t in threads]
+    assert sorted(outcomes) == ["done", "skipped"]
+    assert len(stalwart.destroy_calls("contended")) == 1
