@@ -253,8 +253,12 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # named exchange, kombu looks up the queue in a binding that Redis keeps as a key: a
 # broker restarted without persistence, or flushed, forgets it, and every publish after
 # that is dropped in silence until each worker restarts and binds again.
-CELERY_TASK_QUEUES = [Queue("celery", Exchange(""), routing_key="celery")]
+#
+# The sweep has a queue of its own: behind a backlog of thousands of expire tasks it
+# would wait its turn (and expire), while workers take from both queues in rotation.
+CELERY_TASK_QUEUES = [Queue("celery", Exchange(""), routing_key="celery"), Queue("sweep", Exchange(""), routing_key="sweep")]
 CELERY_TASK_DEFAULT_QUEUE = "celery"
+CELERY_TASK_ROUTES = {"expiry.tasks.sweep": {"queue": "sweep"}, "expiry.tasks.purge_retained": {"queue": "sweep"}}
 # Relay keeps every outcome in its own tables; Celery results would only pile up.
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_RESULT_BACKEND = None

@@ -5,10 +5,10 @@ from expiry.models import Cleanup
 from mailboxes.models import CleanupState
 
 
-@admin.action(description="Retry cleanup (dead or stuck)")
+@admin.action(description="Retry cleanup of dead letters")
 def retry_cleanup(modeladmin, request, queryset):
-    ids = list(queryset.exclude(cleanup_state__in=[CleanupState.NONE, CleanupState.DONE]).values_list("id", flat=True))
-    requeued = services.cleanup_requeue(mailbox_ids=ids, reset_attempts=True)
+    ids = list(queryset.filter(cleanup_state=CleanupState.DEAD).values_list("id", flat=True))
+    requeued = services.cleanup_requeue(mailbox_ids=ids)
     modeladmin.message_user(request, f"Queued cleanup again for {len(requeued)} mailbox(es).", messages.SUCCESS)
 
 

@@ -3,16 +3,19 @@ retention purge. Every path that ends a mailbox goes through `mailboxes_expire` 
 `mailbox_delete`, so the API, the SMTP server, the sweep and the workers agree.
 
 A mailbox that stops being active owes one deprovision on the mail backend. The row
-records it (`cleanup_state`), together with a claim and a lease:
+records it (`cleanup_state`) with a lease:
 
-- whoever moves a cleanup to `pending` draws a fresh claim and queues one
-  `expire_mailbox(id, claim)` task after commit, leasing the cleanup for
-  RELAY_CLEANUP_LEASE_SECONDS;
-- a task may only run the cleanup whose claim it carries, and takes it with a
-  compare-and-set from `pending` to `running`: a duplicate message, a redelivery or a
-  second worker finds nothing to take and stops;
-- a lease that lapses (its task was lost with a killed worker, a flushed broker or a
-  failed publish) is found by the next sweep, which draws a new claim and queues again.
+- whoever moves a cleanup to `pending` queues one `expire_mailbox(id)` task after
+  commit and leases the cleanup for RELAY_CLEANUP_LEASE_SECONDS;
+- a task runs the cleanup only after a compare-and-set from `pending` to `running`: a
+  duplicate message, a redelivery or a second worker finds nothing to take and stops;
+- a lease that lapses (the task was lost with a killed worker, a flushed broker or a
+  failed publish) is found by the next sweep, which queues the cleanup again.
+
+A queued task may simply be waiting behind a backlog longer than the lease, so a
+requeue never invalidates the task already queued (whichever arrives first runs the
+cleanup), and each requeue of a never-started cleanup doubles its lease: a backlog
+costs a few duplicate messages, not a storm of them.
 
 So the database, not the broker, holds what is owed, and the attempt count lives in the
 row, where no lost message can reset it.
@@ -25,7 +28,8 @@ from enum import StrEnum
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import DateTimeField, DurationField, ExpressionWrapper, F, Q, Value
+from django.db.models.functions import Greatest, Least
 from django.utils import timezone
 
 from mailboxes.models import CleanupState, Mailbox, MailboxStatus, Message
@@ -34,16 +38,18 @@ from relay.backends import PermanentBackendError, TransientBackendError, get_bac
 logger = logging.getLogger(__name__)
 
 OWED = (CleanupState.PENDING, CleanupState.RUNNING)
+# A never-started cleanup's lease grows to at most this many leases between requeues.
+MAX_LEASE_DOUBLINGS = 16
 
 
 def _lease_until(now: datetime, *, extra_seconds: float = 0) -> datetime:
     return now + timedelta(seconds=settings.RELAY_CLEANUP_LEASE_SECONDS + extra_seconds)
 
 
-def _enqueue_after_commit(mailbox_ids: list, claim: uuid.UUID) -> None:
-    """Queue one cleanup task per mailbox once the claim is committed: a worker must never
-    look for a claim that is not in the database yet. A publish that fails is only
-    logged: the lease lapses and a sweep queues the cleanup again."""
+def _enqueue_after_commit(mailbox_ids: list) -> None:
+    """Queue one cleanup task per mailbox once the transaction commits: a worker must never
+    look for a pending cleanup that is not in the database yet. A publish that fails is
+    only logged: the lease lapses and a sweep queues the cleanup again."""
     if not mailbox_ids:
         return
 
@@ -52,7 +58,7 @@ def _enqueue_after_commit(mailbox_ids: list, claim: uuid.UUID) -> None:
 
         for mailbox_id in mailbox_ids:
             try:
-                expire_mailbox.apply_async(args=(str(mailbox_id),), kwargs={"claim": str(claim)})
+                expire_mailbox.apply_async(args=(str(mailbox_id),))
             except Exception:
                 logger.exception("could not queue cleanup of %s; the sweep will retry it after its lease", mailbox_id)
 
@@ -60,28 +66,34 @@ def _enqueue_after_commit(mailbox_ids: list, claim: uuid.UUID) -> None:
 
 
 # --- ending a mailbox ----------------------------------------------------------------
-def mailboxes_expire(*, mailbox_ids: list, now: datetime | None = None, enqueue: bool = True,
-                     claim: uuid.UUID | None = None) -> list:
+def mailboxes_expire(*, mailbox_ids: list, now: datetime | None = None, enqueue: bool = True) -> list:
     """Expire those of `mailbox_ids` that are active and due, mark their cleanup pending
     and (with `enqueue`) queue it after commit. Returns the ids this call expired: a
     mailbox another caller expired first is not among them."""
     if not mailbox_ids:
         return []
     now = now or timezone.now()
-    claim = claim or uuid.uuid4()
+    claim = uuid.uuid4()
     with transaction.atomic():
         # The status and due-time conditions make this a compare-and-set: of two callers
         # racing for one mailbox, only one moves it.
-        Mailbox.objects.filter(id__in=mailbox_ids, status=MailboxStatus.ACTIVE, expires_at__lte=now).update(
+        moved = Mailbox.objects.filter(id__in=mailbox_ids, status=MailboxStatus.ACTIVE, expires_at__lte=now).update(
             status=MailboxStatus.EXPIRED,
             expired_at=now,
             cleanup_state=CleanupState.PENDING,
             cleanup_claim=claim,
+            cleanup_queued_at=now,
             cleanup_lease_until=_lease_until(now),
         )
-        expired = list(Mailbox.objects.filter(id__in=mailbox_ids, cleanup_claim=claim).values_list("id", flat=True))
+        if moved == len(mailbox_ids):
+            expired = list(mailbox_ids)
+        elif moved:
+            # Someone else moved some of them first; the claim tells ours apart.
+            expired = list(Mailbox.objects.filter(id__in=mailbox_ids, cleanup_claim=claim).values_list("id", flat=True))
+        else:
+            return []
         if enqueue:
-            _enqueue_after_commit(expired, claim)
+            _enqueue_after_commit(expired)
     if expired:
         logger.info("expired %d mailbox(es)", len(expired))
     return expired
@@ -101,17 +113,16 @@ def mailbox_delete(*, mailbox: Mailbox, now: datetime | None = None) -> None:
     """Soft-delete: the mailbox stops receiving at once, is deprovisioned like an expired
     one, and is invisible from then on."""
     now = now or timezone.now()
-    claim = uuid.uuid4()
     with transaction.atomic():
         owes_cleanup = Mailbox.objects.filter(id=mailbox.id, status=MailboxStatus.ACTIVE).update(
             status=MailboxStatus.DELETED,
             deleted_at=now,
             cleanup_state=CleanupState.PENDING,
-            cleanup_claim=claim,
+            cleanup_queued_at=now,
             cleanup_lease_until=_lease_until(now),
         )
         if owes_cleanup:
-            _enqueue_after_commit([mailbox.id], claim)
+            _enqueue_after_commit([mailbox.id])
         else:
             # Expired already: its cleanup is under way or finished; leave that as it is.
             Mailbox.objects.filter(id=mailbox.id, status=MailboxStatus.EXPIRED).update(
@@ -120,24 +131,25 @@ def mailbox_delete(*, mailbox: Mailbox, now: datetime | None = None) -> None:
     logger.info("deleted mailbox %s (%s)", mailbox.id, mailbox.address)
 
 
-def cleanup_requeue(*, mailbox_ids: list, now: datetime | None = None, reset_attempts: bool = False) -> list:
-    """Draw a new claim for these cleanups and queue them: used by the sweep for lapsed
-    leases and by operators for dead letters. Returns the ids requeued."""
+def cleanup_requeue(*, mailbox_ids: list, now: datetime | None = None) -> list:
+    """The operator's "retry cleanup": queue these dead letters again with a fresh
+    attempt count. Returns the ids requeued."""
     if not mailbox_ids:
         return []
     now = now or timezone.now()
     claim = uuid.uuid4()
-    changes = {
-        "cleanup_state": CleanupState.PENDING,
-        "cleanup_claim": claim,
-        "cleanup_lease_until": _lease_until(now),
-    }
-    if reset_attempts:
-        changes["cleanup_attempts"] = 0
     with transaction.atomic():
-        Mailbox.objects.filter(id__in=mailbox_ids).exclude(cleanup_state__in=[CleanupState.NONE, CleanupState.DONE]).update(**changes)
+        Mailbox.objects.filter(id__in=mailbox_ids, cleanup_state=CleanupState.DEAD).update(
+            cleanup_state=CleanupState.PENDING,
+            cleanup_claim=claim,
+            cleanup_attempts=0,
+            cleanup_queued_at=now,
+            cleanup_lease_until=_lease_until(now),
+        )
         requeued = list(Mailbox.objects.filter(id__in=mailbox_ids, cleanup_claim=claim).values_list("id", flat=True))
-        _enqueue_after_commit(requeued, claim)
+        _enqueue_after_commit(requeued)
+    if requeued:
+        logger.info("requeued %d dead letter(s)", len(requeued))
     return requeued
 
 
@@ -187,16 +199,34 @@ def cleanup_sweep(*, batch_size: int | None = None, max_batches: int = 1000) -> 
 
 
 def _requeue_lapsed(mailbox_ids: list, now: datetime) -> list:
+    """Queue again the cleanups (of `mailbox_ids`, locked by the caller) whose lease lapsed.
+
+    A running one lost its worker mid-call: it goes back to pending with a fresh lease.
+    A pending one may have lost its message, or may still be waiting behind a backlog:
+    it is queued once more without touching the message already queued, and leased for
+    as long again as it has been waiting (capped), so each requeue doubles the wait."""
     if not mailbox_ids:
         return []
     claim = uuid.uuid4()
-    Mailbox.objects.filter(id__in=mailbox_ids, cleanup_state__in=OWED, cleanup_lease_until__lte=now).update(
-        cleanup_state=CleanupState.PENDING, cleanup_claim=claim, cleanup_lease_until=_lease_until(now)
+    lapsed = Mailbox.objects.filter(id__in=mailbox_ids, cleanup_lease_until__lte=now)
+    lapsed.filter(cleanup_state=CleanupState.RUNNING).update(
+        cleanup_state=CleanupState.PENDING, cleanup_claim=claim, cleanup_queued_at=now,
+        cleanup_lease_until=_lease_until(now),
+    )
+    max_wait = timedelta(seconds=settings.RELAY_CLEANUP_LEASE_SECONDS * MAX_LEASE_DOUBLINGS)
+    waited = ExpressionWrapper(Value(now) - F("cleanup_queued_at"), output_field=DurationField())
+    lapsed.filter(cleanup_state=CleanupState.PENDING).exclude(cleanup_claim=claim).update(
+        cleanup_claim=claim,
+        cleanup_lease_until=ExpressionWrapper(
+            Value(now) + Least(Greatest(waited, Value(timedelta(seconds=settings.RELAY_CLEANUP_LEASE_SECONDS))),
+                               Value(max_wait)),
+            output_field=DateTimeField(),
+        ),
     )
     requeued = list(Mailbox.objects.filter(id__in=mailbox_ids, cleanup_claim=claim).values_list("id", flat=True))
-    for mailbox_id in requeued:
-        logger.warning("cleanup of %s lapsed without an outcome; queued again", mailbox_id)
-    _enqueue_after_commit(requeued, claim)
+    if requeued:
+        logger.warning("%d cleanup(s) lapsed without an outcome; queued again", len(requeued))
+    _enqueue_after_commit(requeued)
     return requeued
 
 
@@ -212,27 +242,30 @@ def cleanup_attempt_limit() -> int:
     return settings.RELAY_CLEANUP_MAX_RETRIES + 1
 
 
-def mailbox_cleanup(*, mailbox_id, claim: uuid.UUID | None, final_attempt: bool, retry_wait_max_seconds: float) -> CleanupOutcome:
-    """Deprovision one mailbox if this caller holds its claim.
+def mailbox_cleanup(*, mailbox_id, final_attempt: bool, retry_wait_max_seconds: float) -> CleanupOutcome:
+    """Deprovision one mailbox, if its cleanup is pending and nobody else runs it.
 
     Raises TransientBackendError when the caller should retry (the row then stays
-    pending under the same claim, leased for the retry's wait). Anything else the
-    backend raises is recorded and re-raised: the task fails, the lease lapses, and a
-    sweep tries again, each try counted, until the cleanup is dead."""
+    pending, leased for the retry's wait). Anything else the backend raises is recorded
+    and re-raised: the task fails, the lease lapses, and a sweep tries again, each try
+    counted, until the cleanup is dead."""
     now = timezone.now()
-    if claim is None:
-        # A task queued before the mailbox was due: expire it now under a claim of its own.
-        claim = uuid.uuid4()
-        if not mailboxes_expire(mailbox_ids=[mailbox_id], now=now, enqueue=False, claim=claim):
-            return CleanupOutcome.SKIPPED
+    run = uuid.uuid4()
 
-    taken = Mailbox.objects.filter(id=mailbox_id, cleanup_state=CleanupState.PENDING, cleanup_claim=claim).update(
-        cleanup_state=CleanupState.RUNNING,
-        cleanup_lease_until=_lease_until(now),
-        cleanup_attempts=F("cleanup_attempts") + 1,
-    )
+    def take() -> int:
+        return Mailbox.objects.filter(id=mailbox_id, cleanup_state=CleanupState.PENDING).update(
+            cleanup_state=CleanupState.RUNNING,
+            cleanup_claim=run,
+            cleanup_lease_until=_lease_until(now),
+            cleanup_attempts=F("cleanup_attempts") + 1,
+        )
+
+    taken = take()
+    # A task queued before the mailbox was due expires it itself once it is.
+    if not taken and mailboxes_expire(mailbox_ids=[mailbox_id], now=now, enqueue=False):
+        taken = take()
     if not taken:
-        logger.debug("cleanup of %s: claim %s not held (done, dead, or taken by another)", mailbox_id, claim)
+        logger.debug("cleanup of %s: nothing to take (not due, done, dead, or running elsewhere)", mailbox_id)
         return CleanupOutcome.SKIPPED
     mailbox = Mailbox.objects.get(id=mailbox_id)
     limit = cleanup_attempt_limit()
@@ -240,7 +273,7 @@ def mailbox_cleanup(*, mailbox_id, claim: uuid.UUID | None, final_attempt: bool,
     if mailbox.cleanup_attempts > limit:
         # Earlier attempts ended without an outcome (their worker died mid-call): a
         # poison pill. Park it rather than let it take workers down forever.
-        _finish(mailbox_id, claim, CleanupState.DEAD, error=mailbox.cleanup_last_error or
+        _finish(mailbox_id, run, CleanupState.DEAD, error=mailbox.cleanup_last_error or
                 f"{mailbox.cleanup_attempts - 1} attempts ended without an outcome")
         return CleanupOutcome.DEAD
 
@@ -248,27 +281,29 @@ def mailbox_cleanup(*, mailbox_id, claim: uuid.UUID | None, final_attempt: bool,
         get_backend().deprovision(mailbox)
     except TransientBackendError as exc:
         if final_attempt or mailbox.cleanup_attempts >= limit:
-            _finish(mailbox_id, claim, CleanupState.DEAD, error=str(exc))
+            _finish(mailbox_id, run, CleanupState.DEAD, error=str(exc))
             return CleanupOutcome.DEAD
-        # Keep the claim for the retry Celery is about to schedule, and lease the row
-        # past its longest possible wait so a sweep does not queue a second copy.
-        Mailbox.objects.filter(id=mailbox_id, cleanup_state=CleanupState.RUNNING, cleanup_claim=claim).update(
+        # Back to pending for the retry Celery is about to schedule, leased past its
+        # longest possible wait so a sweep does not queue a second copy meanwhile.
+        failed_at = timezone.now()
+        Mailbox.objects.filter(id=mailbox_id, cleanup_state=CleanupState.RUNNING, cleanup_claim=run).update(
             cleanup_state=CleanupState.PENDING,
             cleanup_last_error=str(exc)[:2000],
-            cleanup_lease_until=_lease_until(timezone.now(), extra_seconds=retry_wait_max_seconds),
+            cleanup_queued_at=failed_at,
+            cleanup_lease_until=_lease_until(failed_at, extra_seconds=retry_wait_max_seconds),
         )
         logger.warning("cleanup of %s failed (attempt %d of %d), will retry: %s",
                        mailbox.address, mailbox.cleanup_attempts, limit, exc)
         raise
     except PermanentBackendError as exc:
-        _finish(mailbox_id, claim, CleanupState.DEAD, error=str(exc))
+        _finish(mailbox_id, run, CleanupState.DEAD, error=str(exc))
         return CleanupOutcome.DEAD
     except Exception as exc:
-        Mailbox.objects.filter(id=mailbox_id, cleanup_state=CleanupState.RUNNING, cleanup_claim=claim).update(
+        Mailbox.objects.filter(id=mailbox_id, cleanup_state=CleanupState.RUNNING, cleanup_claim=run).update(
             cleanup_last_error=f"{type(exc).__name__}: {exc}"[:2000]
         )
         raise
-    _finish(mailbox_id, claim, CleanupState.DONE)
+    _finish(mailbox_id, run, CleanupState.DONE)
     return CleanupOutcome.DONE
 
 
@@ -278,9 +313,9 @@ def _finish(mailbox_id, claim: uuid.UUID, state: CleanupState, *, error: str = "
         changes["cleanup_done_at"] = timezone.now()
     if error:
         changes["cleanup_last_error"] = error[:2000]
-    # Only the claim holder records the outcome: if our lease lapsed mid-call and a sweep
-    # handed the cleanup to another task, that task's outcome is the one that counts.
-    Mailbox.objects.filter(id=mailbox_id, cleanup_claim=claim).update(**changes)
+    # Only the runner still holding the cleanup records the outcome: if its lease lapsed
+    # mid-call and a sweep handed the cleanup to another task, that one's outcome counts.
+    Mailbox.objects.filter(id=mailbox_id, cleanup_state=CleanupState.RUNNING, cleanup_claim=claim).update(**changes)
     if state == CleanupState.DEAD:
         logger.error("cleanup of %s is a dead letter: %s", mailbox_id, error)
     else:

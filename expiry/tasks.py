@@ -26,11 +26,10 @@ _LEASE = settings.RELAY_CLEANUP_LEASE_SECONDS
     soft_time_limit=_LEASE // 2,
     time_limit=_LEASE * 3 // 4,
 )
-def expire_mailbox(self, mailbox_id: str, claim: str | None = None) -> str:
+def expire_mailbox(self, mailbox_id: str) -> str:
     """Deprovision one expired or deleted mailbox; see expiry.services.mailbox_cleanup."""
     outcome = services.mailbox_cleanup(
         mailbox_id=uuid.UUID(mailbox_id),
-        claim=uuid.UUID(claim) if claim else None,
         final_attempt=self.request.retries >= self.max_retries,
         retry_wait_max_seconds=services.retry_wait_max_seconds(self.request.retries),
     )

@@ -86,9 +86,14 @@ class Mailbox(models.Model):
 
     # Cleanup bookkeeping, written by expiry/ (see expiry/services.py).
     cleanup_state = models.CharField(max_length=8, choices=CleanupState.choices, default=CleanupState.NONE, blank=True)
-    # Who may run the cleanup now: the claim handed to the one queued task.
+    # The token of the last caller that moved the cleanup (queued it, or is running it):
+    # how a compare-and-set learns which rows it won, and how a runner knows it still
+    # holds the cleanup when it records the outcome.
     cleanup_claim = models.UUIDField(null=True, blank=True)
-    # Until then, the claim holder is trusted to finish; after it, a sweep re-enqueues.
+    # When the cleanup last became pending (queued, awaiting a worker).
+    cleanup_queued_at = models.DateTimeField(null=True, blank=True)
+    # Until then, the queued or running task is trusted to finish; after it, a sweep
+    # queues the cleanup again.
     cleanup_lease_until = models.DateTimeField(null=True, blank=True)
     cleanup_attempts = models.PositiveIntegerField(default=0)
     cleanup_last_error = models.TextField(blank=True, default="")

@@ -131,19 +131,26 @@ class Processes:
         self.tmp_path = tmp_path
         self.env = env
         self.procs: dict[str, tuple[subprocess.Popen, Path]] = {}
+        self.starting: list[tuple[str, str]] = []
 
-    def _spawn(self, name: str, args: list[str], ready_text: str | None) -> subprocess.Popen:
+    def _spawn(self, name: str, args: list[str], ready_text: str) -> subprocess.Popen:
         log = self.tmp_path / f"{name}.log"
         proc = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "config", *args],
             cwd=ROOT, env=self.env, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True,
         )
         self.procs[name] = (proc, log)
-        if ready_text:
+        self.starting.append((name, ready_text))
+        return proc
+
+    def wait_ready(self) -> None:
+        """Wait for every process started so far to say it is ready (they start in parallel)."""
+        for name, ready_text in self.starting:
+            proc, log = self.procs[name]
             wait_until(lambda: ready_text in log.read_text(errors="replace") or proc.poll() is not None,
                        timeout=60, interval=0.1, message=f"{name} to start")
             assert proc.poll() is None, f"{name} exited:\n{log.read_text(errors='replace')[-3000:]}"
-        return proc
+        self.starting.clear()
 
     def worker(self, name: str, concurrency: int = 1) -> subprocess.Popen:
         return self._spawn(name, ["worker", "-P", "prefork", "-c", str(concurrency), "-n", f"{name}@%h",
@@ -197,6 +204,9 @@ def processes(transactional_db, stalwart, broker, tmp_path):
         "STALWART_TOKEN": TOKEN,
         "PYTHONUNBUFFERED": "1",
     })
+    from expiry.schedules import install_schedules
+
+    install_schedules()  # beat reads the sweep's schedule from the test database
     procs = Processes(tmp_path, env)
     yield procs
     procs.stop_all()

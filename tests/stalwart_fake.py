@@ -117,6 +117,10 @@ class FakeStalwart:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # One buffered write per response, and no Nagle: otherwise headers and body
+            # go out as two segments and delayed ACKs add 40 ms to every call.
+            wbufsize = -1
+            disable_nagle_algorithm = True
 
             def log_message(self, *args) -> None:
                 pass

@@ -1,7 +1,6 @@
 """Each case of the expire decision (SPEC §6), run in this process against the fake
 Stalwart. Real worker processes are in test_workers.py."""
 import threading
-import uuid
 from datetime import timedelta
 
 import pytest
@@ -28,22 +27,19 @@ def make_mailbox(db, stalwart):
     return make
 
 
-def expire_and_claim(mailbox: Mailbox) -> uuid.UUID:
+def expire(mailbox: Mailbox) -> None:
     """What the sweep does for a due mailbox, without publishing anything."""
-    claim = uuid.uuid4()
-    assert services.mailboxes_expire(mailbox_ids=[mailbox.id], enqueue=False, claim=claim) == [mailbox.id]
-    return claim
+    assert services.mailboxes_expire(mailbox_ids=[mailbox.id], enqueue=False) == [mailbox.id]
 
 
-def run_task(mailbox: Mailbox, claim) -> str:
+def run_task(mailbox: Mailbox) -> str:
     """The real task, run eagerly: Celery's autoretry re-applies it at once."""
-    result = expire_mailbox.apply(args=(str(mailbox.id),), kwargs={"claim": str(claim) if claim else None})
-    return result.result if not isinstance(result.result, Exception) else result.result
+    return expire_mailbox.apply(args=(str(mailbox.id),)).result
 
 
 def test_not_yet_due_does_nothing(make_mailbox, stalwart):
     mailbox = make_mailbox("later", due=False)
-    assert run_task(mailbox, None) == "skipped"
+    assert run_task(mailbox) == "skipped"
     mailbox.refresh_from_db()
     assert (mailbox.status, mailbox.cleanup_state) == ("active", "")
     assert stalwart.calls == []
@@ -51,7 +47,7 @@ def test_not_yet_due_does_nothing(make_mailbox, stalwart):
 
 def test_due_is_deprovisioned_and_done(make_mailbox, stalwart):
     mailbox = make_mailbox("due")
-    assert run_task(mailbox, expire_and_claim(mailbox)) == "done"
+    assert (expire(mailbox), run_task(mailbox))[1] == "done"
     mailbox.refresh_from_db()
     assert (mailbox.status, mailbox.cleanup_state, mailbox.cleanup_attempts) == ("expired", "done", 1)
     assert mailbox.cleanup_done_at >= mailbox.expires_at
@@ -61,7 +57,7 @@ def test_due_is_deprovisioned_and_done(make_mailbox, stalwart):
 def test_a_task_queued_before_due_expires_the_mailbox_itself_once_due(make_mailbox, stalwart):
     mailbox = make_mailbox("early", due=False)
     with time_machine.travel(mailbox.expires_at + timedelta(milliseconds=1), tick=False):
-        assert run_task(mailbox, None) == "done"
+        assert run_task(mailbox) == "done"
     mailbox.refresh_from_db()
     assert (mailbox.status, mailbox.cleanup_state) == ("expired", "done")
 
@@ -71,7 +67,7 @@ def test_already_gone_counts_as_done(make_mailbox, stalwart, how):
     mailbox = make_mailbox("gone", account=how != "no account")
     if how == "notFound":
         stalwart.fail(NOT_FOUND, name="gone")
-    assert run_task(mailbox, expire_and_claim(mailbox)) == "done"
+    assert (expire(mailbox), run_task(mailbox))[1] == "done"
     mailbox.refresh_from_db()
     assert mailbox.cleanup_state == "done"
     assert stalwart.destroyed_names() == []
@@ -81,7 +77,7 @@ def test_already_gone_counts_as_done(make_mailbox, stalwart, how):
 def test_transient_failure_is_retried_then_done(make_mailbox, stalwart, kind):
     mailbox = make_mailbox("flaky")
     stalwart.fail(kind, name="flaky", times=2)
-    assert run_task(mailbox, expire_and_claim(mailbox)) == "done"
+    assert (expire(mailbox), run_task(mailbox))[1] == "done"
     mailbox.refresh_from_db()
     assert (mailbox.cleanup_state, mailbox.cleanup_attempts) == ("done", 3)
     assert len(stalwart.destroy_calls("flaky")) == 3
@@ -91,7 +87,7 @@ def test_transient_failure_is_retried_then_done(make_mailbox, stalwart, kind):
 def test_failing_past_the_last_retry_is_dead_with_attempts_and_error(make_mailbox, stalwart):
     mailbox = make_mailbox("broken")
     stalwart.fail(HTTP_503, name="broken")
-    assert run_task(mailbox, expire_and_claim(mailbox)) == "dead"
+    assert (expire(mailbox), run_task(mailbox))[1] == "dead"
     mailbox.refresh_from_db()
     assert (mailbox.cleanup_state, mailbox.cleanup_attempts) == ("dead", 4)  # 1 try + max_retries 3
     assert "503" in mailbox.cleanup_last_error
@@ -103,7 +99,7 @@ def test_failing_past_the_last_retry_is_dead_with_attempts_and_error(make_mailbo
 def test_permanent_error_is_dead_at_once(make_mailbox, stalwart, kind):
     mailbox = make_mailbox("refused")
     stalwart.fail(kind, name="refused")
-    assert run_task(mailbox, expire_and_claim(mailbox)) == "dead"
+    assert (expire(mailbox), run_task(mailbox))[1] == "dead"
     mailbox.refresh_from_db()
     assert (mailbox.cleanup_state, mailbox.cleanup_attempts) == ("dead", 1)
     assert mailbox.cleanup_last_error
@@ -111,18 +107,18 @@ def test_permanent_error_is_dead_at_once(make_mailbox, stalwart, kind):
 
 def test_already_done_makes_no_backend_call(make_mailbox, stalwart):
     mailbox = make_mailbox("twice")
-    claim = expire_and_claim(mailbox)
-    assert run_task(mailbox, claim) == "done"
+    expire(mailbox)
+    assert run_task(mailbox) == "done"
     calls = len(stalwart.calls)
-    assert run_task(mailbox, claim) == "skipped"  # a duplicate of the same message
-    assert run_task(mailbox, None) == "skipped"
+    assert run_task(mailbox) == "skipped"  # a duplicate of the same message
     assert len(stalwart.calls) == calls
 
 
-def test_a_stale_claim_is_refused(make_mailbox, stalwart):
-    mailbox = make_mailbox("stale")
-    expire_and_claim(mailbox)
-    assert run_task(mailbox, uuid.uuid4()) == "skipped"
+def test_a_running_cleanup_is_not_taken_by_a_second_task(make_mailbox, stalwart):
+    mailbox = make_mailbox("held")
+    expire(mailbox)
+    Mailbox.objects.filter(id=mailbox.id).update(cleanup_state="running")
+    assert run_task(mailbox) == "skipped"
     assert stalwart.calls == []
 
 
@@ -136,7 +132,7 @@ def test_sweep_with_nothing_due_makes_no_backend_call(make_mailbox, stalwart):
 
 def test_sweep_requeues_a_cleanup_whose_lease_lapsed_keeping_its_attempts(make_mailbox, stalwart):
     mailbox = make_mailbox("lapsed")
-    expire_and_claim(mailbox)
+    expire(mailbox)
     Mailbox.objects.filter(id=mailbox.id).update(cleanup_state="running", cleanup_attempts=2)
     assert services.cleanup_sweep().requeued == 0  # lease still running
     with time_machine.travel(timezone.now() + timedelta(minutes=5), tick=False):
@@ -147,9 +143,9 @@ def test_sweep_requeues_a_cleanup_whose_lease_lapsed_keeping_its_attempts(make_m
 
 def test_a_cleanup_that_keeps_dying_becomes_dead(make_mailbox, stalwart):
     mailbox = make_mailbox("poison")
-    claim = expire_and_claim(mailbox)
+    expire(mailbox)
     Mailbox.objects.filter(id=mailbox.id).update(cleanup_attempts=4)  # four attempts died mid-call
-    assert run_task(mailbox, claim) == "dead"
+    assert run_task(mailbox) == "dead"
     mailbox.refresh_from_db()
     assert mailbox.cleanup_state == "dead"
     assert stalwart.calls == []
@@ -162,7 +158,7 @@ def test_two_sweeps_at_once_claim_disjoint_mailboxes(stalwart, monkeypatch):
                                  for i in range(3000)])
     claimed: list[list] = [[], []]
 
-    def record(mailbox_ids, claim):
+    def record(mailbox_ids):
         claimed[int(threading.current_thread().name)].extend(mailbox_ids)
 
     monkeypatch.setattr(services, "_enqueue_after_commit", record)
@@ -189,14 +185,14 @@ def test_two_workers_running_one_cleanup_deprovision_once(stalwart):
     stalwart.latency = 0.3
     mailbox = Mailbox.objects.create(address="contended@relay.localhost", expires_at=timezone.now(),
                                      backend_id=stalwart.add_account("contended"))
-    claim = expire_and_claim(mailbox)
+    expire(mailbox)
     barrier = threading.Barrier(2)
     outcomes = []
 
     def work():
         barrier.wait()
         try:
-            outcomes.append(services.mailbox_cleanup(mailbox_id=mailbox.id, claim=claim, final_attempt=False,
+            outcomes.append(services.mailbox_cleanup(mailbox_id=mailbox.id, final_attempt=False,
                                                      retry_wait_max_seconds=1))
         finally:
             connection.close()
@@ -206,3 +202,18 @@ def test_two_workers_running_one_cleanup_deprovision_once(stalwart):
     [t.join(30) for t in threads]
     assert sorted(outcomes) == ["done", "skipped"]
     assert len(stalwart.destroy_calls("contended")) == 1
+
+
+def test_a_pending_cleanup_requeued_again_and_again_waits_twice_as_long_each_time(make_mailbox, stalwart, settings):
+    mailbox = make_mailbox("backlogged")
+    expire(mailbox)
+    lease = timedelta(seconds=settings.RELAY_CLEANUP_LEASE_SECONDS)
+    start = Mailbox.objects.get(id=mailbox.id).cleanup_queued_at
+    at, waits = start, []
+    for _ in range(4):
+        at = Mailbox.objects.get(id=mailbox.id).cleanup_lease_until
+        with time_machine.travel(at, tick=False):
+            assert services.cleanup_sweep().requeued == 1
+        waits.append(Mailbox.objects.get(id=mailbox.id).cleanup_lease_until - at)
+    assert waits == [lease, 2 * lease, 4 * lease, 8 * lease]
+    assert Mailbox.objects.get(id=mailbox.id).cleanup_attempts == 0  # waiting is not an attempt

@@ -17,7 +17,7 @@ class Command(BaseCommand):
         for mailbox_id, address, status, attempts, error in rows:
             self.stdout.write(f"{mailbox_id}  {address}  {status}  attempts={attempts}  {error[:200]}")
         if requeue:
-            requeued = cleanup_requeue(mailbox_ids=[row[0] for row in rows], reset_attempts=True)
+            requeued = cleanup_requeue(mailbox_ids=[row[0] for row in rows])
             self.stdout.write(f"requeued {len(requeued)} dead letter(s)")
         else:
             self.stdout.write(f"{len(rows)} dead letter(s)")
