@@ -35,9 +35,10 @@ class MailboxAdmin(admin.ModelAdmin):
     search_fields = ["address", "owner__name", "id"]
     date_hierarchy = "created_at"
     list_select_related = ["owner"]
-    readonly_fields = ["id", "token_hash", "backend_id", "cleanup_claim", "cleanup_lease_until", "cleanup_attempts",
+    readonly_fields = ["id", "token_hash", "backend_id", "cleanup_claim", "cleanup_queued_at", "cleanup_lease_until", "cleanup_attempts",
                        "cleanup_last_error", "cleanup_done_at", "created_at", "expired_at", "deleted_at"]
     show_full_result_count = False
+    actions = [expire_now, retry_cleanup]
 
 
 @admin.register(Message)

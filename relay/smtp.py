@@ -4,13 +4,15 @@
 async handler through sync_to_async, so tests can call them without a socket.
 """
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 import logging
 import signal
+import threading
 
 from aiosmtpd.smtp import SMTP, Envelope, Session
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import close_old_connections, transaction
+from django.db import close_old_connections, connections, transaction
 
 from expiry.services import mailbox_expire_if_due
 from mailboxes.models import Mailbox, MailboxStatus, Message
@@ -72,6 +74,9 @@ def deliver_message(*, raw: bytes, mail_from: str, recipients: dict) -> list[int
 # --- the server ---------------------------------------------------------------------------
 class RelayHandler:
     def __init__(self) -> None:
+        # DATA commands between their first byte and their reply, counted so a shutdown
+        # can wait for them: a message answered 250 must be stored, and one being stored
+        # must get its 250 out before the connection closes.
         self.deliveries_in_flight = 0
         self.idle = asyncio.Event()
         self.idle.set()
@@ -98,8 +103,6 @@ class RelayHandler:
         recipients = getattr(envelope, "relay_recipients", None) or {}
         if not recipients:
             return "554 5.5.1 No valid recipients"
-        self.deliveries_in_flight += 1
-        self.idle.clear()
         try:
             await sync_to_async(deliver_message, thread_sensitive=False)(
                 raw=envelope.original_content or envelope.content or b"",
@@ -109,10 +112,6 @@ class RelayHandler:
         except Exception:
             logger.exception("could not store a message from %s", envelope.mail_from)
             return "451 4.3.0 Could not store the message, try again later"
-        finally:
-            self.deliveries_in_flight -= 1
-            if not self.deliveries_in_flight:
-                self.idle.set()
         # Only now, with the message committed, does the client hear 250.
         return "250 2.0.0 OK: queued"
 
@@ -138,6 +137,17 @@ class RelaySMTP(SMTP):
             self.transport.write(b"421 4.4.2 Session time limit reached, closing\r\n")
             self.transport.close()
 
+    async def smtp_DATA(self, arg: str) -> None:
+        handler = self.event_handler
+        handler.deliveries_in_flight += 1
+        handler.idle.clear()
+        try:
+            await super().smtp_DATA(arg)
+        finally:
+            handler.deliveries_in_flight -= 1
+            if not handler.deliveries_in_flight:
+                handler.idle.set()
+
     async def push(self, status) -> None:
         # aiosmtpd says "552 Error: ..." for an oversize message (at SIZE= or in DATA).
         text = status.decode() if isinstance(status, bytes) else status
@@ -161,6 +171,10 @@ async def serve(host: str, port: int, *, stop: asyncio.Event, ready=None, drain_
     """Serve until `stop` is set, then stop accepting, let every delivery in progress
     finish (a message whose DATA was answered 250 is already committed), and close."""
     loop = asyncio.get_running_loop()
+    # Database work runs in these threads (each keeps its own connection); shutting the
+    # pool down at the end closes those connections with their threads.
+    executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="smtp-db")
+    loop.set_default_executor(executor)
     handler = RelayHandler()
     server = await loop.create_server(lambda: make_smtp(handler), host=host, port=port)
     bound = server.sockets[0].getsockname()
@@ -178,7 +192,23 @@ async def serve(host: str, port: int, *, stop: asyncio.Event, ready=None, drain_
             session.transport.write(b"421 4.3.2 Server shutting down\r\n")
             session.transport.close()
     await server.wait_closed()
+    await _close_connections_in(executor, loop)
+    executor.shutdown(wait=True)
     logger.info("SMTP server stopped")
+
+
+async def _close_connections_in(executor: ThreadPoolExecutor, loop) -> None:
+    """Close the database connection each pool thread holds. Django keeps connections
+    per thread, so each thread must close its own: one task per thread, held at a
+    barrier so no thread can take two."""
+    size = executor._max_workers
+    barrier = threading.Barrier(size)
+
+    def close() -> None:
+        connections.close_all()
+        barrier.wait(timeout=10)
+
+    await asyncio.gather(*(loop.run_in_executor(executor, close) for _ in range(size)), return_exceptions=True)
 
 
 def run_forever(host: str, port: int) -> None:
