@@ -221,6 +221,7 @@ except (ImproperlyConfigured, ValueError, KeyError) as exc:
     raise ImproperlyConfigured(f"EMAIL_URL is not a usable email URL: {exc}") from None
 EMAIL_TIMEOUT = 10
 RELAY_SEND_MAX_RETRIES = _int("RELAY_SEND_MAX_RETRIES", 3)
+RELAY_SEND_RETRY_BACKOFF_SECONDS = _int("RELAY_SEND_RETRY_BACKOFF_SECONDS", 10, minimum=1)
 
 # --- Celery ----------------------------------------------------------------------------
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="filesystem://")

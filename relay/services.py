@@ -11,10 +11,20 @@ from mailboxes.models import Mailbox, OutboundMessage, OutboundStatus
 
 logger = logging.getLogger(__name__)
 
-# What a later attempt may get through: the relay was down, slow or said "try later".
-# A refused recipient or a message Django cannot build will fail the same way again.
-RETRYABLE_SEND_ERRORS = (smtplib.SMTPServerDisconnected, smtplib.SMTPConnectError, smtplib.SMTPHeloError,
-                         smtplib.SMTPDataError, smtplib.SMTPSenderRefused, OSError)
+
+
+class RetryableSendError(Exception):
+    """A send that a later attempt may get through."""
+
+
+def _retryable(exc: Exception) -> bool:
+    """The relay was down, slow, or answered 4xx ("try later"). A 5xx, or a message
+    Django cannot build, fails the same way every time."""
+    if isinstance(exc, smtplib.SMTPRecipientsRefused):
+        return all(400 <= code < 500 for code, _ in exc.recipients.values())
+    if isinstance(exc, smtplib.SMTPResponseException):
+        return 400 <= exc.smtp_code < 500
+    return isinstance(exc, (smtplib.SMTPServerDisconnected, OSError))
 
 
 def outbound_queue(*, mailbox: Mailbox, to: list[str], subject: str, text: str, html: str = "") -> OutboundMessage:
@@ -37,8 +47,12 @@ def outbound_queue(*, mailbox: Mailbox, to: list[str], subject: str, text: str, 
 
 
 def outbound_send(*, outbound_id: int, final_attempt: bool) -> str:
-    """Send one queued message through Django's email backend (EMAIL_URL). Raises on a
-    failure worth retrying; records `failed` once no retry is left."""
+    """Send one queued message through Django's email backend (EMAIL_URL). Raises
+    RetryableSendError on a failure worth retrying; records `failed` once no retry is
+    left or the failure is permanent.
+
+    Delivery is at least once: a worker that dies between the relay's 250 and the
+    status update sends the message again when the task is redelivered."""
     outbound = OutboundMessage.objects.select_related("mailbox").filter(id=outbound_id).first()
     if outbound is None or outbound.status != OutboundStatus.QUEUED:
         return "skipped"
@@ -52,13 +66,13 @@ def outbound_send(*, outbound_id: int, final_attempt: bool) -> str:
         email.send(fail_silently=False)
     except Exception as exc:
         error = f"{type(exc).__name__}: {exc}"[:2000]
-        if final_attempt or not isinstance(exc, RETRYABLE_SEND_ERRORS):
+        if final_attempt or not _retryable(exc):
             OutboundMessage.objects.filter(id=outbound_id).update(status=OutboundStatus.FAILED, last_error=error)
             logger.error("outbound message %s failed for good: %s", outbound_id, error)
             return "failed"
         OutboundMessage.objects.filter(id=outbound_id).update(last_error=error)
         logger.warning("outbound message %s failed, will retry: %s", outbound_id, error)
-        raise
+        raise RetryableSendError(error) from exc
     OutboundMessage.objects.filter(id=outbound_id).update(status=OutboundStatus.SENT, sent_at=timezone.now(), last_error="")
     logger.info("sent outbound message %s from %s to %d recipient(s) via %s",
                 outbound_id, outbound.mailbox.address, len(outbound.to), settings.EMAIL_BACKEND)

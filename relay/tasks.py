@@ -7,9 +7,9 @@ from relay import services
 @shared_task(
     bind=True,
     acks_late=True,
-    autoretry_for=services.RETRYABLE_SEND_ERRORS,
+    autoretry_for=(services.RetryableSendError,),
     max_retries=settings.RELAY_SEND_MAX_RETRIES,
-    retry_backoff=5,
+    retry_backoff=settings.RELAY_SEND_RETRY_BACKOFF_SECONDS,
     retry_backoff_max=300,
     retry_jitter=True,
 )

@@ -71,7 +71,7 @@ export RELAY_BACKEND=local
 # Shorter clocks than production, so the worker tests finish in seconds: a sweep every
 # second, retries after 1, 2, 4 s, lapsed claims picked up after 4 s, Stalwart timeouts of 1 s.
 export RELAY_SWEEP_INTERVAL_SECONDS=1 RELAY_CLEANUP_RETRY_BACKOFF_SECONDS=1 RELAY_CLEANUP_LEASE_SECONDS=4
-export STALWART_CONNECT_TIMEOUT_SECONDS=1 STALWART_READ_TIMEOUT_SECONDS=1
+export STALWART_CONNECT_TIMEOUT_SECONDS=1 STALWART_READ_TIMEOUT_SECONDS=1 RELAY_SEND_RETRY_BACKOFF_SECONDS=1
 export DJANGO_DEBUG=false DJANGO_SECRET_KEY=relay-test-secret-key-not-for-production
 unset CACHE_URL EMAIL_URL STALWART_URL STALWART_TOKEN RELAY_DOMAINS
 exec $BIN/pytest "$@"
