@@ -75,6 +75,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "mailboxes.middleware.JsonErrorsMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # Serves the admin's and the API docs' static files under gunicorn too.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
