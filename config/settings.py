@@ -130,6 +130,7 @@ USE_I18N = False
 USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # whitenoise warns on every request without it
 
 # Bodies above this are refused with 400 (request_too_large) before any parsing.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024

@@ -158,6 +158,7 @@ def cleanup_requeue(*, mailbox_ids: list, now: datetime | None = None) -> list:
 class SweepResult:
     expired: int = 0
     requeued: int = 0
+    scheduled: int = 0
 
 
 def cleanup_sweep(*, batch_size: int | None = None, max_batches: int = 1000) -> SweepResult:
@@ -193,9 +194,46 @@ def cleanup_sweep(*, batch_size: int | None = None, max_batches: int = 1000) -> 
             result.requeued += len(_requeue_lapsed(lapsed, now))
         if len(lapsed) < batch_size:
             break
-    if result.expired or result.requeued:
-        logger.info("sweep expired %d and requeued %d lapsed cleanup(s)", result.expired, result.requeued)
+    result.scheduled = mailboxes_schedule_upcoming(batch_size=batch_size)
+    if result.expired or result.requeued or result.scheduled:
+        logger.info("sweep expired %d, requeued %d lapsed cleanup(s), scheduled %d upcoming",
+                    result.expired, result.requeued, result.scheduled)
     return result
+
+
+def mailboxes_schedule_upcoming(*, batch_size: int, now: datetime | None = None) -> int:
+    """Queue `expire_mailbox` to run at `expires_at` for active mailboxes that fall due
+    before the sweep after next, so their cleanup starts at the due instant instead of
+    up to a sweep interval later. The task expires the mailbox itself when it runs
+    (mailbox_cleanup); if it is lost, or the mailbox was renewed, the sweep still
+    expires it when due: this only shortens the lag, correctness never depends on it.
+
+    Each mailbox is scheduled once per `expires_at` (`expiry_scheduled_for`); at most
+    `batch_size` a sweep, since workers hold scheduled tasks in memory until they run."""
+    now = now or timezone.now()
+    horizon = now + timedelta(seconds=2 * settings.RELAY_SWEEP_INTERVAL_SECONDS)
+    with transaction.atomic(durable=True):
+        upcoming = list(
+            Mailbox.objects.select_for_update(skip_locked=True)
+            .filter(status=MailboxStatus.ACTIVE, expires_at__gt=now, expires_at__lte=horizon)
+            .exclude(expiry_scheduled_for=F("expires_at"))
+            .order_by("expires_at")
+            .values_list("id", "expires_at")[:batch_size]
+        )
+        Mailbox.objects.filter(id__in=[mailbox_id for mailbox_id, _ in upcoming]).update(
+            expiry_scheduled_for=F("expires_at"))
+
+        def publish() -> None:
+            from expiry.tasks import expire_mailbox
+
+            for mailbox_id, expires_at in upcoming:
+                try:
+                    expire_mailbox.apply_async(args=(str(mailbox_id),), eta=expires_at)
+                except Exception:
+                    logger.exception("could not schedule the expiry of %s; the sweep will expire it", mailbox_id)
+
+        transaction.on_commit(publish)
+    return len(upcoming)
 
 
 def _requeue_lapsed(mailbox_ids: list, now: datetime) -> list:
@@ -232,7 +270,8 @@ def _requeue_lapsed(mailbox_ids: list, now: datetime) -> list:
 
 # --- the cleanup of one mailbox -------------------------------------------------------
 class CleanupOutcome(StrEnum):
-    SKIPPED = "skipped"  # not due, not ours, or finished already: nothing done
+    SKIPPED = "skipped"  # not due, done, dead, or running elsewhere: nothing done
+    EARLY = "early"  # a scheduled task that ran a moment before its mailbox was due
     DONE = "done"
     RETRY = "retry"
     DEAD = "dead"
@@ -266,6 +305,9 @@ def mailbox_cleanup(*, mailbox_id, final_attempt: bool, retry_wait_max_seconds: 
         taken = take()
     if not taken:
         logger.debug("cleanup of %s: nothing to take (not due, done, dead, or running elsewhere)", mailbox_id)
+        if Mailbox.objects.filter(id=mailbox_id, status=MailboxStatus.ACTIVE, expires_at__gt=now,
+                                  expiry_scheduled_for=F("expires_at"), expires_at__lte=now + timedelta(seconds=1)).exists():
+            return CleanupOutcome.EARLY
         return CleanupOutcome.SKIPPED
     mailbox = Mailbox.objects.get(id=mailbox_id)
     limit = cleanup_attempt_limit()

@@ -84,6 +84,10 @@ class Mailbox(models.Model):
     # The mail backend's id for this mailbox's principal (Stalwart account id).
     backend_id = models.CharField(max_length=100, blank=True, default="")
 
+    # The expires_at an expire task was queued for ahead of time (see
+    # expiry.services.mailboxes_schedule_upcoming); a renew makes it stale by itself.
+    expiry_scheduled_for = models.DateTimeField(null=True, blank=True)
+
     # Cleanup bookkeeping, written by expiry/ (see expiry/services.py).
     cleanup_state = models.CharField(max_length=8, choices=CleanupState.choices, default=CleanupState.NONE, blank=True)
     # The token of the last caller that moved the cleanup (queued it, or is running it):

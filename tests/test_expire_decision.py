@@ -217,3 +217,33 @@ def test_a_pending_cleanup_requeued_again_and_again_waits_twice_as_long_each_tim
         waits.append(Mailbox.objects.get(id=mailbox.id).cleanup_lease_until - at)
     assert waits == [lease, 2 * lease, 4 * lease, 8 * lease]
     assert Mailbox.objects.get(id=mailbox.id).cleanup_attempts == 0  # waiting is not an attempt
+
+
+def test_sweep_schedules_mailboxes_falling_due_before_the_next_sweeps_once(make_mailbox, stalwart, settings,
+                                                                           monkeypatch, django_capture_on_commit_callbacks):
+    scheduled = []
+    monkeypatch.setattr(expire_mailbox, "apply_async", lambda args, eta=None, **kw: scheduled.append((args[0], eta)))
+    now = timezone.now()
+    soon = Mailbox.objects.create(address="soon@relay.localhost", expires_at=now + timedelta(seconds=1),
+                                  backend_id=stalwart.add_account("soon"))
+    make_mailbox("later", due=False)  # ten minutes away: not yet
+    with django_capture_on_commit_callbacks(execute=True):
+        assert services.cleanup_sweep().scheduled == 1
+    assert scheduled == [(str(soon.id), soon.expires_at)]
+    with django_capture_on_commit_callbacks(execute=True):
+        assert services.cleanup_sweep().scheduled == 0  # once per expires_at
+    # A renew moves expires_at: the old schedule no longer counts.
+    Mailbox.objects.filter(id=soon.id).update(expires_at=now + timedelta(seconds=2))
+    with django_capture_on_commit_callbacks(execute=True):
+        assert services.cleanup_sweep().scheduled == 1
+
+
+def test_a_scheduled_task_expires_and_cleans_up_its_mailbox_at_the_due_instant(make_mailbox, stalwart):
+    mailbox = make_mailbox("ontime", due=False)
+    Mailbox.objects.filter(id=mailbox.id).update(expiry_scheduled_for=mailbox.expires_at)
+    with time_machine.travel(mailbox.expires_at - timedelta(milliseconds=5), tick=False):
+        assert run_task(mailbox) == "early"  # the timer fired a hair early: it comes back
+    with time_machine.travel(mailbox.expires_at, tick=False):
+        assert run_task(mailbox) == "done"
+    mailbox.refresh_from_db()
+    assert (mailbox.status, mailbox.cleanup_state, mailbox.expired_at) == ("expired", "done", mailbox.expires_at)
