@@ -195,6 +195,9 @@ RELAY_CLEANUP_MAX_RETRIES = _int("RELAY_CLEANUP_MAX_RETRIES", 3)
 RELAY_CLEANUP_RETRY_BACKOFF_SECONDS = _int("RELAY_CLEANUP_RETRY_BACKOFF_SECONDS", 30, minimum=1)
 RELAY_CLEANUP_LEASE_SECONDS = _int("RELAY_CLEANUP_LEASE_SECONDS", 120, minimum=4)
 RELAY_RETENTION_DAYS = _int("RELAY_RETENTION_DAYS", 7, minimum=1)
+# Queue each expire task to run at its mailbox's expires_at when the mailbox falls due
+# before the next sweeps, instead of waiting for the sweep after it (see docs/benchmarks.md).
+RELAY_EXPIRY_SCHEDULE_AHEAD = _bool("RELAY_EXPIRY_SCHEDULE_AHEAD", True)
 # The longest a retry waits: Celery's retry_backoff_max. Retries past it stop doubling.
 RELAY_CLEANUP_RETRY_BACKOFF_MAX_SECONDS = 600
 
@@ -274,6 +277,10 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 # the broker gives it back; one at a time keeps that to the task in hand.
 CELERY_WORKER_PREFETCH_MULTIPLIER = _int("CELERY_WORKER_PREFETCH_MULTIPLIER", 1, minimum=1)
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = True
+# Celery's Django fixup closes the database connection around every task unless told to
+# reuse it; reconnecting cost ~40% of an expire task (bench/expiry_burst.py, py-spy).
+# Reuse it for this many tasks (Django's CONN_MAX_AGE still retires old connections).
+CELERY_DB_REUSE_MAX = _int("CELERY_DB_REUSE_MAX", 1000, minimum=0)
 # No task may run forever; the expire task sets tighter limits of its own.
 CELERY_TASK_SOFT_TIME_LIMIT = 60
 CELERY_TASK_TIME_LIMIT = 90

@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import DateTimeField, DurationField, ExpressionWrapper, F, Q, Value
 from django.db.models.functions import Greatest, Least
 from django.utils import timezone
@@ -56,11 +56,13 @@ def _enqueue_after_commit(mailbox_ids: list) -> None:
     def publish() -> None:
         from expiry.tasks import expire_mailbox
 
-        for mailbox_id in mailbox_ids:
-            try:
-                expire_mailbox.apply_async(args=(str(mailbox_id),))
-            except Exception:
-                logger.exception("could not queue cleanup of %s; the sweep will retry it after its lease", mailbox_id)
+        # One producer (one broker connection) for the whole batch.
+        with expire_mailbox.app.producer_or_acquire() as producer:
+            for mailbox_id in mailbox_ids:
+                try:
+                    expire_mailbox.apply_async(args=(str(mailbox_id),), producer=producer)
+                except Exception:
+                    logger.exception("could not queue cleanup of %s; the sweep will retry it after its lease", mailbox_id)
 
     transaction.on_commit(publish)
 
@@ -194,7 +196,8 @@ def cleanup_sweep(*, batch_size: int | None = None, max_batches: int = 1000) -> 
             result.requeued += len(_requeue_lapsed(lapsed, now))
         if len(lapsed) < batch_size:
             break
-    result.scheduled = mailboxes_schedule_upcoming(batch_size=batch_size)
+    if settings.RELAY_EXPIRY_SCHEDULE_AHEAD:
+        result.scheduled = mailboxes_schedule_upcoming(batch_size=batch_size)
     if result.expired or result.requeued or result.scheduled:
         logger.info("sweep expired %d, requeued %d lapsed cleanup(s), scheduled %d upcoming",
                     result.expired, result.requeued, result.scheduled)
@@ -226,11 +229,12 @@ def mailboxes_schedule_upcoming(*, batch_size: int, now: datetime | None = None)
         def publish() -> None:
             from expiry.tasks import expire_mailbox
 
-            for mailbox_id, expires_at in upcoming:
-                try:
-                    expire_mailbox.apply_async(args=(str(mailbox_id),), eta=expires_at)
-                except Exception:
-                    logger.exception("could not schedule the expiry of %s; the sweep will expire it", mailbox_id)
+            with expire_mailbox.app.producer_or_acquire() as producer:
+                for mailbox_id, expires_at in upcoming:
+                    try:
+                        expire_mailbox.apply_async(args=(str(mailbox_id),), eta=expires_at, producer=producer)
+                    except Exception:
+                        logger.exception("could not schedule the expiry of %s; the sweep will expire it", mailbox_id)
 
         transaction.on_commit(publish)
     return len(upcoming)
@@ -290,26 +294,16 @@ def mailbox_cleanup(*, mailbox_id, final_attempt: bool, retry_wait_max_seconds: 
     counted, until the cleanup is dead."""
     now = timezone.now()
     run = uuid.uuid4()
-
-    def take() -> int:
-        return Mailbox.objects.filter(id=mailbox_id, cleanup_state=CleanupState.PENDING).update(
-            cleanup_state=CleanupState.RUNNING,
-            cleanup_claim=run,
-            cleanup_lease_until=_lease_until(now),
-            cleanup_attempts=F("cleanup_attempts") + 1,
-        )
-
-    taken = take()
+    mailbox = _take(mailbox_id, run=run, now=now)
     # A task queued before the mailbox was due expires it itself once it is.
-    if not taken and mailboxes_expire(mailbox_ids=[mailbox_id], now=now, enqueue=False):
-        taken = take()
-    if not taken:
+    if mailbox is None and mailboxes_expire(mailbox_ids=[mailbox_id], now=now, enqueue=False):
+        mailbox = _take(mailbox_id, run=run, now=now)
+    if mailbox is None:
         logger.debug("cleanup of %s: nothing to take (not due, done, dead, or running elsewhere)", mailbox_id)
         if Mailbox.objects.filter(id=mailbox_id, status=MailboxStatus.ACTIVE, expires_at__gt=now,
                                   expiry_scheduled_for=F("expires_at"), expires_at__lte=now + timedelta(seconds=1)).exists():
             return CleanupOutcome.EARLY
         return CleanupOutcome.SKIPPED
-    mailbox = Mailbox.objects.get(id=mailbox_id)
     limit = cleanup_attempt_limit()
 
     if mailbox.cleanup_attempts > limit:
@@ -347,6 +341,30 @@ def mailbox_cleanup(*, mailbox_id, final_attempt: bool, retry_wait_max_seconds: 
         raise
     _finish(mailbox_id, run, CleanupState.DONE)
     return CleanupOutcome.DONE
+
+
+def _take(mailbox_id, *, run: uuid.UUID, now: datetime) -> Mailbox | None:
+    """Move a pending cleanup to running (the compare-and-set that makes one worker the
+    runner) and return the row, or None if it was not pending.
+
+    One statement with RETURNING, where update() plus a read would be two: this is the
+    hot path of every expire task (bench/expiry_burst.py)."""
+    fields = {f.name: f for f in Mailbox._meta.concrete_fields}
+    prep = lambda name, value: fields[name].get_db_prep_value(value, connection)  # noqa: E731
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {Mailbox._meta.db_table} SET cleanup_state = %s, cleanup_claim = %s, cleanup_lease_until = %s,"
+            " cleanup_attempts = cleanup_attempts + 1 WHERE id = %s AND cleanup_state = %s"
+            " RETURNING address, backend_id, cleanup_attempts, cleanup_last_error",
+            [CleanupState.RUNNING, prep("cleanup_claim", run), prep("cleanup_lease_until", _lease_until(now)),
+             prep("id", mailbox_id), CleanupState.PENDING],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    address, backend_id, attempts, last_error = row
+    return Mailbox(id=mailbox_id, address=address, backend_id=backend_id, cleanup_attempts=attempts,
+                   cleanup_last_error=last_error)
 
 
 def _finish(mailbox_id, claim: uuid.UUID, state: CleanupState, *, error: str = "") -> None:

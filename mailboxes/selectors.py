@@ -1,19 +1,12 @@
 """Reads of mailboxes and messages as a caller may see them."""
-from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery, Value
-from django.db.models.functions import Coalesce
+from django.db.models import QuerySet
 from django.utils import timezone
 from rest_framework.exceptions import NotFound
 
 from expiry.services import mailbox_expire_if_due, mailboxes_expire
 from mailboxes.authentication import Principal
 from mailboxes.errors import Expired
-from mailboxes.models import Mailbox, MailboxStatus, Message
-
-
-def _message_count() -> Coalesce:
-    counts = (Message.objects.filter(mailbox=OuterRef("pk")).order_by().values("mailbox")
-              .annotate(n=Count("id")).values("n"))
-    return Coalesce(Subquery(counts, output_field=IntegerField()), Value(0))
+from mailboxes.models import Mailbox, MailboxStatus
 
 
 def mailboxes_visible_to(principal: Principal) -> QuerySet:
@@ -32,17 +25,15 @@ def mailbox_list(*, principal: Principal, include_expired: bool) -> QuerySet:
     mailboxes_expire(mailbox_ids=due)
     if not include_expired:
         visible = visible.filter(status=MailboxStatus.ACTIVE)
-    return visible.annotate(message_count=_message_count()).order_by("-created_at", "-id")
+    return visible.order_by("-created_at", "-id")
 
 
-def mailbox_get(*, principal: Principal, mailbox_id, with_count: bool = False) -> Mailbox:
+def mailbox_get(*, principal: Principal, mailbox_id) -> Mailbox:
     """The caller's mailbox, expired on the spot if it is due; 404 if not theirs."""
-    mailboxes = mailboxes_visible_to(principal)
-    if with_count:
-        mailboxes = mailboxes.annotate(message_count=_message_count())
-    mailbox = mailboxes.filter(id=mailbox_id).first()
-    if mailbox is None:
-        raise NotFound()
+    try:
+        mailbox = mailboxes_visible_to(principal).get(id=mailbox_id)
+    except Mailbox.DoesNotExist:
+        raise NotFound() from None
     mailbox_expire_if_due(mailbox=mailbox)
     return mailbox
 

@@ -53,8 +53,6 @@ class MailboxRenewSerializer(TtlMixin, serializers.Serializer):
 
 
 class MailboxSerializer(serializers.ModelSerializer):
-    message_count = serializers.IntegerField(read_only=True, default=0)
-
     class Meta:
         model = Mailbox
         fields = ["id", "address", "status", "created_at", "expires_at", "expired_at", "message_count"]

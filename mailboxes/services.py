@@ -7,11 +7,12 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from mailboxes.authentication import MAILBOX_TOKEN_PREFIX, Principal, new_secret
 from mailboxes.errors import BackendUnavailable, Conflict, Expired
-from mailboxes.models import PLAN_TTL_CAP_MS, AddressReservation, ApiKey, Mailbox, MailboxStatus, Owner, Plan
+from mailboxes.models import PLAN_TTL_CAP_MS, AddressReservation, ApiKey, Mailbox, MailboxStatus, Message, Owner, Plan
 from relay.backends import BackendError, get_backend
 
 logger = logging.getLogger(__name__)
@@ -94,7 +95,6 @@ def mailbox_create(*, principal: Principal | None, local_part: str | None, domai
         finally:
             AddressReservation.objects.filter(address=address).delete()
         raise
-    mailbox.message_count = 0
     logger.info("created mailbox %s (%s) expiring at %s", mailbox.id, address, mailbox.expires_at.isoformat())
     return mailbox, token
 
@@ -113,3 +113,18 @@ def mailbox_renew(*, mailbox: Mailbox, ttl_ms: int) -> Mailbox:
         raise Expired()
     mailbox.expires_at = expires_at
     return mailbox
+
+
+def message_mark_read(*, message: Message) -> None:
+    if not message.is_read:
+        Message.objects.filter(id=message.id).update(is_read=True)
+        message.is_read = True
+
+
+def message_delete(*, mailbox: Mailbox, message_id: int) -> bool:
+    """Delete one message of `mailbox` and keep its message_count in step."""
+    with transaction.atomic():
+        deleted, _ = Message.objects.filter(mailbox=mailbox, id=message_id).delete()
+        if deleted:
+            Mailbox.objects.filter(id=mailbox.id, message_count__gt=0).update(message_count=F("message_count") - 1)
+    return bool(deleted)

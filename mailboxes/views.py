@@ -3,6 +3,7 @@ from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import permissions, status
+from rest_framework.exceptions import NotFound
 from rest_framework.generics import get_object_or_404
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -32,6 +33,18 @@ def _paginated(request, view, queryset, serializer_class) -> Response:
     paginator = RelayPagination()
     page = paginator.paginate_queryset(queryset, request, view=view)
     return paginator.get_paginated_response(serializer_class(page, many=True).data)
+
+
+class WhoAmIView(APIView):
+    """Who the credentials belong to: a check that a key works, and the benchmarks'
+    trivial authenticated endpoint (bench/api.py)."""
+
+    @extend_schema(responses={200: OpenApiTypes.OBJECT})
+    def get(self, request):
+        principal = request.user
+        if principal.owner is not None:
+            return Response({"owner": principal.owner.name, "plan": principal.plan})
+        return Response({"mailbox": str(principal.mailbox_id), "plan": principal.plan})
 
 
 class MailboxCollectionView(APIView):
@@ -77,7 +90,7 @@ class MailboxCollectionView(APIView):
 class MailboxDetailView(APIView):
     @extend_schema(responses=MailboxSerializer)
     def get(self, request, mailbox_id):
-        mailbox = selectors.mailbox_get(principal=request.user, mailbox_id=mailbox_id, with_count=True)
+        mailbox = selectors.mailbox_get(principal=request.user, mailbox_id=mailbox_id)
         return Response(MailboxSerializer(mailbox).data)
 
     @extend_schema(responses={204: None})
@@ -96,7 +109,7 @@ class MailboxRenewView(APIView):
         serializer.is_valid(raise_exception=True)
         ttl_ms = serializer.validated_data.get("ttl_ms")
         services.mailbox_renew(mailbox=mailbox, ttl_ms=ttl_ms if ttl_ms is not None else services.plan_default_ttl_ms(plan))
-        mailbox = selectors.mailbox_get(principal=request.user, mailbox_id=mailbox_id, with_count=True)
+        mailbox = selectors.mailbox_get(principal=request.user, mailbox_id=mailbox_id)
         return Response(MailboxSerializer(mailbox).data)
 
 
@@ -123,17 +136,14 @@ class MessageDetailView(APIView):
     def get(self, request, mailbox_id, message_id):
         mailbox = selectors.mailbox_get_active(principal=request.user, mailbox_id=mailbox_id)
         message = get_object_or_404(Message.objects.defer("raw"), mailbox=mailbox, id=message_id)
-        if not message.is_read:
-            Message.objects.filter(id=message.id).update(is_read=True)
-            message.is_read = True
+        services.message_mark_read(message=message)
         return Response(MessageDetailSerializer(message).data)
 
     @extend_schema(responses={204: None})
     def delete(self, request, mailbox_id, message_id):
         mailbox = selectors.mailbox_get_active(principal=request.user, mailbox_id=mailbox_id)
-        deleted, _ = Message.objects.filter(mailbox=mailbox, id=message_id).delete()
-        if not deleted:
-            return get_object_or_404(Message, mailbox=mailbox, id=message_id)
+        if not services.message_delete(mailbox=mailbox, message_id=message_id):
+            raise NotFound()
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 

@@ -13,6 +13,7 @@ from aiosmtpd.smtp import SMTP, Envelope, Session
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import close_old_connections, connections, transaction
+from django.db.models import F
 
 from expiry.services import mailbox_expire_if_due
 from mailboxes.models import Mailbox, MailboxStatus, Message
@@ -31,7 +32,6 @@ def recipient_mailbox_id(address: str):
     local_part, at, domain = address.rpartition("@")
     if not at or not local_part or domain not in settings.RELAY_DOMAINS or len(address) > 320:
         return None
-    close_old_connections()
     mailbox = Mailbox.objects.filter(address=address, status=MailboxStatus.ACTIVE).only(
         "id", "status", "expires_at", "address").first()
     if mailbox is None:
@@ -45,7 +45,6 @@ def deliver_message(*, raw: bytes, mail_from: str, recipients: dict) -> list[int
 
     Mailboxes that ended between RCPT and DATA (deleted or purged) are skipped; the
     message is stored for every other one, in one transaction."""
-    close_old_connections()
     parsed = parse_message(raw)
     with transaction.atomic():
         live = set(Mailbox.objects.filter(id__in=list(recipients)).exclude(status=MailboxStatus.DELETED)
@@ -67,11 +66,24 @@ def deliver_message(*, raw: bytes, mail_from: str, recipients: dict) -> list[int
             )
             for mailbox_id, address in recipients.items() if mailbox_id in live
         ])
+        Mailbox.objects.filter(id__in=[message.mailbox_id for message in messages]).update(
+            message_count=F("message_count") + 1)
     logger.info("stored a %d-byte message from %s for %d mailbox(es)", len(raw), mail_from or "<>", len(messages))
     return [message.id for message in messages]
 
 
 # --- the server ---------------------------------------------------------------------------
+async def _in_db_thread(function, **kwargs):
+    """Run a database function in the pool, as Django runs a request: a connection that
+    broke or outlived CONN_MAX_AGE is replaced first."""
+
+    def call():
+        close_old_connections()
+        return function(**kwargs)
+
+    return await sync_to_async(call, thread_sensitive=False)()
+
+
 class RelayHandler:
     def __init__(self) -> None:
         # DATA commands between their first byte and their reply, counted so a shutdown
@@ -88,7 +100,7 @@ class RelayHandler:
         if len(envelope.rcpt_tos) >= settings.RELAY_SMTP_MAX_RECIPIENTS:
             return "452 4.5.3 Too many recipients"
         try:
-            mailbox_id = await sync_to_async(recipient_mailbox_id, thread_sensitive=False)(address)
+            mailbox_id = await _in_db_thread(recipient_mailbox_id, address=address)
         except Exception:
             logger.exception("RCPT lookup failed for %s", address)
             return "451 4.3.0 Temporary lookup failure, try again later"
@@ -104,7 +116,8 @@ class RelayHandler:
         if not recipients:
             return "554 5.5.1 No valid recipients"
         try:
-            await sync_to_async(deliver_message, thread_sensitive=False)(
+            await _in_db_thread(
+                deliver_message,
                 raw=envelope.original_content or envelope.content or b"",
                 mail_from=envelope.mail_from or "",
                 recipients=recipients,

@@ -93,3 +93,10 @@ def test_openapi_schema_and_docs_are_served(api):
     assert schema.status_code == 200
     assert b"/api/v1/mailboxes/{mailbox_id}/renew" in schema.content
     assert api.get("/api/docs/").status_code == 200
+
+
+def test_whoami_names_the_owner_or_the_mailbox(client_pro, api):
+    assert client_pro.get("/api/v1/whoami").json() == {"owner": "alice", "plan": "pro"}
+    created = api.post("/api/v1/mailboxes", {}, format="json").json()
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {created['token']}")
+    assert api.get("/api/v1/whoami").json() == {"mailbox": created["id"], "plan": "free"}

@@ -40,10 +40,11 @@ def test_list_paginates(client_pro):
 
 
 def test_mailbox_shape_and_message_count(client_pro):
+    from relay.smtp import deliver_message
+
     body = create(client_pro)
-    mailbox = Mailbox.objects.get(id=body["id"])
-    Message.objects.create(mailbox=mailbox, size=1, raw=b"x")
-    Message.objects.create(mailbox=mailbox, size=1, raw=b"y")
+    for raw in (b"Subject: one\r\n\r\nx\r\n", b"Subject: two\r\n\r\ny\r\n"):
+        deliver_message(raw=raw, mail_from="a@example.com", recipients={uuid.UUID(body["id"]): body["address"]})
     shown = client_pro.get(f"/api/v1/mailboxes/{body['id']}").json()
     assert set(shown) == {"id", "address", "status", "created_at", "expires_at", "expired_at", "message_count"}
     assert shown["message_count"] == 2

@@ -1,0 +1,15 @@
+"""Tasks that only the benchmarks load (`celery worker -I bench.tasks`)."""
+from celery import shared_task
+
+
+@shared_task(acks_late=True)
+def noop() -> None:
+    """Celery's per-task floor: the baseline a cleanup is compared with."""
+
+
+@shared_task(acks_late=True)
+def fan_out(count: int) -> None:
+    """Publish `count` no-op tasks from a worker, as the sweep publishes expire tasks."""
+    with noop.app.producer_or_acquire() as producer:
+        for _ in range(count):
+            noop.apply_async(producer=producer)

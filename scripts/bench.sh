@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Runs one benchmark: scripts/bench.sh NAME [ARGS], NAME one of the files in bench/.
+# PostgreSQL and Redis as for the tests (services.sh); a scratch database relay_bench.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+name=${1:?usage: scripts/bench.sh expiry_burst|expiry_lag|api|smtp_ingest [ARGS]}
+shift
+. scripts/services.sh
+export DATABASE_URL="postgres://postgres@127.0.0.1:$PG_PORT/relay_bench"
+export CELERY_BROKER_URL="redis://127.0.0.1:$REDIS_PORT/14"
+export DJANGO_DEBUG=false DJANGO_SECRET_KEY=relay-bench-secret-key PYTHONPATH=.
+exec $BIN/python "bench/$name.py" "$@"
