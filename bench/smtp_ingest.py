@@ -1,0 +1,117 @@
+"""SMTP ingest: 10 KB messages over 8 concurrent connections to `manage.py runsmtp`.
+Prints messages per second stored (each readable through the API once DATA is answered
+250), and the ratio to a bare aiosmtpd server that discards every message, measured in
+the same run. Also the SMTP process's RSS before and after.
+
+    scripts/bench.sh smtp_ingest [--messages 4000] [--connections 8]
+"""
+import argparse
+import smtplib
+import sys
+import threading
+import time
+
+from bench.common import command_line, fresh_database, record, rss_mb, setup_django, spawn, stop, wait_until
+
+RELAY_PORT, BARE_PORT = 2626, 2627
+
+BARE_SERVER = f"""
+import asyncio
+from aiosmtpd.controller import Controller
+
+class Discard:
+    async def handle_RCPT(self, server, session, envelope, address, options):
+        envelope.rcpt_tos.append(address)
+        return "250 OK"
+
+    async def handle_DATA(self, server, session, envelope):
+        return "250 OK"
+
+controller = Controller(Discard(), hostname="127.0.0.1", port={BARE_PORT})
+controller.start()
+print("ready", flush=True)
+import signal
+signal.sigwait([signal.SIGTERM])
+controller.stop()
+"""
+
+
+def message(to: str, number: int) -> bytes:
+    body = ("Relay benchmark line, long enough to look like mail. " * 2 + "\r\n") * 95
+    return (f"From: bench@example.com\r\nTo: {to}\r\nSubject: bench {number}\r\n"
+            f"Message-ID: <{number}@bench.example.com>\r\n\r\n{body}").encode()[:10_240]
+
+
+def blast(port: int, addresses: list[str], total: int, connections: int) -> float:
+    """Send `total` messages over `connections` parallel SMTP sessions; messages/s."""
+    per_connection = total // connections
+    errors: list[Exception] = []
+
+    def sender(index: int) -> None:
+        try:
+            smtp = smtplib.SMTP("127.0.0.1", port, timeout=30)
+            for n in range(per_connection):
+                to = addresses[(index + n) % len(addresses)]
+                smtp.sendmail("bench@example.com", [to], message(to, index * per_connection + n))
+            smtp.quit()
+        except Exception as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=sender, args=(i,)) for i in range(connections)]
+    started = time.monotonic()
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    elapsed = time.monotonic() - started
+    if errors:
+        raise SystemExit(f"{len(errors)} sender(s) failed: {errors[0]!r}")
+    return per_connection * connections / elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--messages", type=int, default=4000)
+    parser.add_argument("--connections", type=int, default=8)
+    args = parser.parse_args()
+    fresh_database()
+    setup_django()
+    from mailboxes.authentication import Principal
+    from mailboxes.models import Message
+    from mailboxes.services import mailbox_create, owner_create_api_key
+
+    owner, _ = owner_create_api_key(name="bench", plan="pro")
+    addresses = [mailbox_create(principal=Principal(owner=owner), local_part=None, domain=None,
+                                ttl_ms=3_600_000)[0].address for _ in range(50)]
+
+    bare = spawn("smtp-bare", [sys.executable, "-c", BARE_SERVER], ready="ready")
+    relay = spawn("smtp-relay", [sys.executable, "manage.py", "runsmtp", "--port", str(RELAY_PORT)],
+                  env={"RELAY_LOG_LEVEL": "WARNING"}, ready="Relay SMTP on")
+    wait_until(lambda: _answers(RELAY_PORT), 30, "runsmtp")
+    try:
+        blast(BARE_PORT, addresses, 200, args.connections)  # warm up both
+        blast(RELAY_PORT, addresses, 200, args.connections)
+        rss_before = rss_mb(relay.pid)
+        bare_rate = blast(BARE_PORT, addresses, args.messages, args.connections)
+        relay_rate = blast(RELAY_PORT, addresses, args.messages, args.connections)
+        rss_after = rss_mb(relay.pid)
+        stored = Message.objects.count()
+    finally:
+        stop(relay, bare)
+    expected = 200 + args.messages // args.connections * args.connections
+    assert stored == expected, f"{stored} messages stored, {expected} accepted"
+    figures = (f"{args.messages:,} × 10 KB over {args.connections} connections: runsmtp {relay_rate:.0f} msg/s stored vs "
+               f"bare aiosmtpd {bare_rate:.0f} msg/s = ratio **{relay_rate / bare_rate:.2f}**; "
+               f"SMTP RSS {rss_before:.0f} → {rss_after:.0f} MiB")
+    print(figures)
+    record("smtp_ingest", command_line(), figures)
+
+
+def _answers(port: int) -> bool:
+    try:
+        smtplib.SMTP("127.0.0.1", port, timeout=2).quit()
+        return True
+    except OSError:
+        return False
+
+
+if __name__ == "__main__":
+    main()
