@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test install install-dev migrate clean
+.PHONY: run test bench install install-dev migrate clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,10 @@ run: install
 ## Set up and run the whole test suite.
 test: install-dev
 	scripts/test.sh
+
+## Run one benchmark: make bench NAME=expiry_burst ARGS="--mailboxes 20000" (see docs/benchmarks.md).
+bench: install-dev
+	scripts/bench.sh $(NAME) $(ARGS)
 
 clean:
 	rm -rf var .pytest_cache

@@ -65,7 +65,6 @@ def main() -> None:
                f"{baseline['rps']:.0f} req/s (p99 {baseline['p99_ms']:.1f} ms); POST mailboxes {post['rps']:.0f} req/s "
                f"(p99 {post['p99_ms']:.1f} ms) = ratio {post['rps'] / baseline['rps']:.2f}; errors "
                f"{get['errors'] + post['errors'] + baseline['errors']}")
-    print(figures)
     record("api", command_line(), figures)
 
 

@@ -68,7 +68,6 @@ def main() -> None:
     figures = (f"{ahead['count']:,} mailboxes at {args.rate}/s: scheduled ahead p50 **{ahead['p50']:.2f} s**, "
                f"p99 **{ahead['p99']:.2f} s**, max {ahead['max']:.2f} s; sweep only (5 s) p50 {sweep['p50']:.2f} s, "
                f"p99 {sweep['p99']:.2f} s, max {sweep['max']:.2f} s")
-    print(figures)
     record("expiry_lag", command_line(), figures)
 
 

@@ -101,7 +101,6 @@ def main() -> None:
     figures = (f"{args.messages:,} × 10 KB over {args.connections} connections: runsmtp {relay_rate:.0f} msg/s stored vs "
                f"bare aiosmtpd {bare_rate:.0f} msg/s = ratio **{relay_rate / bare_rate:.2f}**; "
                f"SMTP RSS {rss_before:.0f} → {rss_after:.0f} MiB")
-    print(figures)
     record("smtp_ingest", command_line(), figures)
 
 

@@ -175,9 +175,14 @@ def cleanup_sweep(*, batch_size: int | None = None, max_batches: int = 1000) -> 
     for _ in range(max_batches):
         with transaction.atomic(durable=True):
             now = timezone.now()
+            # A mailbox whose expire task was scheduled for this very expires_at is left
+            # to that task for one sweep interval; after that the sweep takes it anyway
+            # (the task may have been lost). Taking it at once would only queue a twin.
+            grace = now - timedelta(seconds=settings.RELAY_SWEEP_INTERVAL_SECONDS)
             due = list(
                 Mailbox.objects.select_for_update(skip_locked=True)
                 .filter(status=MailboxStatus.ACTIVE, expires_at__lte=now)
+                .exclude(expiry_scheduled_for=F("expires_at"), expires_at__gt=grace)
                 .order_by("expires_at")
                 .values_list("id", flat=True)[:batch_size]
             )
@@ -277,7 +282,6 @@ class CleanupOutcome(StrEnum):
     SKIPPED = "skipped"  # not due, done, dead, or running elsewhere: nothing done
     EARLY = "early"  # a scheduled task that ran a moment before its mailbox was due
     DONE = "done"
-    RETRY = "retry"
     DEAD = "dead"
 
 

@@ -7,7 +7,6 @@ import logging
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, JsonResponse
 from rest_framework import exceptions, status
-from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 logger = logging.getLogger(__name__)
@@ -105,7 +104,3 @@ def not_found(request, exception=None):
 
 def server_error(request):
     return _json_error(500, "server_error", "Something went wrong on our side; it has been logged.")
-
-
-def api_response(code: str, message: str, status_code: int) -> Response:
-    return Response({"code": code, "message": message}, status=status_code)

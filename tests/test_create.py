@@ -1,6 +1,5 @@
 """POST /api/v1/mailboxes: TTL rules per plan, addresses, conflicts, the backend."""
 import threading
-from datetime import timedelta
 
 import pytest
 from django.db import connection

@@ -247,3 +247,13 @@ def test_a_scheduled_task_expires_and_cleans_up_its_mailbox_at_the_due_instant(m
         assert run_task(mailbox) == "done"
     mailbox.refresh_from_db()
     assert (mailbox.status, mailbox.cleanup_state, mailbox.expired_at) == ("expired", "done", mailbox.expires_at)
+
+
+def test_sweep_leaves_a_scheduled_mailbox_to_its_task_for_one_interval_then_takes_it(make_mailbox, stalwart, settings):
+    mailbox = make_mailbox("scheduled", due=False)
+    Mailbox.objects.filter(id=mailbox.id).update(expiry_scheduled_for=mailbox.expires_at)
+    with time_machine.travel(mailbox.expires_at + timedelta(milliseconds=100), tick=False):
+        assert services.cleanup_sweep().expired == 0  # its own task is due to run now
+    late = mailbox.expires_at + timedelta(seconds=settings.RELAY_SWEEP_INTERVAL_SECONDS, milliseconds=1)
+    with time_machine.travel(late, tick=False):
+        assert services.cleanup_sweep().expired == 1  # the task was lost: the sweep steps in

@@ -4,7 +4,6 @@ import json
 from datetime import timedelta
 
 import pytest
-import time_machine
 from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.utils import timezone
