@@ -27,8 +27,8 @@ def noop_baseline(count: int, broker) -> tuple[float, float]:
     workers = [celery_worker(f"noop{i}") for i in range(2)]
     started = time.monotonic()
     fan_out.delay(count)
-    wait_until(lambda: broker.llen("celery") > 0, 60, "the fan-out to start")
-    wait_until(lambda: broker.llen("celery") == 0 and broker.hlen("unacked") == 0, 3600, "the no-op tasks")
+    wait_until(lambda: broker.get("bench:published") == str(count).encode() and broker.llen("celery") == 0
+               and broker.hlen("unacked") == 0, 3600, "the no-op tasks")
     with_publish = count / (time.monotonic() - started)
     stop(*workers)
 

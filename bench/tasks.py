@@ -7,9 +7,11 @@ def noop() -> None:
     """Celery's per-task floor: the baseline a cleanup is compared with."""
 
 
-@shared_task(acks_late=True)
+@shared_task(acks_late=True, soft_time_limit=3600, time_limit=3660)
 def fan_out(count: int) -> None:
-    """Publish `count` no-op tasks from a worker, as the sweep publishes expire tasks."""
+    """Publish `count` no-op tasks from a worker, as the sweep publishes expire tasks,
+    then say so: the baseline is only done once all of them were published."""
     with noop.app.producer_or_acquire() as producer:
         for _ in range(count):
             noop.apply_async(producer=producer)
+        producer.channel.client.set("bench:published", count)

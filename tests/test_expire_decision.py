@@ -204,7 +204,9 @@ def test_two_workers_running_one_cleanup_deprovision_once(stalwart):
     assert len(stalwart.destroy_calls("contended")) == 1
 
 
-def test_a_pending_cleanup_requeued_again_and_again_waits_twice_as_long_each_time(make_mailbox, stalwart, settings):
+def test_a_pending_cleanup_requeued_again_and_again_waits_twice_as_long_each_time(make_mailbox, stalwart, settings,
+                                                                                 monkeypatch):
+    monkeypatch.setattr(services, "_queued_expire_tasks", lambda: 0)  # the queue is drained: the task is lost
     mailbox = make_mailbox("backlogged")
     expire(mailbox)
     lease = timedelta(seconds=settings.RELAY_CLEANUP_LEASE_SECONDS)
@@ -257,3 +259,22 @@ def test_sweep_leaves_a_scheduled_mailbox_to_its_task_for_one_interval_then_take
     late = mailbox.expires_at + timedelta(seconds=settings.RELAY_SWEEP_INTERVAL_SECONDS, milliseconds=1)
     with time_machine.travel(late, tick=False):
         assert services.cleanup_sweep().expired == 1  # the task was lost: the sweep steps in
+
+
+def test_while_tasks_are_queued_only_stalled_or_long_waiting_cleanups_are_requeued(make_mailbox, stalwart, settings,
+                                                                                   monkeypatch):
+    monkeypatch.setattr(services, "_queued_expire_tasks", lambda: 500)  # a backlog in the broker
+    waiting, stalled = make_mailbox("waiting"), make_mailbox("stalled")
+    expire(waiting)
+    expire(stalled)
+    Mailbox.objects.filter(id=stalled.id).update(cleanup_state="running")  # its worker died mid-call
+    lapse = timedelta(seconds=settings.RELAY_CLEANUP_LEASE_SECONDS + 1)
+    with time_machine.travel(timezone.now() + lapse, tick=False):
+        assert services.cleanup_sweep().requeued == 1
+    assert Mailbox.objects.get(id=stalled.id).cleanup_state == "pending"
+    long_wait = timedelta(seconds=settings.RELAY_CLEANUP_LEASE_SECONDS * services.MAX_LEASE_DOUBLINGS + 1)
+    before = Mailbox.objects.get(id=waiting.id).cleanup_lease_until
+    with time_machine.travel(timezone.now() + long_wait, tick=False):
+        assert services.cleanup_sweep().requeued == 1
+    # Past the longest lease even a queued one is presumed lost and queued again.
+    assert Mailbox.objects.get(id=waiting.id).cleanup_lease_until > before
