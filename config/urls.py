@@ -9,6 +9,4 @@ urlpatterns = [
     path("admin/", admin.site.urls),
 ]
 
-handler400 = "mailboxes.errors.bad_request"
-handler404 = "mailboxes.errors.not_found"
 handler500 = "mailboxes.errors.server_error"

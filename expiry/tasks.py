@@ -1,5 +1,4 @@
 """Celery tasks of the expiry engine. Thin: ids in, one service call, nothing more."""
-import logging
 import uuid
 
 from celery import shared_task
@@ -8,7 +7,6 @@ from django.conf import settings
 from expiry import services
 from relay.backends import TransientBackendError
 
-logger = logging.getLogger(__name__)
 
 # The cleanup's lease must outlive the task: if the hard time limit could exceed the
 # lease, a sweep might hand the cleanup to a second worker while the first still runs.

@@ -2,14 +2,12 @@
 
 Every error a client can cause goes through here, DRF's and Django's alike, so no
 request ever sees an HTML page or a 500 for bad input."""
-import logging
 
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, JsonResponse
 from rest_framework import exceptions, status
 from rest_framework.views import exception_handler as drf_exception_handler
 
-logger = logging.getLogger(__name__)
 
 
 class ApiError(exceptions.APIException):
@@ -88,19 +86,8 @@ def exception_handler(exc, context):
     return response
 
 
-def _json_error(status_code: int, code: str, message: str) -> JsonResponse:
-    return JsonResponse({"code": code, "message": message}, status=status_code)
-
-
-# Django's own error views, for what never reaches DRF (unknown routes, bodies over
-# DATA_UPLOAD_MAX_MEMORY_SIZE, bugs).
-def bad_request(request, exception=None):
-    return _json_error(400, "invalid_request", "The request could not be read (too large or malformed).")
-
-
-def not_found(request, exception=None):
-    return _json_error(404, "not_found", "Not found.")
-
-
+# Django's own 4xx pages (unknown routes, oversize bodies) are turned into this format by
+# mailboxes.middleware.JsonErrorsMiddleware, in DEBUG too; only a bug's 500 needs a view.
 def server_error(request):
-    return _json_error(500, "server_error", "Something went wrong on our side; it has been logged.")
+    return JsonResponse({"code": "server_error", "message": "Something went wrong on our side; it has been logged."},
+                        status=500)

@@ -108,8 +108,8 @@ class MailboxRenewView(APIView):
         serializer = MailboxRenewSerializer(data=request.data, context={"plan": plan})
         serializer.is_valid(raise_exception=True)
         ttl_ms = serializer.validated_data.get("ttl_ms")
-        services.mailbox_renew(mailbox=mailbox, ttl_ms=ttl_ms if ttl_ms is not None else services.plan_default_ttl_ms(plan))
-        mailbox = selectors.mailbox_get(principal=request.user, mailbox_id=mailbox_id)
+        mailbox = services.mailbox_renew(
+            mailbox=mailbox, ttl_ms=ttl_ms if ttl_ms is not None else services.plan_default_ttl_ms(plan))
         return Response(MailboxSerializer(mailbox).data)
 
 

@@ -5,14 +5,12 @@ the domain of the address. Calls go to the `apiUrl` announced at `/.well-known/j
 Stalwart may answer HTTP 200 with an error inside the body, so every response is read,
 not just its status.
 """
-import logging
 import threading
 
 import requests
 
 from relay.backends import PermanentBackendError, TransientBackendError
 
-logger = logging.getLogger(__name__)
 
 USING = ["urn:ietf:params:jmap:core", "urn:stalwart:jmap"]
 
