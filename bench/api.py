@@ -42,11 +42,11 @@ def main() -> None:
         raise SystemExit("wrk is not installed: apt-get install wrk")
     fresh_database()
     setup_django()
-    from mailboxes.services import mailbox_create, owner_create_api_key
-    from mailboxes.authentication import Principal
+    from mailboxes.keys import Caller, owner_create_api_key
+    from relay.provisioning import mailbox_create
 
     owner, key = owner_create_api_key(name="bench", plan="pro")
-    mailbox, _ = mailbox_create(principal=Principal(owner=owner), local_part=None, domain=None, ttl_ms=3_600_000)
+    mailbox, _ = mailbox_create(caller=Caller(owner=owner), local_part=None, domain=None, ttl_ms=3_600_000)
     web = spawn("gunicorn", [sys.executable, "-m", "gunicorn", "config.wsgi", "-w", str(args.workers),
                              "-b", f"127.0.0.1:{PORT}", "--access-logfile", "-"], env={"RELAY_LOG_LEVEL": "WARNING"})
     wait_until(lambda: _answers(f"http://127.0.0.1:{PORT}/api/schema/"), 60, "gunicorn")

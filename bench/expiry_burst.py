@@ -61,7 +61,7 @@ def relay_burst(count: int, broker, *, backend: str, latency_ms: float, second: 
     from rest_framework.test import APIClient
 
     from mailboxes.models import Mailbox
-    from mailboxes.services import owner_create_api_key
+    from mailboxes.keys import owner_create_api_key
 
     broker.flushdb()
     Mailbox.objects.all().delete()

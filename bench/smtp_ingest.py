@@ -74,12 +74,12 @@ def main() -> None:
     args = parser.parse_args()
     fresh_database()
     setup_django()
-    from mailboxes.authentication import Principal
+    from mailboxes.keys import Caller, owner_create_api_key
     from mailboxes.models import Message
-    from mailboxes.services import mailbox_create, owner_create_api_key
+    from relay.provisioning import mailbox_create
 
     owner, _ = owner_create_api_key(name="bench", plan="pro")
-    addresses = [mailbox_create(principal=Principal(owner=owner), local_part=None, domain=None,
+    addresses = [mailbox_create(caller=Caller(owner=owner), local_part=None, domain=None,
                                 ttl_ms=3_600_000)[0].address for _ in range(50)]
 
     bare = spawn("smtp-bare", [sys.executable, "-c", BARE_SERVER], ready="ready")

@@ -1,5 +1,7 @@
 """The Celery application. Its settings live in config/settings.py under CELERY_*."""
+import logging
 import os
+import time
 
 from celery import Celery
 
@@ -8,3 +10,27 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 app = Celery("relay")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+logger = logging.getLogger("relay.celery")
+
+# A broker that cannot say how long a queue is gets one warning a minute, not one a sweep.
+_QUEUE_LENGTH_WARN_EVERY_SECONDS = 60
+_last_queue_length_warning = 0.0
+
+
+def queue_length(name: str) -> int | None:
+    """Messages waiting in the queue `name`: 0 for an empty one (on Redis an empty queue
+    is a missing key, which a passive declare reports as not found), None when the
+    broker cannot answer."""
+    global _last_queue_length_warning
+    try:
+        with app.connection_for_read() as conn:
+            try:
+                return conn.default_channel.queue_declare(queue=name, passive=True).message_count
+            except conn.channel_errors:
+                return 0
+    except Exception:
+        if time.monotonic() - _last_queue_length_warning > _QUEUE_LENGTH_WARN_EVERY_SECONDS:
+            _last_queue_length_warning = time.monotonic()
+            logger.warning("could not read the length of queue %s", name, exc_info=True)
+        return None

@@ -13,6 +13,12 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
 
 env = environ.Env()
+# `make run` writes its development values (DEBUG on, a random secret key) to this file,
+# so that manage.py commands in the same checkout see them too. Variables already in the
+# environment win over it; production sets everything in the environment.
+ENV_FILE = Path(env.str("RELAY_ENV_FILE", default=str(VAR_DIR / "relay.env")))
+if ENV_FILE.is_file():
+    environ.Env.read_env(ENV_FILE)
 
 
 def _int(name: str, default: int, *, minimum: int = 0) -> int:
@@ -51,10 +57,14 @@ def _rate(name: str, default: str) -> str:
 
 
 # --- Django core -----------------------------------------------------------------------
-DEBUG = _bool("DJANGO_DEBUG", True)
-SECRET_KEY = env.str("DJANGO_SECRET_KEY", default="relay-dev-only-secret-key-change-me" if DEBUG else "")
-if not SECRET_KEY:
-    raise ImproperlyConfigured("DJANGO_SECRET_KEY must be set when DJANGO_DEBUG is false")
+DEBUG = _bool("DJANGO_DEBUG", False)
+DEV_SECRET_KEY = "relay-dev-only-secret-key-never-use-it-in-production-0123456789"
+SECRET_KEY = env.str("DJANGO_SECRET_KEY", default=DEV_SECRET_KEY if DEBUG else "")
+# What Django's check --deploy calls a strong key: 50 characters, 5 different ones.
+if not DEBUG and (SECRET_KEY == DEV_SECRET_KEY or len(SECRET_KEY) < 50 or len(set(SECRET_KEY)) < 5):
+    raise ImproperlyConfigured(
+        "DJANGO_SECRET_KEY must be set to a random value of at least 50 characters when DJANGO_DEBUG is false "
+        "(e.g. python3 -c 'import secrets; print(secrets.token_urlsafe(50))')")
 ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]", "testserver"])
 
 INSTALLED_APPS = [
@@ -68,12 +78,13 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "django_celery_beat",
     "mailboxes",
-    "expiry",
     "relay",
+    "expiry",
+    "api",
 ]
 
 MIDDLEWARE = [
-    "mailboxes.middleware.JsonErrorsMiddleware",
+    "api.middleware.JsonErrorsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # Serves the admin's and the API docs' static files under gunicorn too.
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -129,8 +140,8 @@ TIME_ZONE = "UTC"
 USE_I18N = False
 USE_TZ = True
 STATIC_URL = "static/"
+# Filled by `collectstatic` (make run, the Dockerfile); whitenoise serves it.
 STATIC_ROOT = VAR_DIR / "static"
-STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # whitenoise warns on every request without it
 
 # Bodies above this are refused with 400 (request_too_large) before any parsing.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
@@ -144,20 +155,20 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": "WARNING"},
     "loggers": {
         name: {"handlers": ["console"], "level": LOG_LEVEL, "propagate": False}
-        for name in ("mailboxes", "expiry", "relay")
+        for name in ("mailboxes", "expiry", "relay", "api")
     },
 }
 
 # --- REST API --------------------------------------------------------------------------
 REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": ["mailboxes.authentication.BearerAuthentication"],
-    "DEFAULT_PERMISSION_CLASSES": ["mailboxes.authentication.IsPrincipal"],
+    "DEFAULT_AUTHENTICATION_CLASSES": ["api.authentication.BearerAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["api.authentication.IsPrincipal"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["api.parsers.JSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "DEFAULT_PAGINATION_CLASS": "mailboxes.pagination.RelayPagination",
-    "PAGE_SIZE": 50,
-    "EXCEPTION_HANDLER": "mailboxes.errors.exception_handler",
+    # The page size is api.pagination.RelayPagination's own.
+    "DEFAULT_PAGINATION_CLASS": "api.pagination.RelayPagination",
+    "EXCEPTION_HANDLER": "api.errors.exception_handler",
     "UNAUTHENTICATED_USER": None,
     "DEFAULT_THROTTLE_RATES": {"anon_create": _rate("RELAY_ANON_CREATE_RATE", "20/hour")},
 }
@@ -176,6 +187,14 @@ SPECTACULAR_SETTINGS = {
 RELAY_DOMAINS = [d.strip().lower() for d in env.list("RELAY_DOMAINS", default=["relay.localhost"]) if d.strip()]
 if not RELAY_DOMAINS:
     raise ImproperlyConfigured("RELAY_DOMAINS must name at least one domain")
+
+# Role addresses (RFC 2142, and those certificate authorities mail for domain
+# validation) are never handed out: addresses are never reused, so a squatter would
+# hold one for good.
+ROLE_LOCAL_PARTS = ("abuse", "admin", "administrator", "ftp", "hostmaster", "info", "marketing", "news", "noc",
+                    "postmaster", "sales", "security", "support", "usenet", "uucp", "webmaster", "www")
+RELAY_RESERVED_LOCAL_PARTS = frozenset(
+    ROLE_LOCAL_PARTS + tuple(p.strip().lower() for p in env.list("RELAY_RESERVED_LOCAL_PARTS", default=[]) if p.strip()))
 
 RELAY_MIN_TTL_MS = _int("RELAY_MIN_TTL_MS", 300_000, minimum=1)
 RELAY_MAX_TTL_MS = _int("RELAY_MAX_TTL_MS", 604_800_000, minimum=1)
@@ -222,9 +241,17 @@ RELAY_SMTP_IDLE_SECONDS = _int("RELAY_SMTP_IDLE_SECONDS", 60, minimum=1)
 
 # Outbound mail for POST /mailboxes/{id}/messages.
 try:
-    vars().update(env.email_url("EMAIL_URL", default="consolemail://"))
+    _email = env.email_url("EMAIL_URL", default="consolemail://")
 except (ImproperlyConfigured, ValueError, KeyError) as exc:
     raise ImproperlyConfigured(f"EMAIL_URL is not a usable email URL: {exc}") from None
+EMAIL_BACKEND = _email["EMAIL_BACKEND"]
+EMAIL_HOST = _email.get("EMAIL_HOST", "localhost")
+EMAIL_PORT = _email.get("EMAIL_PORT", 25)
+EMAIL_HOST_USER = _email.get("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = _email.get("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = _email.get("EMAIL_USE_TLS", False)
+EMAIL_USE_SSL = _email.get("EMAIL_USE_SSL", False)
+EMAIL_FILE_PATH = _email.get("EMAIL_FILE_PATH")
 EMAIL_TIMEOUT = 10
 RELAY_SEND_MAX_RETRIES = _int("RELAY_SEND_MAX_RETRIES", 3)
 RELAY_SEND_RETRY_BACKOFF_SECONDS = _int("RELAY_SEND_RETRY_BACKOFF_SECONDS", 10, minimum=1)
@@ -233,14 +260,13 @@ RELAY_SEND_RETRY_BACKOFF_SECONDS = _int("RELAY_SEND_RETRY_BACKOFF_SECONDS", 10, 
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="filesystem://")
 if CELERY_BROKER_URL.startswith("filesystem://"):
     # The server-less broker of `make run`: messages are files under var/broker/.
+    # The folders are made by scripts/run.sh (settings create nothing at import).
     _broker_dir = VAR_DIR / "broker"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir / "queue"),
         "data_folder_out": str(_broker_dir / "queue"),
         "control_folder": str(_broker_dir / "control"),
     }
-    for _folder in ("queue", "control"):
-        (_broker_dir / _folder).mkdir(parents=True, exist_ok=True)
 elif CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         # With acks_late a task stays unacknowledged in Redis until it finishes; if no
@@ -284,6 +310,5 @@ CELERY_DB_REUSE_MAX = _int("CELERY_DB_REUSE_MAX", 1000, minimum=0)
 # No task may run forever; the expire task sets tighter limits of its own.
 CELERY_TASK_SOFT_TIME_LIMIT = 60
 CELERY_TASK_TIME_LIMIT = 90
-CELERY_TASK_ALWAYS_EAGER = _bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_TIMEZONE = "UTC"

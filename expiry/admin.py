@@ -1,21 +1,35 @@
 from django.contrib import admin, messages
 
-from expiry import services
+from expiry.operators import cleanup_requeue
 from expiry.models import Cleanup
-from mailboxes.models import CleanupState
+from mailboxes.ending import mailboxes_force_expire
+from mailboxes.models import CleanupState, Mailbox
 
 
 @admin.action(description="Retry cleanup of dead letters")
 def retry_cleanup(modeladmin, request, queryset):
     ids = list(queryset.filter(cleanup_state=CleanupState.DEAD).values_list("id", flat=True))
-    requeued = services.cleanup_requeue(mailbox_ids=ids)
+    requeued = cleanup_requeue(mailbox_ids=ids)
     modeladmin.message_user(request, f"Queued cleanup again for {len(requeued)} mailbox(es).", messages.SUCCESS)
 
 
 @admin.action(description="Expire now (active mailboxes)")
 def expire_now(modeladmin, request, queryset):
-    expired = services.mailboxes_expire_now(mailbox_ids=list(queryset.values_list("id", flat=True)))
+    expired = mailboxes_force_expire(mailbox_ids=list(queryset.values_list("id", flat=True)))
     modeladmin.message_user(request, f"Expired {len(expired)} mailbox(es); their cleanup is queued.", messages.SUCCESS)
+
+
+@admin.register(Mailbox)
+class MailboxAdmin(admin.ModelAdmin):
+    list_display = ["address", "owner", "status", "created_at", "expires_at", "expired_at", "cleanup_state", "cleanup_attempts"]
+    list_filter = ["status", "cleanup_state", "owner__plan"]
+    search_fields = ["address", "owner__name", "id"]
+    date_hierarchy = "created_at"
+    list_select_related = ["owner"]
+    readonly_fields = ["id", "token_hash", "backend_id", "cleanup_claim", "cleanup_queued_at", "cleanup_lease_until", "cleanup_attempts",
+                       "cleanup_last_error", "cleanup_done_at", "created_at", "expired_at", "deleted_at"]
+    show_full_result_count = False
+    actions = [expire_now, retry_cleanup]
 
 
 @admin.register(Cleanup)

@@ -4,13 +4,22 @@ import uuid
 from celery import shared_task
 from django.conf import settings
 
-from expiry import services
+from expiry import cleanup, purge, sweep as sweeping
 from relay.backends import TransientBackendError
-
 
 # The cleanup's lease must outlive the task: if the hard time limit could exceed the
 # lease, a sweep might hand the cleanup to a second worker while the first still runs.
 _LEASE = settings.RELAY_CLEANUP_LEASE_SECONDS
+# A task that fired a hair before its mailbox was due comes back after this long: long
+# enough to be past the due instant, short enough to add nothing a client could see.
+EARLY_RETRY_SECONDS = 0.05
+
+
+def retry_wait_max_seconds(retries: int) -> float:
+    """The longest Celery's exponential backoff (retry_backoff, retry_backoff_max below)
+    may wait before retry number retries+1; jitter only shortens it."""
+    return min(settings.RELAY_CLEANUP_RETRY_BACKOFF_MAX_SECONDS,
+               settings.RELAY_CLEANUP_RETRY_BACKOFF_SECONDS * (2 ** retries))
 
 
 @shared_task(
@@ -25,27 +34,26 @@ _LEASE = settings.RELAY_CLEANUP_LEASE_SECONDS
     time_limit=_LEASE * 3 // 4,
 )
 def expire_mailbox(self, mailbox_id: str) -> str:
-    """Deprovision one expired or deleted mailbox; see expiry.services.mailbox_cleanup."""
-    outcome = services.mailbox_cleanup(
-        mailbox_id=uuid.UUID(mailbox_id),
-        final_attempt=self.request.retries >= self.max_retries,
-        retry_wait_max_seconds=services.retry_wait_max_seconds(self.request.retries),
-    )
-    if outcome == services.CleanupOutcome.EARLY:
-        # Timers may fire a hair before the due instant; come back in a moment.
-        self.apply_async(args=(mailbox_id,), countdown=0.05)
+    """Deprovision one expired or deleted mailbox; see expiry.cleanup.mailbox_cleanup."""
+    outcome = cleanup.mailbox_cleanup(mailbox_id=uuid.UUID(mailbox_id),
+                                      retry_wait_max_seconds=retry_wait_max_seconds(self.request.retries))
+    if outcome == cleanup.CleanupOutcome.EARLY:
+        self.apply_async(args=(mailbox_id,), countdown=EARLY_RETRY_SECONDS)
     return outcome.value
 
 
 # A sweep message older than two intervals is dropped: a newer one is already queued.
 @shared_task(acks_late=True, soft_time_limit=300, time_limit=330, expires=settings.RELAY_SWEEP_INTERVAL_SECONDS * 2)
 def sweep() -> dict:
-    """Beat's sweep: expire what is due, requeue lapsed cleanups. Safe to overlap."""
-    result = services.cleanup_sweep()
-    return {"expired": result.expired, "requeued": result.requeued}
+    """Beat's sweep: expire what is due, requeue lapsed work, schedule what falls due
+    soon. Safe to overlap."""
+    result = sweeping.sweep_due_and_lapsed()
+    scheduled = sweeping.schedule_upcoming() if settings.RELAY_EXPIRY_SCHEDULE_AHEAD else 0
+    return {"expired": result.expired, "requeued": result.requeued, "abandoned": result.abandoned,
+            "scheduled": scheduled}
 
 
 @shared_task(acks_late=True)
 def purge_retained() -> int:
     """Daily: delete mailboxes past RELAY_RETENTION_DAYS, keeping their addresses reserved."""
-    return services.mailboxes_purge()
+    return purge.mailboxes_purge()

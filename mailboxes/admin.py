@@ -1,7 +1,6 @@
 from django.contrib import admin
 
-from expiry.admin import expire_now, retry_cleanup
-from mailboxes.models import AddressReservation, ApiKey, Mailbox, Message, OutboundMessage, Owner
+from mailboxes.models import AddressReservation, ApiKey, Message, OutboundMessage, Owner
 
 
 class ApiKeyInline(admin.TabularInline):
@@ -26,19 +25,6 @@ class ApiKeyAdmin(admin.ModelAdmin):
     search_fields = ["prefix", "owner__name"]
     readonly_fields = ["prefix", "key_hash", "created_at"]
     list_select_related = ["owner"]
-
-
-@admin.register(Mailbox)
-class MailboxAdmin(admin.ModelAdmin):
-    list_display = ["address", "owner", "status", "created_at", "expires_at", "expired_at", "cleanup_state", "cleanup_attempts"]
-    list_filter = ["status", "cleanup_state", "owner__plan"]
-    search_fields = ["address", "owner__name", "id"]
-    date_hierarchy = "created_at"
-    list_select_related = ["owner"]
-    readonly_fields = ["id", "token_hash", "backend_id", "cleanup_claim", "cleanup_queued_at", "cleanup_lease_until", "cleanup_attempts",
-                       "cleanup_last_error", "cleanup_done_at", "created_at", "expired_at", "deleted_at"]
-    show_full_result_count = False
-    actions = [expire_now, retry_cleanup]
 
 
 @admin.register(Message)

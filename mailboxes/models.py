@@ -51,6 +51,10 @@ class AddressReservation(models.Model):
 
 
 class MailboxStatus(models.TextChoices):
+    # Written before the backend is asked to provision it (relay/provisioning.py):
+    # invisible to the API, refusing mail, and owing a deprovision if it never
+    # becomes active.
+    PROVISIONING = "provisioning"
     ACTIVE = "active"
     EXPIRED = "expired"
     DELETED = "deleted"
@@ -69,12 +73,22 @@ class CleanupState(models.TextChoices):
     DEAD = "dead"
 
 
+class MailboxQuerySet(models.QuerySet):
+    def due(self, now):
+        """Active mailboxes whose lifetime has ended: the one definition of "due"."""
+        return self.filter(status=MailboxStatus.ACTIVE, expires_at__lte=now)
+
+    def visible(self):
+        """What a caller may ever see: not deleted, not still being provisioned."""
+        return self.filter(status__in=(MailboxStatus.ACTIVE, MailboxStatus.EXPIRED))
+
+
 class Mailbox(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     # Null for an anonymous mailbox, which only its own token may use.
     owner = models.ForeignKey(Owner, null=True, blank=True, on_delete=models.CASCADE, related_name="mailboxes")
     address = models.CharField(max_length=320, unique=True)
-    status = models.CharField(max_length=8, choices=MailboxStatus.choices, default=MailboxStatus.ACTIVE)
+    status = models.CharField(max_length=12, choices=MailboxStatus.choices, default=MailboxStatus.ACTIVE)
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField()
     expired_at = models.DateTimeField(null=True, blank=True)
@@ -87,6 +101,10 @@ class Mailbox(models.Model):
     message_count = models.PositiveIntegerField(default=0)
     # The mail backend's id for this mailbox's principal (Stalwart account id).
     backend_id = models.CharField(max_length=100, blank=True, default="")
+
+    # Until then a `provisioning` mailbox is trusted to its creator; after it, a sweep
+    # takes the creator for dead and makes the mailbox owe a deprovision.
+    provision_lease_until = models.DateTimeField(null=True, blank=True)
 
     # The expires_at an expire task was queued for ahead of time (see
     # expiry.services.mailboxes_schedule_upcoming); a renew makes it stale by itself.
@@ -107,6 +125,8 @@ class Mailbox(models.Model):
     cleanup_last_error = models.TextField(blank=True, default="")
     cleanup_done_at = models.DateTimeField(null=True, blank=True)
 
+    objects = MailboxQuerySet.as_manager()
+
     class Meta:
         verbose_name_plural = "mailboxes"
         indexes = [
@@ -121,6 +141,9 @@ class Mailbox(models.Model):
                 condition=Q(cleanup_state__in=["pending", "running"]),
                 name="mailbox_cleanup_lease",
             ),
+            # The sweep's "provisionings whose creator vanished".
+            models.Index(fields=["provision_lease_until"], condition=Q(status="provisioning"),
+                         name="mailbox_provisioning_lease"),
             # Dead letters and the retention purge.
             models.Index(fields=["cleanup_state", "status"], name="mailbox_cleanup_state"),
             # The retention purge, one per way a mailbox ends.
@@ -156,7 +179,11 @@ class Message(models.Model):
 
 
 class OutboundStatus(models.TextChoices):
+    """queued: waiting for a worker; sending: a worker took it (a compare-and-set);
+    sent: the relay accepted it; failed: given up, with the last error kept."""
+
     QUEUED = "queued"
+    SENDING = "sending"
     SENT = "sent"
     FAILED = "failed"
 

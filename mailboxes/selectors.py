@@ -1,46 +1,68 @@
-"""Reads of mailboxes and messages as a caller may see them."""
+"""Reads of mailboxes, messages and sent mail as a caller may see them. Each returns rows
+or raises the domain's NotFound / MailboxExpired."""
 from django.db.models import QuerySet
-from django.utils import timezone
-from rest_framework.exceptions import NotFound
 
-from expiry.services import mailbox_expire_if_due, mailboxes_expire
-from mailboxes.authentication import Principal
-from mailboxes.errors import Expired
-from mailboxes.models import Mailbox, MailboxStatus
+from mailboxes.ending import mailbox_lazy_expire, mailboxes_lazy_expire
+from mailboxes.errors import MailboxExpired, NotFound
+from mailboxes.keys import Caller
+from mailboxes.models import Mailbox, MailboxStatus, Message, OutboundMessage
 
 
-def mailboxes_visible_to(principal: Principal) -> QuerySet:
-    """The caller's mailboxes, deleted ones never: another owner's mailbox is as absent
-    as one that does not exist."""
-    mailboxes = Mailbox.objects.exclude(status=MailboxStatus.DELETED)
-    if principal.owner is not None:
-        return mailboxes.filter(owner=principal.owner)
-    return mailboxes.filter(id=principal.mailbox_id)
+def mailboxes_visible_to(caller: Caller) -> QuerySet:
+    """The caller's mailboxes, deleted and provisioning ones never: another owner's
+    mailbox is as absent as one that does not exist."""
+    mailboxes = Mailbox.objects.visible()
+    if caller.owner is not None:
+        return mailboxes.filter(owner=caller.owner)
+    return mailboxes.filter(id=caller.mailbox_id)
 
 
-def mailbox_list(*, principal: Principal, include_expired: bool) -> QuerySet:
-    visible = mailboxes_visible_to(principal)
+def mailbox_list(*, caller: Caller, include_expired: bool) -> QuerySet:
+    visible = mailboxes_visible_to(caller)
     # Lazy expiry for the whole list: what is due is expired before it is shown.
-    due = list(visible.filter(status=MailboxStatus.ACTIVE, expires_at__lte=timezone.now()).values_list("id", flat=True))
-    mailboxes_expire(mailbox_ids=due)
+    mailboxes_lazy_expire(mailboxes=visible)
     if not include_expired:
         visible = visible.filter(status=MailboxStatus.ACTIVE)
     return visible.order_by("-created_at", "-id")
 
 
-def mailbox_get(*, principal: Principal, mailbox_id) -> Mailbox:
-    """The caller's mailbox, expired on the spot if it is due; 404 if not theirs."""
+def mailbox_get(*, caller: Caller, mailbox_id) -> Mailbox:
+    """The caller's mailbox, expired on the spot if it is due."""
     try:
-        mailbox = mailboxes_visible_to(principal).get(id=mailbox_id)
+        mailbox = mailboxes_visible_to(caller).get(id=mailbox_id)
     except Mailbox.DoesNotExist:
         raise NotFound() from None
-    mailbox_expire_if_due(mailbox=mailbox)
-    return mailbox
+    return mailbox_lazy_expire(mailbox=mailbox)
 
 
-def mailbox_get_active(*, principal: Principal, mailbox_id) -> Mailbox:
-    """For operations that need a live mailbox (messages, renew, send): 410 if expired."""
-    mailbox = mailbox_get(principal=principal, mailbox_id=mailbox_id)
+def mailbox_get_active(*, caller: Caller, mailbox_id) -> Mailbox:
+    """For operations that need a live mailbox (messages, renew, send)."""
+    mailbox = mailbox_get(caller=caller, mailbox_id=mailbox_id)
     if mailbox.status != MailboxStatus.ACTIVE:
-        raise Expired()
+        raise MailboxExpired()
     return mailbox
+
+
+def message_list(*, mailbox: Mailbox) -> QuerySet:
+    return (Message.objects.filter(mailbox=mailbox).defer("raw", "text", "html", "headers")
+            .order_by("-received_at", "-id"))
+
+
+def message_get(*, mailbox: Mailbox, message_id: int, raw: bool = False) -> Message:
+    """One message of `mailbox`: its parsed fields, or (with `raw`) only its bytes."""
+    messages = Message.objects.only("raw") if raw else Message.objects.defer("raw")
+    try:
+        return messages.get(mailbox=mailbox, id=message_id)
+    except Message.DoesNotExist:
+        raise NotFound() from None
+
+
+def outbound_list(*, mailbox: Mailbox) -> QuerySet:
+    return OutboundMessage.objects.filter(mailbox=mailbox).order_by("-created_at", "-id")
+
+
+def outbound_get(*, mailbox: Mailbox, outbound_id: int) -> OutboundMessage:
+    try:
+        return OutboundMessage.objects.get(mailbox=mailbox, id=outbound_id)
+    except OutboundMessage.DoesNotExist:
+        raise NotFound() from None

@@ -1,8 +1,10 @@
-"""What can be done to a mailbox: create it, renew it. Ending one is expiry's business
-(expiry/services.py)."""
+"""What can be done to a mailbox: reserve its address and record it, activate it, renew
+it, read and delete its mail. Provisioning it on the mail backend is relay's business
+(relay/provisioning.py); ending it is in mailboxes/ending.py."""
 import logging
 import secrets
 import string
+import uuid
 from datetime import timedelta
 
 from django.conf import settings
@@ -10,35 +12,32 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from mailboxes.authentication import MAILBOX_TOKEN_PREFIX, Principal, new_secret
-from mailboxes.errors import BackendUnavailable, Conflict, Expired
-from mailboxes.models import PLAN_TTL_CAP_MS, AddressReservation, ApiKey, Mailbox, MailboxStatus, Message, Owner, Plan
-from relay.backends import BackendError, get_backend
+from mailboxes.ending import cleanup_pending_fields, publish_after_commit
+from mailboxes.errors import AddressTaken, InvalidRequest, MailboxExpired
+from mailboxes.keys import MAILBOX_TOKEN_PREFIX, Caller, new_secret
+from mailboxes.models import (PLAN_TTL_CAP_MS, AddressReservation, CleanupState, Mailbox, MailboxStatus, Message,
+                              Plan)
 
 logger = logging.getLogger(__name__)
 
 RANDOM_LOCAL_PART_ALPHABET = string.ascii_lowercase + string.digits
+# Random addresses are 12 of 36 characters; a clash is a freak, eight in a row is a bug.
+RANDOM_ADDRESS_TRIES = 8
 
 
 def plan_ttl_cap_ms(plan: str) -> int:
     return min(PLAN_TTL_CAP_MS[Plan(plan)], settings.RELAY_MAX_TTL_MS)
 
 
-def plan_default_ttl_ms(plan: str) -> int:
-    return min(settings.RELAY_DEFAULT_TTL_MS, plan_ttl_cap_ms(plan))
-
-
-def owner_create_api_key(*, name: str, plan: str = Plan.FREE) -> tuple[Owner, str]:
-    """Create the owner if needed (setting its plan) and a new key for it. Returns the
-    key in clear text: the only time it exists outside the caller's hands."""
-    owner, created = Owner.objects.get_or_create(name=name, defaults={"plan": plan})
-    if not created and owner.plan != plan:
-        owner.plan = plan
-        owner.save(update_fields=["plan"])
-    key, digest = new_secret("rk_")
-    ApiKey.objects.create(owner=owner, prefix=key[:10], key_hash=digest)
-    logger.info("created an API key for owner %s (plan %s)", owner.name, owner.plan)
-    return owner, key
+def plan_ttl_ms(*, plan: str, ttl_ms: int | None) -> int:
+    """The TTL to use: `ttl_ms` if the plan allows it, the plan's default when absent."""
+    cap = plan_ttl_cap_ms(plan)
+    if ttl_ms is None:
+        return min(settings.RELAY_DEFAULT_TTL_MS, cap)
+    if not settings.RELAY_MIN_TTL_MS <= ttl_ms <= cap:
+        raise InvalidRequest(f"ttl_ms must be between {settings.RELAY_MIN_TTL_MS} and {cap} on the {plan} plan.",
+                             field="ttl_ms")
+    return ttl_ms
 
 
 def _reserve(address: str) -> bool:
@@ -52,65 +51,70 @@ def _reserve(address: str) -> bool:
     return True
 
 
-def mailbox_create(*, principal: Principal | None, local_part: str | None, domain: str | None,
-                   ttl_ms: int | None) -> tuple[Mailbox, str | None]:
-    """Create a mailbox, provisioned on the mail backend. Returns it and, for an anonymous
-    caller, the token that authorizes it (shown once). `ttl_ms` is already validated."""
-    owner = principal.owner if principal else None
-    plan = owner.plan if owner else Plan.FREE
-    domain = domain or settings.RELAY_DOMAINS[0]
-    ttl_ms = ttl_ms if ttl_ms is not None else plan_default_ttl_ms(plan)
-
+def _reserve_address(*, local_part: str | None, domain: str) -> str:
     if local_part:
         address = f"{local_part}@{domain}"
         if not _reserve(address):
-            raise Conflict(f"The address {address} has already been used.")
-    else:
-        for _ in range(8):
-            address = "".join(secrets.choice(RANDOM_LOCAL_PART_ALPHABET) for _ in range(12)) + f"@{domain}"
-            if _reserve(address):
-                break
-        else:
-            raise Conflict("Could not find a free random address; try again.")
+            raise AddressTaken(f"The address {address} has already been used.")
+        return address
+    for _ in range(RANDOM_ADDRESS_TRIES):
+        address = "".join(secrets.choice(RANDOM_LOCAL_PART_ALPHABET) for _ in range(12)) + f"@{domain}"
+        if _reserve(address):
+            return address
+    raise AddressTaken("Could not find a free random address; try again.")
 
+
+def mailbox_record_intent(*, caller: Caller | None, local_part: str | None, domain: str | None,
+                          ttl_ms: int | None, lease_seconds: float) -> tuple[Mailbox, str | None]:
+    """Reserve the address and write the mailbox as `provisioning`, leased for
+    `lease_seconds`, before anything is asked of the mail backend: whatever happens to
+    the caller after this, the row is there to own (and clean up) what the backend makes.
+    Returns it and, for an anonymous caller, the token that authorizes it (shown once)."""
+    owner = caller.owner if caller else None
+    plan = caller.plan if caller else Plan.FREE
+    ttl_ms = plan_ttl_ms(plan=plan, ttl_ms=ttl_ms)
+    address = _reserve_address(local_part=local_part, domain=domain or settings.RELAY_DOMAINS[0])
     token, token_hash = new_secret(MAILBOX_TOKEN_PREFIX) if owner is None else (None, None)
     now = timezone.now()
-    mailbox = Mailbox(owner=owner, address=address, expires_at=now + timedelta(milliseconds=ttl_ms), token_hash=token_hash)
-
-    # The backend call happens outside any transaction: only the reservation is
-    # committed meanwhile, and it is released if provisioning fails.
-    backend = get_backend()
-    try:
-        mailbox.backend_id = backend.provision(mailbox)
-    except BackendError as exc:
-        AddressReservation.objects.filter(address=address).delete()
-        logger.warning("could not provision %s on %s: %s", address, backend.name, exc)
-        raise BackendUnavailable() from exc
-    try:
-        mailbox.save(force_insert=True)
-    except Exception:
-        logger.exception("could not store %s after provisioning it; undoing", address)
-        try:
-            backend.deprovision(mailbox)
-        finally:
-            AddressReservation.objects.filter(address=address).delete()
-        raise
-    logger.info("created mailbox %s (%s) expiring at %s", mailbox.id, address, mailbox.expires_at.isoformat())
+    mailbox = Mailbox.objects.create(
+        owner=owner, address=address, status=MailboxStatus.PROVISIONING, token_hash=token_hash,
+        expires_at=now + timedelta(milliseconds=ttl_ms), provision_lease_until=now + timedelta(seconds=lease_seconds),
+    )
     return mailbox, token
 
 
-def mailbox_renew(*, mailbox: Mailbox, ttl_ms: int) -> Mailbox:
-    """Set `expires_at = now + ttl_ms` on an active mailbox. A mailbox that expired, even
-    a moment ago, stays expired: 410."""
+def mailbox_activate(*, mailbox: Mailbox, backend_id: str) -> bool:
+    """The backend made the mailbox: hand it out. False if a sweep gave up on it first
+    (its creator outlived the lease); then its cleanup is made owed again, since the
+    account the backend just made may postdate the cleanup that ran."""
+    activated = Mailbox.objects.filter(id=mailbox.id, status=MailboxStatus.PROVISIONING).update(
+        status=MailboxStatus.ACTIVE, backend_id=backend_id, provision_lease_until=None)
+    if activated:
+        mailbox.status, mailbox.backend_id, mailbox.provision_lease_until = MailboxStatus.ACTIVE, backend_id, None
+        logger.info("created mailbox %s (%s) expiring at %s", mailbox.id, mailbox.address, mailbox.expires_at.isoformat())
+        return True
+    with transaction.atomic():
+        reopened = Mailbox.objects.filter(
+            id=mailbox.id, cleanup_state__in=(CleanupState.DONE, CleanupState.DEAD)).update(
+            backend_id=backend_id, **cleanup_pending_fields(now=timezone.now(), claim=uuid.uuid4()))
+        if reopened:
+            publish_after_commit([mailbox.id])
+    logger.warning("mailbox %s was provisioned after its lease lapsed; its deprovision is owed", mailbox.address)
+    return False
+
+
+def mailbox_renew(*, mailbox: Mailbox, plan: str, ttl_ms: int | None) -> Mailbox:
+    """Set `expires_at = now + ttl_ms` (the plan's default when absent) on an active
+    mailbox. A mailbox that expired, even a moment ago, stays expired."""
+    ttl_ms = plan_ttl_ms(plan=plan, ttl_ms=ttl_ms)
     now = timezone.now()
     expires_at = now + timedelta(milliseconds=ttl_ms)
     # Conditional on still being active and not yet due, so a renew can never revive a
     # mailbox that a sweep or an SMTP RCPT has just expired.
     renewed = Mailbox.objects.filter(id=mailbox.id, status=MailboxStatus.ACTIVE, expires_at__gt=now).update(
-        expires_at=expires_at
-    )
+        expires_at=expires_at)
     if not renewed:
-        raise Expired()
+        raise MailboxExpired()
     mailbox.expires_at = expires_at
     return mailbox
 

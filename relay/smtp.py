@@ -14,7 +14,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import close_old_connections, connection, connections, transaction
 
-from expiry.services import mailbox_expire_if_due
+from mailboxes.ending import mailbox_lazy_expire
 from mailboxes.models import Mailbox, MailboxStatus, Message
 from relay.parsing import parse_message
 
@@ -35,7 +35,7 @@ def recipient_mailbox_id(address: str):
         "id", "status", "expires_at", "address").first()
     if mailbox is None:
         return None
-    mailbox = mailbox_expire_if_due(mailbox=mailbox)
+    mailbox = mailbox_lazy_expire(mailbox=mailbox)
     return mailbox.id if mailbox.status == MailboxStatus.ACTIVE else None
 
 

@@ -8,5 +8,7 @@ shift
 . scripts/services.sh
 export DATABASE_URL="postgres://postgres@127.0.0.1:$PG_PORT/relay_bench"
 export CELERY_BROKER_URL="redis://127.0.0.1:$REDIS_PORT/14"
-export DJANGO_DEBUG=false DJANGO_SECRET_KEY=relay-bench-secret-key PYTHONPATH=.
+mkdir -p var/static
+export RELAY_ENV_FILE=/dev/null DJANGO_DEBUG=false PYTHONPATH=.
+export DJANGO_SECRET_KEY=relay-bench-secret-key-not-for-production-qR7sT8uV9wX0yZ1aB2
 exec $BIN/python "bench/$name.py" "$@"

@@ -1,27 +1,60 @@
 #!/usr/bin/env bash
-# Starts Relay's four processes (web, worker, beat, smtp) in the foreground; Ctrl-C stops
-# them all. Defaults: SQLite at var/relay.sqlite3, the filesystem broker under var/broker.
+# Starts Relay's processes (web, worker, beat, smtp) in the foreground, each line of
+# output prefixed with the process's name; Ctrl-C stops them all and exits 0.
+# Defaults: SQLite at var/relay.sqlite3, the filesystem broker under var/broker.
 # Set DATABASE_URL / CELERY_BROKER_URL to use PostgreSQL and Redis instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=.venv/bin
-mkdir -p var
 WEB_PORT=${RELAY_WEB_PORT:-8000}
+SMTP_PORT=${RELAY_SMTP_PORT:-2525}
+mkdir -p var/broker/queue var/broker/control var/static
+
+# Development values for this checkout (DEBUG on, a random secret key), kept in a file
+# so that `.venv/bin/python manage.py ...` in another terminal sees the same ones.
+if [ ! -f var/relay.env ]; then
+  (umask 077; printf 'DJANGO_DEBUG=true\nDJANGO_SECRET_KEY=%s\n' \
+    "$($BIN/python -c 'import secrets; print(secrets.token_urlsafe(50))')" > var/relay.env)
+fi
+
+port_free() {  # port_free PORT VARIABLE
+  if ! $BIN/python -c "import socket,sys; s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(('127.0.0.1', int(sys.argv[1])))" "$1" 2>/dev/null; then
+    echo "error: port $1 on 127.0.0.1 is already in use; set $2 to another port (e.g. $2=$(( $1 + 1 )) make run)" >&2
+    exit 1
+  fi
+}
+port_free "$WEB_PORT" RELAY_WEB_PORT
+port_free "$SMTP_PORT" RELAY_SMTP_PORT
 
 $BIN/python manage.py migrate --noinput
+$BIN/python manage.py collectstatic --noinput -v0
 
 pids=()
+stopping=0
 stop() {
+  stopping=1
   trap - EXIT INT TERM
   kill -TERM "${pids[@]}" 2>/dev/null || true
-  wait 2>/dev/null || true
+  wait "${pids[@]}" 2>/dev/null || true
 }
-trap stop EXIT INT TERM
+on_interrupt() {
+  echo; echo "stopping Relay" >&2
+  stop
+  exit 0
+}
+trap on_interrupt INT TERM
+trap stop EXIT
 
-$BIN/python manage.py runserver "127.0.0.1:$WEB_PORT" --noreload & pids+=($!)
-$BIN/celery -A config worker --loglevel=INFO --concurrency=2 --hostname "worker@%h" & pids+=($!)
-$BIN/celery -A config beat --loglevel=INFO & pids+=($!)
-$BIN/python manage.py runsmtp & pids+=($!)
+# start NAME COMMAND...: runs COMMAND with its output (stdout and stderr) prefixed by NAME.
+start() {
+  local name=$1; shift
+  "$@" > >(sed -u "s/^/$(printf '%-6s' "$name")| /") 2>&1 &
+  pids+=($!)
+}
+start web    $BIN/python manage.py runserver "127.0.0.1:$WEB_PORT" --noreload
+start worker $BIN/celery -A config worker --loglevel=INFO --concurrency=2 --hostname "worker@%h"
+start beat   $BIN/celery -A config beat --loglevel=INFO
+start smtp   $BIN/python manage.py runsmtp --port "$SMTP_PORT"
 
 cat <<MSG
 
@@ -29,12 +62,17 @@ Relay is starting:
   API        http://127.0.0.1:$WEB_PORT/api/v1/
   API docs   http://127.0.0.1:$WEB_PORT/api/docs/
   admin      http://127.0.0.1:$WEB_PORT/admin/   (create a login: .venv/bin/python manage.py createsuperuser)
-  SMTP       127.0.0.1:${RELAY_SMTP_PORT:-2525}
+  SMTP       127.0.0.1:$SMTP_PORT
   API key    .venv/bin/python manage.py createapikey NAME
-Press Ctrl-C to stop.
+Logs: every line below names its process (web, worker, beat, smtp). Press Ctrl-C to stop.
 
 MSG
-# If any process dies, stop the others rather than run half a service.
-wait -n
-echo "a Relay process exited; stopping the rest" >&2
-exit 1
+# If any process dies on its own, stop the others rather than run half a service.
+set +e
+wait -n "${pids[@]}"
+status=$?
+if [ "$stopping" = 0 ]; then
+  echo "a Relay process exited (status $status); stopping the rest" >&2
+  stop
+  exit 1
+fi

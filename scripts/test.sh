@@ -12,6 +12,7 @@ export RELAY_BACKEND=local
 # second, retries after 1, 2, 4 s, lapsed claims picked up after 4 s, Stalwart timeouts of 1 s.
 export RELAY_SWEEP_INTERVAL_SECONDS=1 RELAY_CLEANUP_RETRY_BACKOFF_SECONDS=1 RELAY_CLEANUP_LEASE_SECONDS=4
 export STALWART_CONNECT_TIMEOUT_SECONDS=1 STALWART_READ_TIMEOUT_SECONDS=1 RELAY_SEND_RETRY_BACKOFF_SECONDS=1
-export DJANGO_DEBUG=false DJANGO_SECRET_KEY=relay-test-secret-key-not-for-production
+mkdir -p var/static
+export RELAY_ENV_FILE=/dev/null DJANGO_DEBUG=false DJANGO_SECRET_KEY=relay-test-secret-key-not-for-production-aZ0bY1cX2dW3eV4fU5
 unset CACHE_URL EMAIL_URL STALWART_URL STALWART_TOKEN RELAY_DOMAINS
 exec $BIN/pytest "$@"

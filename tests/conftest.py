@@ -4,7 +4,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -13,27 +12,14 @@ import redis
 from django.conf import settings
 from rest_framework.test import APIClient
 
-from mailboxes.services import owner_create_api_key
+from mailboxes.keys import owner_create_api_key
+from tests.helpers import ROOT, wait_until
 from tests.stalwart_fake import TOKEN, FakeStalwart
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def pytest_configure(config):
     if settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
         pytest.exit("The suite runs on PostgreSQL and Redis: run it with `make test`.", returncode=2)
-
-
-def wait_until(predicate, *, timeout: float, interval: float = 0.05, message: str = "condition"):
-    """Poll `predicate` until it returns something truthy; fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
-        time.sleep(interval)
 
 
 # --- API clients ---------------------------------------------------------------------------

@@ -7,16 +7,13 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from mailboxes.models import AddressReservation, Mailbox
+from tests.helpers import create_via_api as create
 from tests.stalwart_fake import HTTP_503, TIMEOUT, UNAUTHORIZED
 
 MIN = 300_000
 HOUR = 3_600_000
 DAY = 24 * HOUR
 CAPS = {"free": HOUR, "pro": DAY, "enterprise": 7 * DAY}
-
-
-def create(client, **body):
-    return client.post("/api/v1/mailboxes", body, format="json")
 
 
 @pytest.mark.parametrize("plan", ["free", "pro", "enterprise"])
@@ -68,11 +65,31 @@ def test_local_part_is_lowercased_and_domain_defaults_to_first(client_pro):
     assert "token" not in response.json()
 
 
-@pytest.mark.parametrize("local_part", ["", "a b", "x" * 65, "ünï", "a@b", "a+b", "../x"])
+@pytest.mark.parametrize("local_part", ["", "a b", "x" * 65, "ünï", "a@b", "a+b", "../x", ".x", "x.", "a..b"])
 def test_bad_local_part_is_400(client_pro, local_part):
     response = create(client_pro, local_part=local_part)
     assert response.status_code == 400
     assert "local_part" in response.json()["fields"]
+
+
+@pytest.mark.parametrize("local_part", ["postmaster", "abuse", "hostmaster", "webmaster", "admin", "Administrator"])
+def test_role_addresses_are_refused(client_pro, local_part):
+    response = create(client_pro, local_part=local_part)
+    assert response.status_code == 400
+    assert "reserved" in response.json()["fields"]["local_part"][0]
+
+
+def test_reserved_local_parts_extend_the_role_list(client_pro, settings):
+    settings.RELAY_RESERVED_LOCAL_PARTS = settings.RELAY_RESERVED_LOCAL_PARTS | {"billing"}
+    assert create(client_pro, local_part="billing").status_code == 400
+    assert create(client_pro, local_part="billing2").status_code == 201
+
+
+def test_unknown_fields_are_400_naming_them(client_pro):
+    response = create(client_pro, ttl=600_000)
+    assert response.status_code == 400
+    assert list(response.json()["fields"]) == ["ttl"]
+    assert not Mailbox.objects.exists()
 
 
 def test_domain_must_be_configured(client_pro, settings):
@@ -163,17 +180,20 @@ def test_anonymous_creation_is_rate_limited_per_client_address(api, settings):
 
 
 @pytest.mark.parametrize("failure", [HTTP_503, TIMEOUT, UNAUTHORIZED])
-def test_backend_failure_is_503_and_keeps_nothing(client_pro, stalwart, failure):
+def test_backend_failure_is_503_shows_nothing_and_owes_a_deprovision(client_pro, stalwart, failure):
     stalwart.fail(failure)
     response = create(client_pro, local_part="unlucky")
     assert response.status_code == 503
     assert response.json()["code"] == "backend_unavailable"
-    assert not Mailbox.objects.filter(address="unlucky@relay.localhost").exists()
-    assert not AddressReservation.objects.filter(address="unlucky@relay.localhost").exists()
+    assert client_pro.get("/api/v1/mailboxes?include_expired=true").json()["count"] == 0
+    # The row stays, invisible, owing a deprovision in case the backend made the account
+    # after all (a timeout may hide a success); the address is never handed out again.
+    row = Mailbox.objects.get(address="unlucky@relay.localhost")
+    assert (row.status, row.cleanup_state) == ("deleted", "pending")
+    assert AddressReservation.objects.filter(address="unlucky@relay.localhost").exists()
     stalwart.fail(failure, times=0)
     stalwart.failure_all = None
-    # Nothing was kept, so the address is still free.
-    assert create(client_pro, local_part="unlucky").status_code == 201
+    assert create(client_pro, local_part="unlucky").status_code == 409
 
 
 def test_create_provisions_the_principal_on_stalwart(client_pro, stalwart):

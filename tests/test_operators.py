@@ -10,14 +10,9 @@ from django.utils import timezone
 from django_celery_beat.models import PeriodicTask
 
 from expiry.schedules import PURGE_TASK_NAME, SWEEP_TASK_NAME
-from expiry.services import mailboxes_purge
+from expiry.purge import mailboxes_purge
 from mailboxes.models import AddressReservation, Mailbox, Message
-
-
-def mailbox(name, **fields):
-    AddressReservation.objects.create(address=f"{name}@relay.localhost")
-    defaults = {"expires_at": timezone.now() + timedelta(minutes=10)}
-    return Mailbox.objects.create(address=f"{name}@relay.localhost", **{**defaults, **fields})
+from tests.helpers import make_mailbox as mailbox
 
 
 @pytest.fixture

@@ -54,11 +54,11 @@ def test_renew_out_of_range_is_400(client_pro, mailbox_id, ttl):
 
 
 def test_renew_cannot_revive_a_mailbox_expired_between_read_and_write(client_pro, mailbox_id):
-    from mailboxes.errors import Expired
+    from mailboxes.errors import MailboxExpired
     from mailboxes.services import mailbox_renew
 
     mailbox = Mailbox.objects.get(id=mailbox_id)
     Mailbox.objects.filter(id=mailbox_id).update(status="expired")  # a sweep got there first
-    with pytest.raises(Expired):
-        mailbox_renew(mailbox=mailbox, ttl_ms=600_000)
+    with pytest.raises(MailboxExpired):
+        mailbox_renew(mailbox=mailbox, plan="pro", ttl_ms=600_000)
     assert Mailbox.objects.get(id=mailbox_id).status == "expired"

@@ -6,7 +6,7 @@ import pytest
 from aiosmtpd.controller import Controller
 
 from mailboxes.models import Mailbox
-from tests.conftest import wait_until
+from tests.helpers import wait_until
 
 pytestmark = pytest.mark.workers
 

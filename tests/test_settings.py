@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 
 CASES = [
     ({"RELAY_MIN_TTL_MS": "five"}, "RELAY_MIN_TTL_MS"),

@@ -1,33 +1,16 @@
 """The expiry engine with real `celery worker` and `celery beat` processes, real Redis,
 real PostgreSQL and the fake Stalwart: many workers, overlapping sweeps, and faults."""
-import json
 import statistics
-from datetime import timedelta
-from pathlib import Path
 
 import pytest
-from django.utils import timezone
 
-from expiry import services
 from expiry.tasks import expire_mailbox
+from mailboxes.ending import mailboxes_expire_due
 from mailboxes.models import Mailbox
-from tests.conftest import ROOT, wait_until
+from tests.helpers import make_mailbox, make_mailboxes, wait_until
 from tests.stalwart_fake import CONCURRENCY, FORBIDDEN_IN_BODY, HTTP_503, RATE_LIMITED
 
 pytestmark = pytest.mark.workers
-
-
-def make_mailboxes(stalwart, count: int, *, prefix: str, first_in: float, spread: float) -> list[Mailbox]:
-    """`count` mailboxes with Stalwart accounts, falling due over `spread` seconds
-    starting `first_in` seconds from now."""
-    now = timezone.now()
-    mailboxes = [
-        Mailbox(address=f"{prefix}{i}@relay.localhost",
-                expires_at=now + timedelta(seconds=first_in + spread * i / count),
-                backend_id=stalwart.add_account(f"{prefix}{i}"))
-        for i in range(count)
-    ]
-    return Mailbox.objects.bulk_create(mailboxes, batch_size=1000)
 
 
 def settled(ids) -> int:
@@ -52,9 +35,8 @@ def test_two_worker_processes_given_one_cleanup_deprovision_once(processes, stal
     processes.worker("w2")
     processes.wait_ready()
     stalwart.latency = 0.5
-    mailbox = Mailbox.objects.create(address="both@relay.localhost", expires_at=timezone.now(),
-                                     backend_id=stalwart.add_account("both"))
-    services.mailboxes_expire(mailbox_ids=[mailbox.id], enqueue=False)
+    mailbox = make_mailbox("both", due=True, stalwart=stalwart)
+    mailboxes_expire_due(mailbox_ids=[mailbox.id], publish=False)
     for _ in range(2):  # the same message twice, as a redelivery would hand it out
         expire_mailbox.apply_async(args=(str(mailbox.id),))
     wait_settled([mailbox.id], timeout=30)
@@ -65,14 +47,14 @@ def test_two_worker_processes_given_one_cleanup_deprovision_once(processes, stal
     assert len(stalwart.destroy_calls("both")) == 1
 
 
-def test_many_workers_and_two_beats_clean_up_a_thousand_mailboxes(processes, stalwart):
+def test_many_workers_and_two_beats_clean_up_a_thousand_mailboxes_promptly(processes, stalwart):
     for name in ("w1", "w2", "w3"):
         processes.worker(name)
     processes.beat("beat1")
     processes.beat("beat2")
     processes.wait_ready()
 
-    mailboxes = make_mailboxes(stalwart, 1000, prefix="m", first_in=2, spread=5)
+    mailboxes = make_mailboxes(1000, prefix="m", first_in=2, spread=5, stalwart=stalwart)
     transient = {f"m{i}": (HTTP_503, 2) for i in range(0, 60)}
     transient |= {f"m{i}": (RATE_LIMITED, 1) for i in range(60, 80)}
     transient |= {f"m{i}": (CONCURRENCY, 1) for i in range(80, 100)}
@@ -97,15 +79,14 @@ def test_many_workers_and_two_beats_clean_up_a_thousand_mailboxes(processes, sta
     assert_each_deprovisioned_once_and_never_early(stalwart, mailboxes)
     assert sorted(stalwart.destroyed_names()) == sorted(set(rows) - dead)
 
-    # The figure the closing note quotes: expires_at to cleanup done, first-try mailboxes.
+    # Expiry keeps up: first-try mailboxes are cleaned up within a bound of expires_at.
+    # 1,000 fall due within 5 s, more than 3 workers on 2 cores clean a second, so the
+    # bound is queueing's; a sweep that stalled or lost work would blow through it.
     lags = [(m.cleanup_done_at - m.expires_at).total_seconds() for name, m in rows.items()
             if name not in transient and m.cleanup_state == "done"]
-    figures = {"mailboxes": len(lags), "median_s": round(statistics.median(lags), 3), "max_s": round(max(lags), 3),
-               "workers": 3, "beats": 2, "sweep_interval_s": 1}
-    out = Path(ROOT, "var", "expiry-lag-test.json")
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(figures) + "\n")
-    print("expiry lag in the many-process test:", figures)
+    print(f"expires_at to done over {len(lags)} first-try mailboxes: median {statistics.median(lags):.2f} s, "
+          f"max {max(lags):.2f} s")
+    assert statistics.median(lags) < 10 and max(lags) < 30
 
 
 def test_a_worker_killed_mid_run_loses_no_cleanup(processes, stalwart):
@@ -114,7 +95,7 @@ def test_a_worker_killed_mid_run_loses_no_cleanup(processes, stalwart):
     processes.beat("beat")
     processes.wait_ready()
     stalwart.latency = 0.05
-    mailboxes = make_mailboxes(stalwart, 200, prefix="k", first_in=0.5, spread=1)
+    mailboxes = make_mailboxes(200, prefix="k", first_in=0.5, spread=1, stalwart=stalwart)
     ids = [m.id for m in mailboxes]
     wait_until(lambda: "expire_mailbox" in processes.log("victim") and settled(ids) >= 30, timeout=60,
                message="the victim to be mid-run")
@@ -129,10 +110,12 @@ def test_a_flushed_broker_loses_no_cleanup(processes, stalwart, broker):
     processes.beat("beat")
     processes.wait_ready()
     stalwart.latency = 0.03
-    mailboxes = make_mailboxes(stalwart, 200, prefix="f", first_in=0.5, spread=0.5)
+    mailboxes = make_mailboxes(200, prefix="f", first_in=0.5, spread=0.5, stalwart=stalwart)
     ids = [m.id for m in mailboxes]
     wait_until(lambda: settled(ids) >= 20, timeout=60, message="the run to be under way")
-    queued_before = broker.llen("celery")
+    # Queued messages, and those a worker holds unacknowledged (tasks scheduled ahead
+    # for expires_at wait in the worker, unacked, until their time).
+    queued_before = broker.llen("celery") + broker.hlen("unacked")
     broker.flushdb()  # every queued and unacknowledged message is gone
     wait_settled(ids, timeout=90)
     assert queued_before > 0, "the flush should have dropped queued tasks"

@@ -12,15 +12,15 @@ from django.conf import settings
 
 
 class BackendError(Exception):
-    permanent = False
+    """Anything a backend call can fail with; one of the two kinds below."""
 
 
 class TransientBackendError(BackendError):
-    permanent = False
+    """A retry may fix it: a timeout, a 5xx, a rate limit."""
 
 
 class PermanentBackendError(BackendError):
-    permanent = True
+    """A retry will not fix it: bad credentials, a rejected request."""
 
 
 class MailboxLike(Protocol):
@@ -30,6 +30,10 @@ class MailboxLike(Protocol):
 
 class MailBackend(Protocol):
     name: str
+    # The longest one provision() call can take, all its requests and timeouts together.
+    # A mailbox being provisioned is leased for at least this long, so a sweep never
+    # gives up on it (and deprovisions) while the backend may still be creating it.
+    provision_seconds_max: float
 
     def provision(self, mailbox: MailboxLike) -> str: ...
 

@@ -4,6 +4,7 @@ external to create or remove. The mailbox row alone decides what is accepted."""
 
 class LocalBackend:
     name = "local"
+    provision_seconds_max = 0
 
     def provision(self, mailbox) -> str:
         return ""

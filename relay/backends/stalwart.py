@@ -21,12 +21,18 @@ TRANSIENT_METHOD_ERRORS = {"serverUnavailable", "serverFail", "serverPartialFail
 TRANSIENT_LIMITS = {"maxConcurrentRequests", "maxConcurrentUpload", "maxRequestsPerMinute"}
 
 
+# provision() makes at most this many requests: discovery, domain, create, and the
+# account lookup after an "alreadyExists".
+PROVISION_REQUESTS_MAX = 4
+
+
 class StalwartBackend:
     name = "stalwart"
 
     def __init__(self, *, base_url: str, token: str, timeout: tuple[int, int]):
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
+        self.provision_seconds_max = PROVISION_REQUESTS_MAX * sum(timeout)
         self.http = requests.Session()
         self.http.headers.update({"Authorization": f"Bearer {token}", "Accept": "application/json"})
         self._lock = threading.Lock()

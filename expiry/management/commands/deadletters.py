@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand
 
-from expiry.services import cleanup_requeue
+from expiry.operators import cleanup_requeue
 from mailboxes.models import CleanupState, Mailbox
 
 

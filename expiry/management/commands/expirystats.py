@@ -2,7 +2,7 @@ import json
 
 from django.core.management.base import BaseCommand
 
-from expiry.services import expiry_stats
+from expiry.operators import expiry_stats
 
 
 class Command(BaseCommand):

@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand
 
 from mailboxes.models import Plan
-from mailboxes.services import owner_create_api_key
+from mailboxes.keys import owner_create_api_key
 
 
 class Command(BaseCommand):

@@ -1,32 +1,31 @@
-"""The REST API of SPEC §5. Views validate input, call one service, render the result."""
+"""The REST API of SPEC §5. Views validate input, call one service or selector, render
+the result; the domain's exceptions become responses in api.errors."""
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import permissions, status
-from rest_framework.exceptions import NotFound
-from rest_framework.generics import get_object_or_404
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from expiry.services import mailbox_delete
-from mailboxes import selectors, services
-from mailboxes.authentication import AnonymousCreateThrottle, Principal
-from mailboxes.models import Message, OutboundMessage
-from mailboxes.pagination import RelayPagination
-from mailboxes.serializers import (
+from api.authentication import AnonymousCreateThrottle, caller_of
+from api.pagination import RelayPagination
+from api.serializers import (
     MailboxCreatedSerializer,
     MailboxCreateSerializer,
+    MailboxListQuerySerializer,
     MailboxRenewSerializer,
     MailboxSerializer,
     MessageDetailSerializer,
     MessageSummarySerializer,
     OutboundSerializer,
+    SendAcceptedSerializer,
     SendSerializer,
 )
-
-
-def _principal(request) -> Principal | None:
-    return request.user if isinstance(request.user, Principal) else None
+from mailboxes import selectors, services
+from mailboxes.ending import mailbox_delete
+from mailboxes.errors import NotFound
+from relay.outbound import outbound_queue
+from relay.provisioning import mailbox_create
 
 
 def _paginated(request, view, queryset, serializer_class) -> Response:
@@ -35,16 +34,22 @@ def _paginated(request, view, queryset, serializer_class) -> Response:
     return paginator.get_paginated_response(serializer_class(page, many=True).data)
 
 
+def _valid(serializer_class, data) -> dict:
+    serializer = serializer_class(data=data)
+    serializer.is_valid(raise_exception=True)
+    return serializer.validated_data
+
+
 class WhoAmIView(APIView):
     """Who the credentials belong to: a check that a key works, and the benchmarks'
     trivial authenticated endpoint (bench/api.py)."""
 
     @extend_schema(responses={200: OpenApiTypes.OBJECT})
     def get(self, request):
-        principal = request.user
-        if principal.owner is not None:
-            return Response({"owner": principal.owner.name, "plan": principal.plan})
-        return Response({"mailbox": str(principal.mailbox_id), "plan": principal.plan})
+        caller = request.user
+        if not caller.is_anonymous:
+            return Response({"owner": caller.owner.name, "plan": caller.plan})
+        return Response({"mailbox": str(caller.mailbox_id), "plan": caller.plan})
 
 
 class MailboxCollectionView(APIView):
@@ -64,23 +69,18 @@ class MailboxCollectionView(APIView):
         responses=MailboxSerializer(many=True),
     )
     def get(self, request):
-        include_expired = request.query_params.get("include_expired", "").lower() in ("1", "true", "yes")
-        mailboxes = selectors.mailbox_list(principal=request.user, include_expired=include_expired)
+        query = _valid(MailboxListQuerySerializer, request.query_params)
+        mailboxes = selectors.mailbox_list(caller=request.user, include_expired=query["include_expired"])
         return _paginated(request, self, mailboxes, MailboxSerializer)
 
     @extend_schema(request=MailboxCreateSerializer, responses={201: MailboxCreatedSerializer})
     def post(self, request):
-        principal = _principal(request)
-        plan = principal.plan if principal else "free"
-        serializer = MailboxCreateSerializer(data=request.data, context={"plan": plan})
-        serializer.is_valid(raise_exception=True)
+        body = _valid(MailboxCreateSerializer, request.data)
+        caller = caller_of(request)
         # A mailbox token does not make its holder an owner: it creates anonymously.
-        mailbox, token = services.mailbox_create(
-            principal=principal if principal and principal.owner else None,
-            local_part=serializer.validated_data.get("local_part"),
-            domain=serializer.validated_data.get("domain"),
-            ttl_ms=serializer.validated_data.get("ttl_ms"),
-        )
+        mailbox, token = mailbox_create(caller=caller if caller and not caller.is_anonymous else None,
+                                        local_part=body.get("local_part"), domain=body.get("domain"),
+                                        ttl_ms=body.get("ttl_ms"))
         data = MailboxSerializer(mailbox).data
         if token:
             data["token"] = token
@@ -90,12 +90,12 @@ class MailboxCollectionView(APIView):
 class MailboxDetailView(APIView):
     @extend_schema(responses=MailboxSerializer)
     def get(self, request, mailbox_id):
-        mailbox = selectors.mailbox_get(principal=request.user, mailbox_id=mailbox_id)
+        mailbox = selectors.mailbox_get(caller=request.user, mailbox_id=mailbox_id)
         return Response(MailboxSerializer(mailbox).data)
 
     @extend_schema(responses={204: None})
     def delete(self, request, mailbox_id):
-        mailbox = selectors.mailbox_get(principal=request.user, mailbox_id=mailbox_id)
+        mailbox = selectors.mailbox_get(caller=request.user, mailbox_id=mailbox_id)
         mailbox_delete(mailbox=mailbox)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
@@ -103,45 +103,36 @@ class MailboxDetailView(APIView):
 class MailboxRenewView(APIView):
     @extend_schema(request=MailboxRenewSerializer, responses=MailboxSerializer)
     def post(self, request, mailbox_id):
-        mailbox = selectors.mailbox_get_active(principal=request.user, mailbox_id=mailbox_id)
-        plan = request.user.plan
-        serializer = MailboxRenewSerializer(data=request.data, context={"plan": plan})
-        serializer.is_valid(raise_exception=True)
-        ttl_ms = serializer.validated_data.get("ttl_ms")
-        mailbox = services.mailbox_renew(
-            mailbox=mailbox, ttl_ms=ttl_ms if ttl_ms is not None else services.plan_default_ttl_ms(plan))
+        mailbox = selectors.mailbox_get_active(caller=request.user, mailbox_id=mailbox_id)
+        body = _valid(MailboxRenewSerializer, request.data)
+        mailbox = services.mailbox_renew(mailbox=mailbox, plan=request.user.plan, ttl_ms=body.get("ttl_ms"))
         return Response(MailboxSerializer(mailbox).data)
 
 
 class MessageCollectionView(APIView):
     @extend_schema(responses=MessageSummarySerializer(many=True))
     def get(self, request, mailbox_id):
-        mailbox = selectors.mailbox_get_active(principal=request.user, mailbox_id=mailbox_id)
-        messages = Message.objects.filter(mailbox=mailbox).defer("raw", "text", "html", "headers").order_by("-received_at", "-id")
-        return _paginated(request, self, messages, MessageSummarySerializer)
+        mailbox = selectors.mailbox_get_active(caller=request.user, mailbox_id=mailbox_id)
+        return _paginated(request, self, selectors.message_list(mailbox=mailbox), MessageSummarySerializer)
 
-    @extend_schema(request=SendSerializer, responses={202: OutboundSerializer})
+    @extend_schema(request=SendSerializer, responses={202: SendAcceptedSerializer})
     def post(self, request, mailbox_id):
-        mailbox = selectors.mailbox_get_active(principal=request.user, mailbox_id=mailbox_id)
-        serializer = SendSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        from relay.services import outbound_queue
-
-        outbound = outbound_queue(mailbox=mailbox, **serializer.validated_data)
+        mailbox = selectors.mailbox_get_active(caller=request.user, mailbox_id=mailbox_id)
+        outbound = outbound_queue(mailbox=mailbox, **_valid(SendSerializer, request.data))
         return Response({"id": outbound.id, "status": outbound.status}, status=status.HTTP_202_ACCEPTED)
 
 
 class MessageDetailView(APIView):
     @extend_schema(responses=MessageDetailSerializer)
     def get(self, request, mailbox_id, message_id):
-        mailbox = selectors.mailbox_get_active(principal=request.user, mailbox_id=mailbox_id)
-        message = get_object_or_404(Message.objects.defer("raw"), mailbox=mailbox, id=message_id)
+        mailbox = selectors.mailbox_get_active(caller=request.user, mailbox_id=mailbox_id)
+        message = selectors.message_get(mailbox=mailbox, message_id=message_id)
         services.message_mark_read(message=message)
         return Response(MessageDetailSerializer(message).data)
 
     @extend_schema(responses={204: None})
     def delete(self, request, mailbox_id, message_id):
-        mailbox = selectors.mailbox_get_active(principal=request.user, mailbox_id=mailbox_id)
+        mailbox = selectors.mailbox_get_active(caller=request.user, mailbox_id=mailbox_id)
         if not services.message_delete(mailbox=mailbox, message_id=message_id):
             raise NotFound()
         return Response(status=status.HTTP_204_NO_CONTENT)
@@ -150,20 +141,20 @@ class MessageDetailView(APIView):
 class MessageRawView(APIView):
     @extend_schema(responses={(200, "message/rfc822"): OpenApiTypes.BINARY})
     def get(self, request, mailbox_id, message_id):
-        mailbox = selectors.mailbox_get_active(principal=request.user, mailbox_id=mailbox_id)
-        message = get_object_or_404(Message.objects.only("raw"), mailbox=mailbox, id=message_id)
+        mailbox = selectors.mailbox_get_active(caller=request.user, mailbox_id=mailbox_id)
+        message = selectors.message_get(mailbox=mailbox, message_id=message_id, raw=True)
         return HttpResponse(bytes(message.raw), content_type="message/rfc822")
 
 
 class OutboundCollectionView(APIView):
     @extend_schema(responses=OutboundSerializer(many=True))
     def get(self, request, mailbox_id):
-        mailbox = selectors.mailbox_get(principal=request.user, mailbox_id=mailbox_id)
-        return _paginated(request, self, OutboundMessage.objects.filter(mailbox=mailbox).order_by("-created_at", "-id"), OutboundSerializer)
+        mailbox = selectors.mailbox_get(caller=request.user, mailbox_id=mailbox_id)
+        return _paginated(request, self, selectors.outbound_list(mailbox=mailbox), OutboundSerializer)
 
 
 class OutboundDetailView(APIView):
     @extend_schema(responses=OutboundSerializer)
     def get(self, request, mailbox_id, outbound_id):
-        mailbox = selectors.mailbox_get(principal=request.user, mailbox_id=mailbox_id)
-        return Response(OutboundSerializer(get_object_or_404(OutboundMessage, mailbox=mailbox, id=outbound_id)).data)
+        mailbox = selectors.mailbox_get(caller=request.user, mailbox_id=mailbox_id)
+        return Response(OutboundSerializer(selectors.outbound_get(mailbox=mailbox, outbound_id=outbound_id)).data)

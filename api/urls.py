@@ -1,6 +1,6 @@
 from django.urls import path, register_converter
 
-from mailboxes import views
+from api import views
 
 
 class RowIdConverter:

@@ -1,43 +1,20 @@
-"""Who is calling: an owner's API key, or the token of one anonymous mailbox.
-
-Both arrive as `Authorization: Bearer <key>`; only their SHA-256 is stored."""
-import hashlib
-import secrets
-import uuid
-from dataclasses import dataclass
-
+"""Who is calling, for DRF: `Authorization: Bearer <key>` with an owner's API key or an
+anonymous mailbox's token (mailboxes.keys does the lookup), and the throttle on
+anonymous creation."""
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions, permissions, throttling
 from rest_framework.settings import api_settings
 
-from mailboxes.models import ApiKey, Mailbox, Owner, Plan
+from mailboxes.keys import Caller, caller_for_secret
 
-API_KEY_PREFIX = "rk_"
-MAILBOX_TOKEN_PREFIX = "rt_"
-
-
-def new_secret(prefix: str) -> tuple[str, str]:
-    """A fresh key and the hash to store for it."""
-    key = prefix + secrets.token_urlsafe(32)
-    return key, hash_secret(key)
+# Longer than any key or token Relay issues: anything longer is refused unhashed.
+MAX_KEY_LENGTH = 200
 
 
-def hash_secret(key: str) -> str:
-    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
+class Principal(Caller):
+    """A Caller as DRF wants its request.user: authenticated."""
 
-
-@dataclass(frozen=True)
-class Principal:
-    """The caller. `owner` for an API key; `mailbox_id` for an anonymous mailbox token,
-    which authorizes that one mailbox and nothing else."""
-
-    owner: Owner | None = None
-    mailbox_id: uuid.UUID | None = None
-    is_authenticated: bool = True
-
-    @property
-    def plan(self) -> str:
-        return self.owner.plan if self.owner else Plan.FREE
+    is_authenticated = True
 
 
 class BearerAuthentication(authentication.BaseAuthentication):
@@ -47,27 +24,25 @@ class BearerAuthentication(authentication.BaseAuthentication):
             return None
         scheme, _, key = header.partition(" ")
         key = key.strip()
-        if scheme.lower() != "bearer" or not key or len(key) > 200:
+        if scheme.lower() != "bearer" or not key or len(key) > MAX_KEY_LENGTH:
             raise exceptions.AuthenticationFailed("Use the header 'Authorization: Bearer <key>'.")
-        digest = hash_secret(key)
-        if key.startswith(MAILBOX_TOKEN_PREFIX):
-            mailbox_id = Mailbox.objects.filter(token_hash=digest).values_list("id", flat=True).first()
-            if mailbox_id:
-                return Principal(mailbox_id=mailbox_id), key
-        else:
-            api_key = ApiKey.objects.select_related("owner").filter(key_hash=digest, revoked_at=None).first()
-            if api_key:
-                return Principal(owner=api_key.owner), key
-        raise exceptions.AuthenticationFailed("Invalid or revoked API key.")
+        caller = caller_for_secret(key)
+        if caller is None:
+            raise exceptions.AuthenticationFailed("Invalid or revoked API key.")
+        return Principal(owner=caller.owner, mailbox_id=caller.mailbox_id), key
 
     def authenticate_header(self, request) -> str:
         # Makes DRF answer 401 (not 403) to a request without credentials.
         return 'Bearer realm="relay"'
 
 
+def caller_of(request) -> Principal | None:
+    return request.user if isinstance(request.user, Principal) else None
+
+
 class IsPrincipal(permissions.BasePermission):
     def has_permission(self, request, view) -> bool:
-        return isinstance(request.user, Principal)
+        return caller_of(request) is not None
 
 
 class AnonymousCreateThrottle(throttling.AnonRateThrottle):
@@ -76,7 +51,8 @@ class AnonymousCreateThrottle(throttling.AnonRateThrottle):
     scope = "anon_create"
 
     def allow_request(self, request, view) -> bool:
-        if isinstance(request.user, Principal) and request.user.owner is not None:
+        caller = caller_of(request)
+        if caller is not None and not caller.is_anonymous:
             return True
         return super().allow_request(request, view)
 

@@ -1,0 +1,103 @@
+"""Relay's error format: {"code", "message"} plus "fields" for validation errors.
+
+One vocabulary for every error a client can meet: the domain's exceptions, DRF's and
+Django's. Each domain exception has its status and code in DOMAIN_ERRORS; everything
+else is known by its HTTP status in STATUS_CODES (the DRF exception handler here, and
+api.middleware for what Django answers before any view runs). So no request ever sees
+an HTML page or a 500 for bad input."""
+from django.core.exceptions import PermissionDenied, RequestDataTooBig
+from django.http import Http404, JsonResponse
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from mailboxes import errors as domain
+
+# The code of every status Relay answers with, whoever raised it.
+STATUS_CODES = {
+    400: "invalid_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    406: "not_acceptable",
+    409: "conflict",
+    410: "expired",
+    413: "too_large",
+    415: "unsupported_media_type",
+    429: "rate_limited",
+    503: "backend_unavailable",
+}
+
+# The domain's exceptions, each with its status; the code follows from the status.
+DOMAIN_ERRORS = {
+    domain.InvalidRequest: status.HTTP_400_BAD_REQUEST,
+    domain.NotFound: status.HTTP_404_NOT_FOUND,
+    domain.AddressTaken: status.HTTP_409_CONFLICT,
+    domain.MailboxExpired: status.HTTP_410_GONE,
+    domain.BackendUnavailable: status.HTTP_503_SERVICE_UNAVAILABLE,
+}
+
+MESSAGES = {
+    404: "Not found.",
+    413: "The request body is too large.",
+}
+
+
+def error_body(status_code: int, message: str, *, code: str | None = None, fields: dict | None = None) -> dict:
+    body = {"code": code or STATUS_CODES.get(status_code, "invalid_request"), "message": message}
+    if fields:
+        body["fields"] = fields
+    return body
+
+
+def _first_message(detail) -> str:
+    if isinstance(detail, dict):
+        for value in detail.values():
+            return _first_message(value)
+    if isinstance(detail, list) and detail:
+        return _first_message(detail[0])
+    return str(detail)
+
+
+def _messages(value) -> list[str]:
+    """A field's messages as plain strings, however deeply DRF nested them (a list
+    field's errors come as {index: [ErrorDetail]}): no Python repr reaches a client."""
+    if isinstance(value, dict):
+        return [f"item {key}: {message}" for key, item in value.items() for message in _messages(item)]
+    if isinstance(value, list):
+        return [message for item in value for message in _messages(item)]
+    return [str(value)]
+
+
+def _domain_response(exc: domain.RelayError) -> Response:
+    status_code = next(code for cls, code in DOMAIN_ERRORS.items() if isinstance(exc, cls))
+    fields = {exc.field: [exc.message]} if isinstance(exc, domain.InvalidRequest) and exc.field else None
+    return Response(error_body(status_code, exc.message, fields=fields), status=status_code)
+
+
+def exception_handler(exc, context):
+    if isinstance(exc, domain.RelayError):
+        return _domain_response(exc)
+    if isinstance(exc, RequestDataTooBig):
+        return Response(error_body(413, MESSAGES[413]), status=413)
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound()
+    elif isinstance(exc, PermissionDenied):
+        exc = exceptions.PermissionDenied()
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None  # a real bug: let Django log it and answer 500
+    if isinstance(exc, exceptions.ValidationError):
+        detail = exc.detail if isinstance(exc.detail, dict) else {"non_field_errors": exc.detail}
+        response.data = error_body(400, "The request is not valid.",
+                                   fields={name: _messages(messages) for name, messages in detail.items()})
+    else:
+        message = MESSAGES.get(response.status_code) or _first_message(exc.detail)
+        response.data = error_body(response.status_code, message)
+    return response
+
+
+def server_error(request):
+    return JsonResponse(error_body(500, "Something went wrong on our side; it has been logged.", code="server_error"),
+                        status=500)

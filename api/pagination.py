@@ -1,0 +1,18 @@
+from rest_framework.exceptions import ValidationError
+from rest_framework.pagination import PageNumberPagination
+
+
+class RelayPagination(PageNumberPagination):
+    """Page numbers as SPEC §5 lists them. A malformed `page` or `page_size` is a 400
+    saying what is wrong, not DRF's 404 "Invalid page"; a page past the end is a 404."""
+
+    page_size = 50
+    page_size_query_param = "page_size"
+    max_page_size = 200
+
+    def paginate_queryset(self, queryset, request, view=None):
+        for name in (self.page_query_param, self.page_size_query_param):
+            value = request.query_params.get(name)
+            if value is not None and not (value.isdigit() and 0 < int(value) < 10**9) and not (name == self.page_query_param and value == "last"):
+                raise ValidationError({name: [f"{name} must be a positive integer."]})
+        return super().paginate_queryset(queryset, request, view)

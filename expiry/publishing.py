@@ -1,0 +1,26 @@
+"""Queueing cleanup tasks. The one place expire tasks are published: for cleanups that
+became owed (on mailboxes.ending.cleanups_owed, after commit) and for mailboxes the
+sweep schedules ahead of their due instant."""
+import logging
+from datetime import datetime
+
+logger = logging.getLogger(__name__)
+
+
+def publish_cleanups(mailbox_ids: list, *, etas: list[datetime] | None = None) -> None:
+    """Queue one expire task per mailbox, over one broker connection. A publish that
+    fails is only logged: the cleanup's lease lapses and a sweep queues it again (or, for
+    a scheduled one, the sweep expires the mailbox when due)."""
+    from expiry.tasks import expire_mailbox
+
+    with expire_mailbox.app.producer_or_acquire() as producer:
+        for index, mailbox_id in enumerate(mailbox_ids):
+            try:
+                expire_mailbox.apply_async(args=(str(mailbox_id),), eta=etas[index] if etas else None,
+                                           producer=producer)
+            except Exception:
+                logger.exception("could not queue the cleanup of %s; the sweep will see to it", mailbox_id)
+
+
+def on_cleanups_owed(sender, *, mailbox_ids: list, **kwargs) -> None:
+    publish_cleanups(mailbox_ids)

@@ -1,7 +1,0 @@
-from rest_framework.pagination import PageNumberPagination
-
-
-class RelayPagination(PageNumberPagination):
-    page_size = 50
-    page_size_query_param = "page_size"
-    max_page_size = 200

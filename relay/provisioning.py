@@ -1,0 +1,50 @@
+"""Creating a mailbox on the mail backend, crash-safe.
+
+The row comes first: the address is reserved and the mailbox written as `provisioning`,
+leased, before `provision()` is called. Success makes it `active`. A failure makes it
+owe a deprovision at once; a creator that dies mid-call leaves a lease that lapses, and
+the sweep then does the same (expiry/sweep.py). So no backend account ever exists
+without a Relay row that owns it, and an address whose mailbox never came to be stays
+reserved, like every address ever handed out.
+"""
+import logging
+
+from django.conf import settings
+
+from mailboxes.ending import provisionings_abandon
+from mailboxes.errors import BackendUnavailable
+from mailboxes.keys import Caller
+from mailboxes.models import Mailbox
+from mailboxes.services import mailbox_activate, mailbox_record_intent
+from relay.backends import BackendError, get_backend
+
+logger = logging.getLogger(__name__)
+
+
+def provision_lease_seconds(backend) -> float:
+    """How long a creator is trusted: the cleanup lease plus the longest a provision call
+    can take, so the lease never lapses while the backend may still be creating."""
+    return settings.RELAY_CLEANUP_LEASE_SECONDS + backend.provision_seconds_max
+
+
+def mailbox_create(*, caller: Caller | None, local_part: str | None, domain: str | None,
+                   ttl_ms: int | None) -> tuple[Mailbox, str | None]:
+    """Create a mailbox, provisioned on the mail backend. Returns it and, for an anonymous
+    caller, its token (shown once). Raises AddressTaken, InvalidRequest, or
+    BackendUnavailable (the address then stays reserved, and nothing else is kept)."""
+    backend = get_backend()
+    mailbox, token = mailbox_record_intent(caller=caller, local_part=local_part, domain=domain, ttl_ms=ttl_ms,
+                                           lease_seconds=provision_lease_seconds(backend))
+    # No transaction is open here: the intent is committed before the network call.
+    try:
+        backend_id = backend.provision(mailbox)
+    except BackendError as exc:
+        provisionings_abandon(mailbox_ids=[mailbox.id], reason=str(exc))
+        raise BackendUnavailable() from exc
+    except Exception as exc:
+        # A bug: whatever the backend did meanwhile, the row still owes an undo.
+        provisionings_abandon(mailbox_ids=[mailbox.id], reason=f"{type(exc).__name__}: {exc}")
+        raise
+    if not mailbox_activate(mailbox=mailbox, backend_id=backend_id):
+        raise BackendUnavailable("Provisioning the mailbox took too long; try again.")
+    return mailbox, token

@@ -1,0 +1,33 @@
+"""Imports point down (SPEC §1): api/ above expiry/ above relay/ above mailboxes/, and
+only api/ knows DRF. import-linter checks the contracts in .importlinter."""
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.helpers import ROOT
+
+APPS = ("api", "expiry", "relay", "mailboxes", "config")
+
+
+def lint_imports(tree: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([str(Path(sys.executable).parent / "lint-imports"), "--config", str(tree / ".importlinter")],
+                          cwd=tree, capture_output=True, text=True, timeout=120, env={"PYTHONPATH": str(tree)})
+
+
+def test_no_app_imports_an_app_above_it():
+    result = lint_imports(ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 broken" in result.stdout
+
+
+def test_an_upward_import_breaks_the_contract(tmp_path):
+    # The same check on a copy of the tree with one upward import added must fail, or
+    # the test above would pass whatever the code did.
+    for app in APPS:
+        shutil.copytree(ROOT / app, tmp_path / app, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / ".importlinter", tmp_path)
+    (tmp_path / "mailboxes" / "upward.py").write_text("from api import views  # noqa\n")
+    result = lint_imports(tmp_path)
+    assert result.returncode != 0
+    assert "mailboxes.upward -> api.views" in result.stdout
