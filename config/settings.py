@@ -291,7 +291,8 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # would wait its turn (and expire), while workers take from both queues in rotation.
 CELERY_TASK_QUEUES = [Queue("celery", Exchange(""), routing_key="celery"), Queue("sweep", Exchange(""), routing_key="sweep")]
 CELERY_TASK_DEFAULT_QUEUE = "celery"
-CELERY_TASK_ROUTES = {"expiry.tasks.sweep": {"queue": "sweep"}, "expiry.tasks.purge_retained": {"queue": "sweep"}}
+CELERY_TASK_ROUTES = {"expiry.tasks.sweep": {"queue": "sweep"}, "expiry.tasks.purge_retained": {"queue": "sweep"},
+                      "relay.tasks.reconcile_report": {"queue": "sweep"}}
 # Relay keeps every outcome in its own tables; Celery results would only pile up.
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_RESULT_BACKEND = None

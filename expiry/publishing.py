@@ -22,5 +22,5 @@ def publish_cleanups(mailbox_ids: list, *, etas: list[datetime] | None = None) -
                 logger.exception("could not queue the cleanup of %s; the sweep will see to it", mailbox_id)
 
 
-def on_cleanups_owed(sender, *, mailbox_ids: list, **kwargs) -> None:
-    publish_cleanups(mailbox_ids)
+def on_cleanups_owed(sender, *, mailbox_ids: list, not_before: datetime | None = None, **kwargs) -> None:
+    publish_cleanups(mailbox_ids, etas=[not_before] * len(mailbox_ids) if not_before else None)

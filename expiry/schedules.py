@@ -7,6 +7,13 @@ from django.conf import settings
 
 SWEEP_TASK_NAME = "relay: expiry sweep"
 PURGE_TASK_NAME = "relay: retention purge"
+RECONCILE_TASK_NAME = "relay: reconcile report"
+
+# (name, task, hour, minute) of the daily tasks, in UTC, spread apart.
+DAILY = [
+    (PURGE_TASK_NAME, "expiry.tasks.purge_retained", "3", "17"),
+    (RECONCILE_TASK_NAME, "relay.tasks.reconcile_report", "4", "47"),
+]
 
 
 def install_schedules(apps=None) -> None:
@@ -22,9 +29,8 @@ def install_schedules(apps=None) -> None:
         defaults={"task": "expiry.tasks.sweep", "interval": every, "crontab": None, "enabled": True,
                   "expire_seconds": settings.RELAY_SWEEP_INTERVAL_SECONDS * 2},
     )
-    daily, _ = CrontabSchedule.objects.get_or_create(minute="17", hour="3", day_of_week="*", day_of_month="*",
-                                                     month_of_year="*", timezone="UTC")
-    PeriodicTask.objects.update_or_create(
-        name=PURGE_TASK_NAME,
-        defaults={"task": "expiry.tasks.purge_retained", "crontab": daily, "interval": None, "enabled": True},
-    )
+    for name, task, hour, minute in DAILY:
+        daily, _ = CrontabSchedule.objects.get_or_create(minute=minute, hour=hour, day_of_week="*", day_of_month="*",
+                                                         month_of_year="*", timezone="UTC")
+        PeriodicTask.objects.update_or_create(
+            name=name, defaults={"task": task, "crontab": daily, "interval": None, "enabled": True})

@@ -22,7 +22,8 @@ from mailboxes.models import CleanupState, Mailbox, MailboxStatus
 
 logger = logging.getLogger(__name__)
 
-# Sent after commit with `mailbox_ids`: those mailboxes' cleanups became pending.
+# Sent after commit with `mailbox_ids` (and `not_before`, a datetime or None): those
+# mailboxes' cleanups became pending, to run no earlier than `not_before`.
 cleanups_owed = Signal()
 
 
@@ -30,22 +31,24 @@ def cleanup_lease_until(now: datetime, *, extra_seconds: float = 0) -> datetime:
     return now + timedelta(seconds=settings.RELAY_CLEANUP_LEASE_SECONDS + extra_seconds)
 
 
-def cleanup_pending_fields(*, now: datetime, claim: uuid.UUID) -> dict:
-    """The fields that make a cleanup pending under `claim`, with a fresh lease: the one
-    definition every path that owes a cleanup uses."""
+def cleanup_pending_fields(*, now: datetime, claim: uuid.UUID, not_before: datetime | None = None) -> dict:
+    """The fields that make a cleanup pending under `claim`, with a fresh lease (counted
+    from `not_before` when the cleanup must wait): the one definition every path that
+    owes a cleanup uses."""
     return {
         "cleanup_state": CleanupState.PENDING,
         "cleanup_claim": claim,
         "cleanup_queued_at": now,
-        "cleanup_lease_until": cleanup_lease_until(now),
+        "cleanup_lease_until": cleanup_lease_until(max(now, not_before or now)),
     }
 
 
-def publish_after_commit(mailbox_ids: list) -> None:
+def publish_after_commit(mailbox_ids: list, *, not_before: datetime | None = None) -> None:
     """Announce owed cleanups once the transaction commits: a worker must never look for
     a pending cleanup that is not in the database yet."""
     if mailbox_ids:
-        transaction.on_commit(lambda: cleanups_owed.send(sender=Mailbox, mailbox_ids=list(mailbox_ids)))
+        transaction.on_commit(lambda: cleanups_owed.send(sender=Mailbox, mailbox_ids=list(mailbox_ids),
+                                                         not_before=not_before))
 
 
 def mailboxes_expire_due(*, mailbox_ids: list, now: datetime | None = None, publish: bool = True) -> list:
@@ -125,11 +128,15 @@ def mailboxes_force_expire(*, mailbox_ids: list) -> list:
     return mailboxes_expire_due(mailbox_ids=mailbox_ids, now=now)
 
 
-def provisionings_abandon(*, mailbox_ids: list, now: datetime | None = None, reason: str) -> list:
+def provisionings_abandon(*, mailbox_ids: list, now: datetime | None = None, reason: str,
+                          not_before: datetime | None = None) -> list:
     """Give up on mailboxes still `provisioning`: the backend failed, or their creator
     died mid-call. They were never handed out, so they end as deleted (invisible, their
     address reserved for good), owing a deprovision in case the backend created the
-    account after all; "not found" then counts as done. Returns the ids moved."""
+    account after all; "not found" then counts as done. That deprovision waits until
+    `not_before`: a create that timed out on our side may still finish on the backend's,
+    and a deprovision that ran first would find nothing and leave the account behind.
+    Returns the ids moved."""
     if not mailbox_ids:
         return []
     now = now or timezone.now()
@@ -137,9 +144,9 @@ def provisionings_abandon(*, mailbox_ids: list, now: datetime | None = None, rea
     with transaction.atomic():
         Mailbox.objects.filter(id__in=mailbox_ids, status=MailboxStatus.PROVISIONING).update(
             status=MailboxStatus.DELETED, deleted_at=now, provision_lease_until=None,
-            **cleanup_pending_fields(now=now, claim=claim))
+            **cleanup_pending_fields(now=now, claim=claim, not_before=not_before))
         abandoned = list(Mailbox.objects.filter(id__in=mailbox_ids, cleanup_claim=claim).values_list("id", flat=True))
-        publish_after_commit(abandoned)
+        publish_after_commit(abandoned, not_before=not_before)
     if abandoned:
         logger.warning("gave up provisioning %d mailbox(es) (%s); their deprovision is queued", len(abandoned), reason)
     return abandoned

@@ -8,8 +8,10 @@ without a Relay row that owns it, and an address whose mailbox never came to be 
 reserved, like every address ever handed out.
 """
 import logging
+from datetime import timedelta
 
 from django.conf import settings
+from django.utils import timezone
 
 from mailboxes.ending import provisionings_abandon
 from mailboxes.errors import BackendUnavailable
@@ -36,14 +38,18 @@ def mailbox_create(*, caller: Caller | None, local_part: str | None, domain: str
     mailbox, token = mailbox_record_intent(caller=caller, local_part=local_part, domain=domain, ttl_ms=ttl_ms,
                                            lease_seconds=provision_lease_seconds(backend))
     # No transaction is open here: the intent is committed before the network call.
+    started = timezone.now()
+    # However the call ends, the backend may go on creating for as long as a provision
+    # call may last; the undo waits that long.
+    settled_by = started + timedelta(seconds=backend.provision_seconds_max)
     try:
         backend_id = backend.provision(mailbox)
     except BackendError as exc:
-        provisionings_abandon(mailbox_ids=[mailbox.id], reason=str(exc))
+        provisionings_abandon(mailbox_ids=[mailbox.id], reason=str(exc), not_before=settled_by)
         raise BackendUnavailable() from exc
     except Exception as exc:
         # A bug: whatever the backend did meanwhile, the row still owes an undo.
-        provisionings_abandon(mailbox_ids=[mailbox.id], reason=f"{type(exc).__name__}: {exc}")
+        provisionings_abandon(mailbox_ids=[mailbox.id], reason=f"{type(exc).__name__}: {exc}", not_before=settled_by)
         raise
     if not mailbox_activate(mailbox=mailbox, backend_id=backend_id):
         raise BackendUnavailable("Provisioning the mailbox took too long; try again.")

@@ -1,6 +1,7 @@
 import asyncio
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -110,6 +111,15 @@ def smtp_server(transactional_db):
 
 
 # --- Celery worker processes -----------------------------------------------------------------
+CELERY = [sys.executable, "-m", "celery", "-A", "config"]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 class Processes:
     """Real `celery worker` and `celery beat` processes against the test database."""
 
@@ -119,12 +129,10 @@ class Processes:
         self.procs: dict[str, tuple[subprocess.Popen, Path]] = {}
         self.starting: list[tuple[str, str]] = []
 
-    def _spawn(self, name: str, args: list[str], ready_text: str) -> subprocess.Popen:
+    def _spawn(self, name: str, command: list[str], ready_text: str, env: dict | None = None) -> subprocess.Popen:
         log = self.tmp_path / f"{name}.log"
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "config", *args],
-            cwd=ROOT, env=self.env, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True,
-        )
+        proc = subprocess.Popen(command, cwd=ROOT, env={**self.env, **(env or {})}, stdout=log.open("wb"),
+                                stderr=subprocess.STDOUT, start_new_session=True)
         self.procs[name] = (proc, log)
         self.starting.append((name, ready_text))
         return proc
@@ -139,13 +147,18 @@ class Processes:
         self.starting.clear()
 
     def worker(self, name: str, concurrency: int = 1) -> subprocess.Popen:
-        return self._spawn(name, ["worker", "-P", "prefork", "-c", str(concurrency), "-n", f"{name}@%h",
+        return self._spawn(name, [*CELERY, "worker", "-P", "prefork", "-c", str(concurrency), "-n", f"{name}@%h",
                                   "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "INFO"],
                            ready_text=" ready.")
 
     def beat(self, name: str) -> subprocess.Popen:
-        return self._spawn(name, ["beat", "-l", "INFO", "--pidfile", str(self.tmp_path / f"{name}.pid"),
+        return self._spawn(name, [*CELERY, "beat", "-l", "INFO", "--pidfile", str(self.tmp_path / f"{name}.pid"),
                                   "-s", str(self.tmp_path / f"{name}-schedule")], ready_text="beat: Starting")
+
+    def web(self, name: str, port: int, env: dict | None = None) -> subprocess.Popen:
+        """The API under gunicorn, one worker, as docker-compose runs it."""
+        return self._spawn(name, [sys.executable, "-m", "gunicorn", "config.wsgi", "-w", "1", "-b", f"127.0.0.1:{port}",
+                                  "--timeout", "60"], ready_text="Booting worker", env=env)
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
         proc, _ = self.procs[name]

@@ -43,6 +43,10 @@ class FakeStalwart:
     domains: dict = field(default_factory=lambda: {"d1": "relay.localhost", "d2": "other.localhost"})
     latency: float = 0.0
     timeout_sleep: float = 2.0
+    # A slow server: discovery answers after this long, and an account create takes this
+    # long to take effect, whether or not the client is still there to hear the answer.
+    discovery_delay: float = 0.0
+    create_delay: float = 0.0
     accounts: dict = field(default_factory=dict)  # id -> {"name", "domainId"}
     destroys: list = field(default_factory=list)  # successful destroys
     calls: list = field(default_factory=list)  # (method, arguments)
@@ -50,6 +54,8 @@ class FakeStalwart:
     failure_all: Failure | None = None  # any request
     in_flight: int = 0
     max_in_flight: int = 0
+    discoveries_started: int = 0
+    creates_started: int = 0
 
     def __post_init__(self) -> None:
         self.lock = threading.Lock()
@@ -79,7 +85,10 @@ class FakeStalwart:
             self.failures_by_name.clear()
             self.failure_all = None
             self.latency = 0.0
+            self.discovery_delay = 0.0
+            self.create_delay = 0.0
             self.max_in_flight = 0
+            self.discoveries_started = self.creates_started = 0
 
     # --- test controls --------------------------------------------------------------------
     def add_account(self, name: str, domain_id: str = "d1") -> str:
@@ -176,6 +185,9 @@ class FakeStalwart:
                     if self.path != "/.well-known/jmap":
                         self._send(404, {"type": "about:blank", "status": 404})
                         return
+                    with fake.lock:
+                        fake.discoveries_started += 1
+                    time.sleep(fake.discovery_delay)
                     self._send(200, {"apiUrl": "/jmap/", "capabilities": {"urn:ietf:params:jmap:core": {},
                                                                           "urn:stalwart:jmap": {}}})
                 finally:
@@ -189,6 +201,10 @@ class FakeStalwart:
                     kind = self._begin()
                     if kind and self._fail(kind):
                         return
+                    if any(call[0] == "x:Account/set" and call[1].get("create") for call in body["methodCalls"]):
+                        with fake.lock:
+                            fake.creates_started += 1
+                        time.sleep(fake.create_delay)
                     responses = [self._method(name, args, call_id, kind) for name, args, call_id in body["methodCalls"]]
                     for response in responses:
                         if isinstance(response, tuple):
@@ -208,9 +224,17 @@ class FakeStalwart:
                         return [name, {"ids": [i for i, d in fake.domains.items() if d == wanted]}, call_id]
                     if name == "x:Account/query":
                         f = args.get("filter", {})
-                        ids = [i for i, a in fake.accounts.items() if a["name"] == f.get("name")
-                               and a["domainId"] == f.get("domainId")]
-                        return [name, {"ids": ids}, call_id]
+                        ids = sorted((i for i, a in fake.accounts.items() if a["domainId"] == f.get("domainId")
+                                      and ("name" not in f or a["name"] == f["name"])), key=lambda i: int(i[1:]))
+                        position, limit = int(args.get("position", 0)), args.get("limit")
+                        page = ids[position:position + limit] if limit is not None else ids[position:]
+                        if limit is not None:
+                            fake.calls.append(("query page", len(page)))
+                        return [name, {"ids": page, "position": position, "total": len(ids)}, call_id]
+                    if name == "x:Account/get":
+                        found = [{"id": i, **fake.accounts[i]} for i in args.get("ids") or [] if i in fake.accounts]
+                        return [name, {"list": found, "notFound": [i for i in args.get("ids") or []
+                                                                    if i not in fake.accounts]}, call_id]
                     if name != "x:Account/set":
                         return ["error", {"type": "unknownMethod"}, call_id]
                     result = {}

@@ -6,6 +6,7 @@ PermanentBackendError for what it will not (bad credentials, a rejected request)
 `provision` returns the backend's id for the principal ("" when it has none).
 """
 from functools import lru_cache
+from collections.abc import Iterator
 from typing import Protocol
 
 from django.conf import settings
@@ -38,6 +39,15 @@ class MailBackend(Protocol):
     def provision(self, mailbox: MailboxLike) -> str: ...
 
     def deprovision(self, mailbox: MailboxLike) -> None: ...
+
+    def accounts(self, domain: str) -> Iterator[tuple[str, str]]:
+        """Every account the backend holds in `domain`, as (backend id, address), page by
+        page. Raises NothingToReconcile where the backend keeps no accounts of its own."""
+        ...
+
+
+class NothingToReconcile(Exception):
+    """The backend keeps no accounts apart from Relay's rows (the local backend)."""
 
 
 @lru_cache(maxsize=8)

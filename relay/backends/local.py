@@ -1,5 +1,6 @@
 """The local backend: Relay's own SMTP server is the mail store, so there is nothing
 external to create or remove. The mailbox row alone decides what is accepted."""
+from relay.backends import NothingToReconcile
 
 
 class LocalBackend:
@@ -11,3 +12,6 @@ class LocalBackend:
 
     def deprovision(self, mailbox) -> None:
         return None
+
+    def accounts(self, domain: str):
+        raise NothingToReconcile("the local backend keeps no accounts of its own: its mailboxes are Relay's rows")

@@ -91,6 +91,23 @@ class StalwartBackend:
             return  # already gone counts as done
         raise PermanentBackendError(f"Stalwart refused to destroy {mailbox.address}: {_describe(failure)}")
 
+    def accounts(self, domain: str, *, page_size: int = 500):
+        """Page through the accounts in `domain` (x:Account/query with position and limit,
+        then x:Account/get for their names), so 100,000 accounts never load at once."""
+        domain_id = self._domain_id(domain)
+        position = 0
+        while True:
+            ids = self._call("x:Account/query", {"filter": {"domainId": domain_id}, "sort": [{"property": "id"}],
+                                                 "position": position, "limit": page_size}).get("ids") or []
+            if not ids:
+                return
+            listed = self._call("x:Account/get", {"ids": ids, "properties": ["id", "name"]}).get("list") or []
+            for account in listed:
+                yield str(account["id"]), f"{account['name']}@{domain}"
+            position += len(ids)
+            if len(ids) < page_size:
+                return
+
     # --- lookups -----------------------------------------------------------------------
     def _domain_id(self, domain: str) -> str:
         cached = self._domain_ids.get(domain)
