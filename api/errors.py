@@ -36,7 +36,11 @@ DOMAIN_ERRORS = {
     domain.AddressTaken: status.HTTP_409_CONFLICT,
     domain.MailboxExpired: status.HTTP_410_GONE,
     domain.BackendUnavailable: status.HTTP_503_SERVICE_UNAVAILABLE,
+    domain.Forbidden: status.HTTP_403_FORBIDDEN,
+    domain.QuotaExceeded: status.HTTP_429_TOO_MANY_REQUESTS,
 }
+# Where a status has more than one code (SPEC §5: 429 is rate_limited or quota_exceeded).
+DOMAIN_CODES = {domain.QuotaExceeded: "quota_exceeded"}
 
 MESSAGES = {
     404: "Not found.",
@@ -73,7 +77,11 @@ def _messages(value) -> list[str]:
 def _domain_response(exc: domain.RelayError) -> Response:
     status_code = next(code for cls, code in DOMAIN_ERRORS.items() if isinstance(exc, cls))
     fields = {exc.field: [exc.message]} if isinstance(exc, domain.InvalidRequest) and exc.field else None
-    return Response(error_body(status_code, exc.message, fields=fields), status=status_code)
+    code = next((code for cls, code in DOMAIN_CODES.items() if isinstance(exc, cls)), None)
+    response = Response(error_body(status_code, exc.message, code=code, fields=fields), status=status_code)
+    if isinstance(exc, domain.QuotaExceeded):
+        response["Retry-After"] = str(exc.retry_after)
+    return response
 
 
 def exception_handler(exc, context):

@@ -5,7 +5,7 @@ import re
 from django.conf import settings
 from rest_framework import serializers
 
-from mailboxes.models import Mailbox, Message, OutboundMessage
+from mailboxes.models import Mailbox, OutboundMessage
 
 # A dot-atom of [a-z0-9._-]: no leading, trailing or doubled dot.
 LOCAL_PART_RE = re.compile(r"[a-z0-9_-]+(\.[a-z0-9_-]+)*")
@@ -94,10 +94,7 @@ class MessageSummarySerializer(serializers.Serializer):
     received_at = serializers.DateTimeField()
     size = serializers.IntegerField()
     is_read = serializers.BooleanField()
-    has_attachments = serializers.SerializerMethodField()
-
-    def get_has_attachments(self, message: Message) -> bool:
-        return bool(message.attachments)
+    has_attachments = serializers.BooleanField()
 
 
 class AttachmentSerializer(serializers.Serializer):
@@ -108,10 +105,10 @@ class AttachmentSerializer(serializers.Serializer):
 
 
 class MessageDetailSerializer(MessageSummarySerializer):
-    text = serializers.CharField()
-    html = serializers.CharField()
-    headers = serializers.ListField(child=serializers.ListField(child=serializers.CharField()))
-    attachments = AttachmentSerializer(many=True)
+    text = serializers.CharField(source="content.text")
+    html = serializers.CharField(source="content.html")
+    headers = serializers.ListField(source="content.headers", child=serializers.ListField(child=serializers.CharField()))
+    attachments = AttachmentSerializer(source="content.attachments", many=True)
 
 
 class RecipientListField(serializers.ListField):

@@ -142,8 +142,8 @@ class MessageRawView(APIView):
     @extend_schema(responses={(200, "message/rfc822"): OpenApiTypes.BINARY})
     def get(self, request, mailbox_id, message_id):
         mailbox = selectors.mailbox_get_active(caller=request.user, mailbox_id=mailbox_id)
-        message = selectors.message_get(mailbox=mailbox, message_id=message_id, raw=True)
-        return HttpResponse(bytes(message.raw), content_type="message/rfc822")
+        raw = selectors.message_raw(mailbox=mailbox, message_id=message_id)
+        return HttpResponse(raw, content_type="message/rfc822")
 
 
 class OutboundCollectionView(APIView):

@@ -130,10 +130,22 @@ else:
     DATABASES["default"].setdefault("OPTIONS", {}).setdefault("connect_timeout", 5)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-try:
-    CACHES = {"default": env.cache_url("CACHE_URL", default="locmemcache://")}
-except (ImproperlyConfigured, ValueError, KeyError) as exc:
-    raise ImproperlyConfigured(f"CACHE_URL is not a usable cache URL: {exc}") from None
+# The cache holds the per-client rate limits, so it must be one store that every web
+# process shares: CACHE_URL if set, else the Redis broker, else a database table
+# (created by api's migration). Never per-process memory: `gunicorn -w 3` would allow
+# three times each limit.
+_broker_url = env.str("CELERY_BROKER_URL", default="filesystem://")
+if env.str("CACHE_URL", default=""):
+    try:
+        CACHES = {"default": env.cache_url("CACHE_URL")}
+    except (ImproperlyConfigured, ValueError, KeyError) as exc:
+        raise ImproperlyConfigured(f"CACHE_URL is not a usable cache URL: {exc}") from None
+elif _broker_url.startswith(("redis://", "rediss://")):
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": _broker_url,
+                          "KEY_PREFIX": "relay-cache",
+                          "OPTIONS": {"socket_timeout": 5, "socket_connect_timeout": 5}}}
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.db.DatabaseCache", "LOCATION": "relay_cache"}}
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
@@ -159,6 +171,21 @@ LOGGING = {
     },
 }
 
+# Reverse proxies in front of the web process. With N, the client address is the N-th
+# entry of X-Forwarded-For from the right (what the outermost trusted proxy saw); with 0,
+# X-Forwarded-For is ignored and only REMOTE_ADDR counts, so a client cannot forge it.
+RELAY_TRUSTED_PROXIES = _int("RELAY_TRUSTED_PROXIES", 0)
+if RELAY_TRUSTED_PROXIES:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+# Served over HTTPS (directly or behind a TLS-terminating proxy): redirect plain HTTP,
+# mark cookies secure, send HSTS. `check --deploy` passes with it on.
+RELAY_HTTPS = _bool("RELAY_HTTPS", False)
+SECURE_SSL_REDIRECT = RELAY_HTTPS
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = RELAY_HTTPS
+SECURE_HSTS_SECONDS = 31_536_000 if RELAY_HTTPS else 0
+SECURE_HSTS_INCLUDE_SUBDOMAINS = SECURE_HSTS_PRELOAD = RELAY_HTTPS
+
 # --- REST API --------------------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["api.authentication.BearerAuthentication"],
@@ -170,6 +197,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "api.pagination.RelayPagination",
     "EXCEPTION_HANDLER": "api.errors.exception_handler",
     "UNAUTHENTICATED_USER": None,
+    "NUM_PROXIES": RELAY_TRUSTED_PROXIES,
     "DEFAULT_THROTTLE_RATES": {"anon_create": _rate("RELAY_ANON_CREATE_RATE", "20/hour")},
 }
 SPECTACULAR_SETTINGS = {
@@ -208,6 +236,21 @@ if not RELAY_MIN_TTL_MS <= RELAY_DEFAULT_TTL_MS:
         f"RELAY_DEFAULT_TTL_MS ({RELAY_DEFAULT_TTL_MS}) must be at least RELAY_MIN_TTL_MS ({RELAY_MIN_TTL_MS})"
     )
 
+# Quotas per plan (SPEC §4): RELAY_QUOTA_<PLAN>_<QUOTA>, e.g. RELAY_QUOTA_FREE_SENDS_PER_DAY.
+# Over one: 429 quota_exceeded with Retry-After (SMTP: 552 5.2.2 for a full mailbox).
+QUOTA_DEFAULTS = {
+    "free": {"active_mailboxes": 10, "sends_per_day": 20, "recipients_per_send": 5,
+             "stored_bytes_per_mailbox": 25 * 1024 * 1024},
+    "pro": {"active_mailboxes": 1_000, "sends_per_day": 1_000, "recipients_per_send": 50,
+            "stored_bytes_per_mailbox": 250 * 1024 * 1024},
+    "enterprise": {"active_mailboxes": 100_000, "sends_per_day": 20_000, "recipients_per_send": 50,
+                   "stored_bytes_per_mailbox": 1024 * 1024 * 1024},
+}
+RELAY_QUOTAS = {
+    plan: {name: _int(f"RELAY_QUOTA_{plan.upper()}_{name.upper()}", default) for name, default in quotas.items()}
+    for plan, quotas in QUOTA_DEFAULTS.items()
+}
+
 RELAY_SWEEP_INTERVAL_SECONDS = _int("RELAY_SWEEP_INTERVAL_SECONDS", 5, minimum=1)
 RELAY_SWEEP_BATCH_SIZE = _int("RELAY_SWEEP_BATCH_SIZE", 500, minimum=1)
 RELAY_CLEANUP_MAX_RETRIES = _int("RELAY_CLEANUP_MAX_RETRIES", 3)
@@ -238,6 +281,11 @@ RELAY_MAX_MESSAGE_BYTES = _int("RELAY_MAX_MESSAGE_BYTES", 10_485_760, minimum=10
 RELAY_SMTP_MAX_RECIPIENTS = _int("RELAY_SMTP_MAX_RECIPIENTS", 50, minimum=1)
 RELAY_SMTP_SESSION_SECONDS = _int("RELAY_SMTP_SESSION_SECONDS", 300, minimum=1)
 RELAY_SMTP_IDLE_SECONDS = _int("RELAY_SMTP_IDLE_SECONDS", 60, minimum=1)
+# Storing one message may take this long (a PostgreSQL statement timeout); past it the
+# transaction is rolled back and the client told 451, so nothing is stored twice.
+RELAY_SMTP_STORE_SECONDS = _int("RELAY_SMTP_STORE_SECONDS", 30, minimum=1)
+RELAY_SMTP_MAX_CONNECTIONS = _int("RELAY_SMTP_MAX_CONNECTIONS", 200, minimum=1)
+RELAY_SMTP_MAX_CONNECTIONS_PER_CLIENT = _int("RELAY_SMTP_MAX_CONNECTIONS_PER_CLIENT", 20, minimum=1)
 
 # Outbound mail for POST /mailboxes/{id}/messages.
 try:
@@ -257,7 +305,7 @@ RELAY_SEND_MAX_RETRIES = _int("RELAY_SEND_MAX_RETRIES", 3)
 RELAY_SEND_RETRY_BACKOFF_SECONDS = _int("RELAY_SEND_RETRY_BACKOFF_SECONDS", 10, minimum=1)
 
 # --- Celery ----------------------------------------------------------------------------
-CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="filesystem://")
+CELERY_BROKER_URL = _broker_url
 if CELERY_BROKER_URL.startswith("filesystem://"):
     # The server-less broker of `make run`: messages are files under var/broker/.
     # The folders are made by scripts/run.sh (settings create nothing at import).

@@ -7,7 +7,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from mailboxes.models import CleanupState, Mailbox, MailboxStatus, Message
+from mailboxes.models import CleanupState, Mailbox, MailboxStatus, Message, MessageContent
 
 logger = logging.getLogger(__name__)
 
@@ -26,8 +26,12 @@ def mailboxes_purge(*, now: datetime | None = None, batch_size: int = 1000) -> i
         if not ids:
             break
         with transaction.atomic():
-            Message.objects.filter(mailbox_id__in=ids).delete()
+            messages = Message.objects.filter(mailbox_id__in=ids)
+            content_ids = set(messages.values_list("content_id", flat=True))
+            messages.delete()
             Mailbox.objects.filter(id__in=ids).delete()
+            # A content shared with a mailbox still retained stays until that one goes.
+            MessageContent.objects.filter(id__in=content_ids, messages__isnull=True).delete()
         purged += len(ids)
     if purged:
         logger.info("purged %d mailbox(es) past retention", purged)

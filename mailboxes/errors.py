@@ -35,3 +35,15 @@ class InvalidRequest(RelayError):
 
 class BackendUnavailable(RelayError):
     default_message = "The mail backend could not provision the mailbox; try again later."
+
+
+class QuotaExceeded(RelayError):
+    """Over one of the plan's quotas. `retry_after`: seconds until it may succeed."""
+
+    def __init__(self, message: str, *, retry_after: int):
+        super().__init__(message)
+        self.retry_after = max(1, int(retry_after))
+
+
+class Forbidden(RelayError):
+    default_message = "You may not do that."

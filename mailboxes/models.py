@@ -99,6 +99,9 @@ class Mailbox(models.Model):
     # reading a mailbox is one primary-key lookup: counting per read cost GET /mailboxes/{id}
     # half its throughput (bench/api.py).
     message_count = models.PositiveIntegerField(default=0)
+    # The bytes of the messages it holds (each counted in full, shared or not), kept in
+    # step the same way: the plan's storage quota is checked against it.
+    stored_bytes = models.PositiveBigIntegerField(default=0)
     # The mail backend's id for this mailbox's principal (Stalwart account id).
     backend_id = models.CharField(max_length=100, blank=True, default="")
 
@@ -155,23 +158,36 @@ class Mailbox(models.Model):
         return self.address
 
 
+class MessageContent(models.Model):
+    """What one SMTP DATA delivered: the raw bytes, which are the record, and what could
+    be parsed out of them. Stored once however many recipients share it (a 10 MB DATA
+    to 50 mailboxes is one copy, not 50); each recipient has a Message pointing here."""
+
+    raw = models.BinaryField()
+    text = models.TextField(blank=True, default="")
+    html = models.TextField(blank=True, default="")
+    headers = models.JSONField(default=list)
+    attachments = models.JSONField(default=list)
+    # False when parsing stopped at a cap (header lines, MIME parts, time): the raw bytes
+    # are whole, the parsed fields hold what was read before the cap.
+    parsed_fully = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+
 class Message(models.Model):
-    """A message received over SMTP. The raw bytes are the record; the rest is what
-    could be parsed out of them."""
+    """A message as one mailbox received it: the envelope and the few parsed fields a
+    list shows, with the shared content (raw bytes, bodies) behind `content`."""
 
     mailbox = models.ForeignKey(Mailbox, on_delete=models.CASCADE, related_name="messages")
+    content = models.ForeignKey(MessageContent, on_delete=models.CASCADE, related_name="messages")
     received_at = models.DateTimeField(auto_now_add=True)
     envelope_from = models.CharField(max_length=320, blank=True, default="")
     envelope_to = models.CharField(max_length=320, blank=True, default="")
     from_header = models.TextField(blank=True, default="")
     to_header = models.TextField(blank=True, default="")
     subject = models.TextField(blank=True, default="")
-    text = models.TextField(blank=True, default="")
-    html = models.TextField(blank=True, default="")
-    headers = models.JSONField(default=list)
-    attachments = models.JSONField(default=list)
     size = models.PositiveIntegerField()
-    raw = models.BinaryField()
+    has_attachments = models.BooleanField(default=False)
     is_read = models.BooleanField(default=False)
 
     class Meta:

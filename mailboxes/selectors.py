@@ -5,7 +5,7 @@ from django.db.models import QuerySet
 from mailboxes.ending import mailbox_lazy_expire, mailboxes_lazy_expire
 from mailboxes.errors import MailboxExpired, NotFound
 from mailboxes.keys import Caller
-from mailboxes.models import Mailbox, MailboxStatus, Message, OutboundMessage
+from mailboxes.models import Mailbox, MailboxStatus, Message, MessageContent, OutboundMessage
 
 
 def mailboxes_visible_to(caller: Caller) -> QuerySet:
@@ -44,17 +44,24 @@ def mailbox_get_active(*, caller: Caller, mailbox_id) -> Mailbox:
 
 
 def message_list(*, mailbox: Mailbox) -> QuerySet:
-    return (Message.objects.filter(mailbox=mailbox).defer("raw", "text", "html", "headers")
-            .order_by("-received_at", "-id"))
+    return Message.objects.filter(mailbox=mailbox).order_by("-received_at", "-id")
 
 
-def message_get(*, mailbox: Mailbox, message_id: int, raw: bool = False) -> Message:
-    """One message of `mailbox`: its parsed fields, or (with `raw`) only its bytes."""
-    messages = Message.objects.only("raw") if raw else Message.objects.defer("raw")
+def message_get(*, mailbox: Mailbox, message_id: int) -> Message:
+    """One message of `mailbox` with its parsed content (not its raw bytes)."""
     try:
-        return messages.get(mailbox=mailbox, id=message_id)
+        return Message.objects.select_related("content").defer("content__raw").get(mailbox=mailbox, id=message_id)
     except Message.DoesNotExist:
         raise NotFound() from None
+
+
+def message_raw(*, mailbox: Mailbox, message_id: int) -> bytes:
+    """The exact bytes received."""
+    raw = (MessageContent.objects.filter(messages__mailbox=mailbox, messages__id=message_id)
+           .values_list("raw", flat=True).first())
+    if raw is None:
+        raise NotFound()
+    return bytes(raw)
 
 
 def outbound_list(*, mailbox: Mailbox) -> QuerySet:

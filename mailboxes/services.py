@@ -10,13 +10,15 @@ from datetime import timedelta
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F
+from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from mailboxes.ending import cleanup_pending_fields, publish_after_commit
 from mailboxes.errors import AddressTaken, InvalidRequest, MailboxExpired
 from mailboxes.keys import MAILBOX_TOKEN_PREFIX, Caller, new_secret
+from mailboxes.quotas import check_active_mailboxes
 from mailboxes.models import (PLAN_TTL_CAP_MS, AddressReservation, CleanupState, Mailbox, MailboxStatus, Message,
-                              Plan)
+                              MessageContent, Plan)
 
 logger = logging.getLogger(__name__)
 
@@ -73,13 +75,18 @@ def mailbox_record_intent(*, caller: Caller | None, local_part: str | None, doma
     owner = caller.owner if caller else None
     plan = caller.plan if caller else Plan.FREE
     ttl_ms = plan_ttl_ms(plan=plan, ttl_ms=ttl_ms)
-    address = _reserve_address(local_part=local_part, domain=domain or settings.RELAY_DOMAINS[0])
     token, token_hash = new_secret(MAILBOX_TOKEN_PREFIX) if owner is None else (None, None)
-    now = timezone.now()
-    mailbox = Mailbox.objects.create(
-        owner=owner, address=address, status=MailboxStatus.PROVISIONING, token_hash=token_hash,
-        expires_at=now + timedelta(milliseconds=ttl_ms), provision_lease_until=now + timedelta(seconds=lease_seconds),
-    )
+    # One transaction: the quota count, the reservation and the row stand or fall together.
+    with transaction.atomic():
+        if owner is not None:
+            check_active_mailboxes(owner)
+        address = _reserve_address(local_part=local_part, domain=domain or settings.RELAY_DOMAINS[0])
+        now = timezone.now()
+        mailbox = Mailbox.objects.create(
+            owner=owner, address=address, status=MailboxStatus.PROVISIONING, token_hash=token_hash,
+            expires_at=now + timedelta(milliseconds=ttl_ms),
+            provision_lease_until=now + timedelta(seconds=lease_seconds),
+        )
     return mailbox, token
 
 
@@ -126,9 +133,14 @@ def message_mark_read(*, message: Message) -> None:
 
 
 def message_delete(*, mailbox: Mailbox, message_id: int) -> bool:
-    """Delete one message of `mailbox` and keep its message_count in step."""
+    """Delete one message of `mailbox`, keep message_count and stored_bytes in step, and
+    drop its content once no other recipient's message shares it."""
     with transaction.atomic():
-        deleted, _ = Message.objects.filter(mailbox=mailbox, id=message_id).delete()
-        if deleted:
-            Mailbox.objects.filter(id=mailbox.id, message_count__gt=0).update(message_count=F("message_count") - 1)
-    return bool(deleted)
+        message = Message.objects.filter(mailbox=mailbox, id=message_id).only("content_id", "size").first()
+        if message is None:
+            return False
+        message.delete()
+        Mailbox.objects.filter(id=mailbox.id, message_count__gt=0).update(
+            message_count=F("message_count") - 1, stored_bytes=Greatest(F("stored_bytes") - message.size, 0))
+        MessageContent.objects.filter(id=message.content_id, messages__isnull=True).delete()
+    return True

@@ -8,7 +8,9 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from mailboxes.errors import Forbidden
 from mailboxes.models import Mailbox, MailboxStatus, OutboundMessage, OutboundStatus
+from mailboxes.quotas import check_send
 
 logger = logging.getLogger(__name__)
 
@@ -32,7 +34,13 @@ def send_attempt_limit() -> int:
 
 
 def outbound_queue(*, mailbox: Mailbox, to: list[str], subject: str, text: str, html: str = "") -> OutboundMessage:
-    outbound = OutboundMessage.objects.create(mailbox=mailbox, to=to, subject=subject, text=text, html=html)
+    """Queue a message from `mailbox`. Only an owner's mailbox may send (an anonymous
+    token would make Relay an open spam cannon), within its plan's quotas."""
+    if mailbox.owner_id is None:
+        raise Forbidden("Sending mail needs an API key: anonymous mailbox tokens cannot send.")
+    with transaction.atomic():
+        check_send(mailbox.owner, len(to))
+        outbound = OutboundMessage.objects.create(mailbox=mailbox, to=to, subject=subject, text=text, html=html)
 
     def publish() -> None:
         from relay.tasks import send_outbound

@@ -1,18 +1,39 @@
 """Reading a received message. Whatever arrives, the raw bytes are kept as they are; this
 module pulls out what it can (decoded headers, text and HTML bodies, attachment
-metadata) and never raises: malformed MIME yields less, not an error."""
+metadata) and never raises: malformed MIME yields less, not an error.
+
+Parsing is linear in the message's size and capped, so no message can hold a worker for
+long: at most MAX_HEADERS header lines are decoded (each once, each cut to
+MAX_HEADER_CHARS before decoding), at most MAX_PARTS MIME parts are read, bodies are
+kept up to MAX_BODY_BYTES, and reading stops when PARSE_SECONDS have passed. A message that hits a cap is stored whole, with
+what was parsed before it and `parsed_fully` false. The compat32 policy is used for the
+structure: it splits headers without interpreting them (the default policy's header
+objects cost seconds on thousands of repeated headers); values are decoded here.
+"""
 import email
 import logging
+import re
+import time
 from dataclasses import dataclass, field
 from email import policy
 from email.header import decode_header, make_header
 from email.message import Message as EmailMessage
+from email.parser import BytesHeaderParser
 
 logger = logging.getLogger(__name__)
 
 MAX_HEADERS = 500
 MAX_HEADER_CHARS = 16_384
 MAX_ATTACHMENTS = 200
+MAX_PARTS = 1000
+# The text and HTML bodies kept as parsed fields; the raw bytes always hold all of it.
+# Without a cap a 10 MB text body would be stored twice, raw and parsed.
+MAX_BODY_BYTES = 1024 * 1024
+PARSE_SECONDS = 1.0
+# A header section longer than this (folded lines included) is cut before parsing: the
+# parsed fields would be cut to MAX_HEADER_CHARS anyway.
+MAX_HEADER_SECTION_BYTES = MAX_HEADERS * 1024
+BOUNDARY_LINE = re.compile(rb"^--", re.MULTILINE)
 
 
 @dataclass
@@ -24,6 +45,7 @@ class ParsedMessage:
     html: str = ""
     headers: list = field(default_factory=list)
     attachments: list = field(default_factory=list)
+    parsed_fully: bool = True
 
 
 def clean_text(value: str) -> str:
@@ -34,42 +56,39 @@ def clean_text(value: str) -> str:
     return value.replace("\x00", "").encode("utf-8", "replace").decode("utf-8")
 
 
-def _header_text(message: EmailMessage, name: str) -> str:
-    try:
-        value = message.get(name)
-        return clean_text(str(value)) if value is not None else ""
-    except Exception:
-        return _legacy_decode(message, name)
-
-
-def _legacy_decode(message: EmailMessage, name: str) -> str:
-    """For headers the modern parser chokes on: decode RFC 2047 words one by one."""
-    raw = message.get_all(name, failobj=[None])[0] if hasattr(message, "get_all") else None
+def decode_header_value(raw) -> str:
+    """A header value as text: RFC 2047 words decoded, folding undone, capped."""
     if raw is None:
         return ""
+    text = str(raw)[:MAX_HEADER_CHARS]
     try:
-        return clean_text(str(make_header(decode_header(str(raw)))))
+        text = str(make_header(decode_header(text)))
     except Exception:
-        return clean_text(str(raw))
+        pass  # a broken encoded word: keep the text as it came
+    return clean_text(" ".join(text.split()) if "\n" in text or "\r" in text else text)[:MAX_HEADER_CHARS]
 
 
-def _part_text(part: EmailMessage) -> str:
-    try:
-        content = part.get_content()
-        if isinstance(content, str):
-            return clean_text(content)
-    except Exception:
-        pass  # unknown charset, broken transfer encoding: decode the bytes ourselves
+def _part_text(part: EmailMessage, parsed: "ParsedMessage") -> str:
     try:
         payload = part.get_payload(decode=True) or b""
     except Exception:
         payload = b""
-    charset = "utf-8"
+    if not isinstance(payload, bytes):
+        return ""
+    if len(payload) > MAX_BODY_BYTES:
+        payload, parsed.parsed_fully = payload[:MAX_BODY_BYTES], False
     try:
-        charset = part.get_content_charset() or "utf-8"
-        return clean_text(payload.decode(charset, "replace"))
+        return clean_text(payload.decode(part.get_content_charset() or "utf-8", "replace"))
     except (LookupError, TypeError):
         return clean_text(payload.decode("utf-8", "replace"))
+
+
+def _filename(part: EmailMessage) -> str | None:
+    try:
+        filename = part.get_filename()
+    except Exception:
+        return None
+    return decode_header_value(filename) if filename else None
 
 
 def _attachment(part: EmailMessage) -> dict:
@@ -77,73 +96,91 @@ def _attachment(part: EmailMessage) -> dict:
         size = len(part.get_payload(decode=True) or b"")
     except Exception:
         size = 0
-    try:
-        filename = part.get_filename()
-    except Exception:
-        filename = None
-    content_id = _header_text(part, "Content-ID").strip().strip("<>") or None
-    return {
-        "filename": clean_text(filename) if filename else None,
-        "content_type": clean_text(part.get_content_type()),
-        "size": size,
-        "content_id": clean_text(content_id) if content_id else None,
-    }
+    filename = _filename(part)
+    content_id = decode_header_value(part.get("Content-ID")).strip().strip("<>") or None
+    return {"filename": filename, "content_type": clean_text(part.get_content_type()), "size": size,
+            "content_id": content_id}
 
 
 def _is_attachment(part: EmailMessage) -> bool:
     try:
         disposition = (part.get_content_disposition() or "").lower()
-        has_name = bool(part.get_filename())
     except Exception:
-        disposition, has_name = "", False
-    if disposition == "attachment" or has_name:
+        disposition = ""
+    if disposition == "attachment" or _filename(part):
         return True
     # Inline parts that are not text (an image referenced by Content-ID) count too.
     return part.get_content_maintype() not in ("text", "multipart", "message")
 
 
+def _bounded(raw: bytes) -> tuple[bytes, bool]:
+    """The bytes handed to the parser: the header section cut at MAX_HEADER_SECTION_BYTES
+    and the body cut before its MAX_PARTS-th boundary line, so the parser's own work is
+    bounded too. Returns them and whether anything was cut."""
+    end = raw.find(b"\r\n\r\n")
+    end = len(raw) if end < 0 else end
+    cut = False
+    if end > MAX_HEADER_SECTION_BYTES:
+        raw, cut = raw[:MAX_HEADER_SECTION_BYTES] + b"\r\n\r\n", True
+    else:
+        for count, boundary in enumerate(BOUNDARY_LINE.finditer(raw, end)):
+            if count >= MAX_PARTS * 2:  # an opening and a closing line per part, at most
+                raw, cut = raw[:boundary.start()], True
+                break
+    return raw, cut
+
+
 def parse_message(raw: bytes) -> ParsedMessage:
     parsed = ParsedMessage()
+    deadline = time.monotonic() + PARSE_SECONDS
+    bounded, cut = _bounded(raw)
+    parsed.parsed_fully = not cut
     try:
-        message = email.message_from_bytes(raw, policy=policy.default)
-    except Exception:
-        logger.warning("message of %d bytes could not be parsed at all; stored raw only", len(raw))
-        return parsed
-
-    parsed.from_header = _header_text(message, "From")
-    parsed.to_header = _header_text(message, "To")
-    parsed.subject = _header_text(message, "Subject")
-    try:
-        names = list(message.keys())[:MAX_HEADERS]
-    except Exception:
-        names = []
-    seen: dict[str, int] = {}
-    for name in names:
-        index = seen.get(name, 0)
-        seen[name] = index + 1
+        message = email.message_from_bytes(bounded, policy=policy.compat32)
+    except Exception:  # e.g. MIME nested deeper than the parser's recursion allows
+        logger.warning("the MIME structure of a %d-byte message could not be read; headers only", len(raw))
+        parsed.parsed_fully = False
         try:
-            value = str(message.get_all(name)[index])
+            message = BytesHeaderParser(policy=policy.compat32).parsebytes(bounded)
         except Exception:
-            value = _legacy_decode(message, name)
-        parsed.headers.append([clean_text(name), clean_text(value)[:MAX_HEADER_CHARS]])
+            return parsed
+
+    items = message.items()
+    if len(items) > MAX_HEADERS:
+        items, parsed.parsed_fully = items[:MAX_HEADERS], False
+    for name, value in items:
+        parsed.headers.append([clean_text(name), decode_header_value(value)])
+    parsed.from_header = decode_header_value(message.get("From"))
+    parsed.to_header = decode_header_value(message.get("To"))
+    parsed.subject = decode_header_value(message.get("Subject"))
 
     try:
-        parts = list(message.walk())
+        parts = message.walk()
+        for index, part in enumerate(parts):
+            if index >= MAX_PARTS or time.monotonic() > deadline:
+                parsed.parsed_fully = False
+                break
+            _read_part(part, parsed)
     except Exception:
-        parts = [message]
-    for part in parts:
-        try:
-            if part.is_multipart():
-                continue
-            if _is_attachment(part):
-                if len(parsed.attachments) < MAX_ATTACHMENTS:
-                    parsed.attachments.append(_attachment(part))
-                continue
-            content_type = part.get_content_type()
-            if content_type == "text/plain" and not parsed.text:
-                parsed.text = _part_text(part)
-            elif content_type == "text/html" and not parsed.html:
-                parsed.html = _part_text(part)
-        except Exception:
-            logger.warning("skipped an unreadable MIME part", exc_info=True)
+        logger.warning("stopped reading the MIME structure of a %d-byte message", len(raw), exc_info=True)
+        parsed.parsed_fully = False
+    if not parsed.parsed_fully:
+        logger.info("a %d-byte message hit a parsing cap; stored whole, parsed in part", len(raw))
     return parsed
+
+
+def _read_part(part: EmailMessage, parsed: ParsedMessage) -> None:
+    try:
+        if part.is_multipart():
+            return
+        if _is_attachment(part):
+            if len(parsed.attachments) < MAX_ATTACHMENTS:
+                parsed.attachments.append(_attachment(part))
+            return
+        content_type = part.get_content_type()
+        if content_type == "text/plain" and not parsed.text:
+            parsed.text = _part_text(part, parsed)
+        elif content_type == "text/html" and not parsed.html:
+            parsed.html = _part_text(part, parsed)
+    except Exception:
+        logger.warning("skipped an unreadable MIME part", exc_info=True)

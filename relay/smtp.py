@@ -1,29 +1,46 @@
 """Relay's inbound SMTP server (aiosmtpd). It only ever delivers to its own mailboxes.
 
 `recipient_mailbox_id` and `deliver_message` are plain functions, called from the
-async handler through sync_to_async, so tests can call them without a socket.
+async handler through database thread pools, so tests can call them without a socket.
 """
 import asyncio
-from concurrent.futures import ThreadPoolExecutor
 import logging
 import signal
 import threading
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 from aiosmtpd.smtp import SMTP, Envelope, Session
-from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import close_old_connections, connection, connections, transaction
 
 from mailboxes.ending import mailbox_lazy_expire
-from mailboxes.models import Mailbox, MailboxStatus, Message
+from mailboxes.models import Mailbox, MailboxStatus, Message, MessageContent, Plan
+from mailboxes.quotas import stored_bytes_limit
 from relay.parsing import parse_message
 
 logger = logging.getLogger(__name__)
 
 
 # --- the plain functions ----------------------------------------------------------------
-def recipient_mailbox_id(address: str):
-    """The id of the mailbox that may receive mail at `address` right now, or None.
+@dataclass(frozen=True)
+class Recipient:
+    mailbox_id: uuid.UUID
+    address: str
+    stored_bytes: int
+    quota_bytes: int
+
+    def fits(self, size: int) -> bool:
+        return self.stored_bytes + size <= self.quota_bytes
+
+
+class MailboxFull(Exception):
+    """No accepted mailbox has room for the message (the plan's storage quota)."""
+
+
+def recipient_mailbox(address: str) -> Recipient | None:
+    """The mailbox that may receive mail at `address` right now, or None.
 
     The mailbox's own `expires_at` is checked here, with the same lazy-expiry service the
     API uses: a mailbox past its time is refused even if no worker has run yet."""
@@ -31,68 +48,132 @@ def recipient_mailbox_id(address: str):
     local_part, at, domain = address.rpartition("@")
     if not at or not local_part or domain not in settings.RELAY_DOMAINS or len(address) > 320:
         return None
-    mailbox = Mailbox.objects.filter(address=address, status=MailboxStatus.ACTIVE).only(
-        "id", "status", "expires_at", "address").first()
+    mailbox = (Mailbox.objects.filter(address=address, status=MailboxStatus.ACTIVE).select_related("owner")
+               .only("id", "status", "expires_at", "address", "stored_bytes", "owner__plan").first())
     if mailbox is None:
         return None
     mailbox = mailbox_lazy_expire(mailbox=mailbox)
-    return mailbox.id if mailbox.status == MailboxStatus.ACTIVE else None
+    if mailbox.status != MailboxStatus.ACTIVE:
+        return None
+    plan = mailbox.owner.plan if mailbox.owner else Plan.FREE
+    return Recipient(mailbox.id, address, mailbox.stored_bytes, stored_bytes_limit(plan))
 
 
-def deliver_message(*, raw: bytes, mail_from: str, recipients: dict) -> list[int]:
-    """Store one received message in each accepted mailbox ({mailbox_id: address}).
+def recipient_mailbox_id(address: str):
+    recipient = recipient_mailbox(address)
+    return recipient.mailbox_id if recipient else None
 
-    Mailboxes that ended between RCPT and DATA (deleted or purged) are skipped; the
-    message is stored for every other one, in one transaction."""
+
+def deliver_message(*, raw: bytes, mail_from: str, recipients: list[Recipient]) -> list[int]:
+    """Store one received message for each accepted mailbox that still takes it.
+
+    The bytes and the parsed bodies are stored once (MessageContent), shared by one
+    Message row per recipient. Mailboxes that ended between RCPT and DATA (deleted or
+    purged) are skipped, and so are those the message would take over their storage
+    quota; if that leaves none, MailboxFull. On PostgreSQL the transaction has a
+    deadline (RELAY_SMTP_STORE_SECONDS): storage that cannot finish in time is rolled
+    back whole, and the client is told to try again, so nothing is stored twice."""
     parsed = parse_message(raw)
     with transaction.atomic():
-        live = _count_one_more_message(list(recipients))
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SET LOCAL statement_timeout = %s", [settings.RELAY_SMTP_STORE_SECONDS * 1000])
+        live = _count_one_more_message(recipients, len(raw))
+        if not live:
+            if any(not r.fits(len(raw)) for r in recipients):
+                raise MailboxFull()
+            return []
+        content = MessageContent.objects.create(raw=raw, text=parsed.text, html=parsed.html, headers=parsed.headers,
+                                                attachments=parsed.attachments, parsed_fully=parsed.parsed_fully)
         messages = Message.objects.bulk_create([
             Message(
-                mailbox_id=mailbox_id,
+                mailbox_id=recipient.mailbox_id,
+                content=content,
                 envelope_from=mail_from[:320],
-                envelope_to=address[:320],
+                envelope_to=recipient.address[:320],
                 from_header=parsed.from_header,
                 to_header=parsed.to_header,
                 subject=parsed.subject,
-                text=parsed.text,
-                html=parsed.html,
-                headers=parsed.headers,
-                attachments=parsed.attachments,
                 size=len(raw),
-                raw=raw,
+                has_attachments=bool(parsed.attachments),
             )
-            for mailbox_id, address in recipients.items() if mailbox_id in live
+            for recipient in recipients if recipient.mailbox_id in live
         ])
     logger.info("stored a %d-byte message from %s for %d mailbox(es)", len(raw), mail_from or "<>", len(messages))
     return [message.id for message in messages]
 
 
-def _count_one_more_message(mailbox_ids: list) -> set:
-    """Add one to message_count of those mailboxes still there (not deleted, not purged)
-    and return their ids: the liveness check and the counter in one statement, on the
-    ingest hot path (bench/smtp_ingest.py)."""
+def _count_one_more_message(recipients: list[Recipient], size: int) -> set:
+    """Add the message to message_count and stored_bytes of those mailboxes still there
+    (not deleted, not purged) with room for it under their quota, and return their ids:
+    the liveness check, the quota check and the counters in one statement per quota, on
+    the ingest hot path (bench/smtp_ingest.py)."""
     id_field = Mailbox._meta.pk
-    placeholders = ", ".join(["%s"] * len(mailbox_ids))
+    live = set()
+    by_quota: dict[int, list] = {}
+    for recipient in recipients:
+        by_quota.setdefault(recipient.quota_bytes, []).append(recipient.mailbox_id)
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {Mailbox._meta.db_table} SET message_count = message_count + 1"
-            f" WHERE id IN ({placeholders}) AND status <> %s RETURNING id",
-            [id_field.get_db_prep_value(mailbox_id, connection) for mailbox_id in mailbox_ids] + [MailboxStatus.DELETED],
-        )
-        return {id_field.to_python(row[0]) for row in cursor.fetchall()}
+        for quota_bytes, mailbox_ids in by_quota.items():
+            placeholders = ", ".join(["%s"] * len(mailbox_ids))
+            cursor.execute(
+                f"UPDATE {Mailbox._meta.db_table} SET message_count = message_count + 1,"
+                f" stored_bytes = stored_bytes + %s"
+                f" WHERE id IN ({placeholders}) AND status <> %s AND stored_bytes + %s <= %s RETURNING id",
+                [size] + [id_field.get_db_prep_value(mailbox_id, connection) for mailbox_id in mailbox_ids]
+                + [MailboxStatus.DELETED, size, quota_bytes],
+            )
+            live |= {id_field.to_python(row[0]) for row in cursor.fetchall()}
+    return live
 
 
 # --- the server ---------------------------------------------------------------------------
-async def _in_db_thread(function, **kwargs):
-    """Run a database function in the pool, as Django runs a request: a connection that
-    broke or outlived CONN_MAX_AGE is replaced first."""
+# RCPT lookups and DATA storage run in pools of their own: a slow message (parsing,
+# storing) can hold the storage threads, never the threads that answer other sessions'
+# RCPT commands.
+LOOKUP_THREADS = 8
+STORAGE_THREADS = 4
 
-    def call():
-        close_old_connections()
-        return function(**kwargs)
 
-    return await sync_to_async(call, thread_sensitive=False)()
+class DatabasePool:
+    """A thread pool whose threads each keep a Django database connection."""
+
+    def __init__(self, name: str, size: int) -> None:
+        self.size = size
+        self.executor = ThreadPoolExecutor(max_workers=size, thread_name_prefix=f"smtp-{name}")
+
+    async def run(self, function, **kwargs):
+        """Run a database function in the pool, as Django runs a request: a connection
+        that broke or outlived CONN_MAX_AGE is replaced first."""
+
+        def call():
+            close_old_connections()
+            return function(**kwargs)
+
+        return await asyncio.get_running_loop().run_in_executor(self.executor, call)
+
+    async def close(self) -> None:
+        """Close the connection each thread holds, then the pool. Django keeps
+        connections per thread, so each thread must close its own: one task per thread,
+        held at a barrier so no thread can take two."""
+        barrier = threading.Barrier(self.size)
+
+        def close() -> None:
+            connections.close_all()
+            barrier.wait(timeout=10)
+
+        loop = asyncio.get_running_loop()
+        await asyncio.gather(*(loop.run_in_executor(self.executor, close) for _ in range(self.size)),
+                             return_exceptions=True)
+        self.executor.shutdown(wait=True)
+
+
+def _declared_size(envelope: Envelope) -> int:
+    for option in envelope.mail_options or []:
+        name, _, value = option.partition("=")
+        if name.upper() == "SIZE" and value.isdigit():
+            return int(value)
+    return 0
 
 
 class RelayHandler:
@@ -103,6 +184,8 @@ class RelayHandler:
         self.deliveries_in_flight = 0
         self.idle = asyncio.Event()
         self.idle.set()
+        self.lookups = DatabasePool("lookup", LOOKUP_THREADS)
+        self.storage = DatabasePool("store", STORAGE_THREADS)
 
     async def handle_RCPT(self, server: SMTP, session: Session, envelope: Envelope, address: str, rcpt_options):
         accepted = getattr(envelope, "relay_recipients", None)
@@ -111,45 +194,72 @@ class RelayHandler:
         if len(envelope.rcpt_tos) >= settings.RELAY_SMTP_MAX_RECIPIENTS:
             return "452 4.5.3 Too many recipients"
         try:
-            mailbox_id = await _in_db_thread(recipient_mailbox_id, address=address)
+            recipient = await self.lookups.run(recipient_mailbox, address=address)
         except Exception:
             logger.exception("RCPT lookup failed for %s", address)
             return "451 4.3.0 Temporary lookup failure, try again later"
-        if mailbox_id is None:
+        if recipient is None:
             logger.info("refused RCPT %s from %s", address, session.peer)
             return "550 5.1.1 No such mailbox here"
-        accepted.setdefault(mailbox_id, address.lower())
+        if not recipient.fits(max(_declared_size(envelope), 1)):
+            logger.info("refused RCPT %s: mailbox full", address)
+            return "552 5.2.2 Mailbox full"
+        accepted.setdefault(recipient.mailbox_id, recipient)
         envelope.rcpt_tos.append(address)
         return "250 2.1.5 OK"
 
     async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope):
-        recipients = getattr(envelope, "relay_recipients", None) or {}
+        recipients = list((getattr(envelope, "relay_recipients", None) or {}).values())
         if not recipients:
             return "554 5.5.1 No valid recipients"
+        server.storing = True
         try:
-            await _in_db_thread(
+            await self.storage.run(
                 deliver_message,
                 raw=envelope.original_content or envelope.content or b"",
                 mail_from=envelope.mail_from or "",
                 recipients=recipients,
             )
+        except MailboxFull:
+            return "552 5.2.2 Mailbox full"
         except Exception:
             logger.exception("could not store a message from %s", envelope.mail_from)
             return "451 4.3.0 Could not store the message, try again later"
+        finally:
+            server.storing = False
         # Only now, with the message committed, does the client hear 250.
         return "250 2.0.0 OK: queued"
 
 
 class RelaySMTP(SMTP):
-    """aiosmtpd's SMTP with Relay's limits: enhanced status codes on oversize mail, and a
-    ceiling on how long one connection may last whatever it does."""
+    """aiosmtpd's SMTP with Relay's limits: enhanced status codes on oversize mail, a
+    ceiling on how long one connection may last whatever it does, caps on connections
+    (in all and per client address), and an idle timer that does not count the time
+    Relay itself spends storing a message."""
 
     sessions: set = set()
 
     def connection_made(self, transport) -> None:
         super().connection_made(transport)
+        self.storing = False
+        peer = (transport.get_extra_info("peername") or ("?",))[0]
+        self.peer_host = peer
+        same_peer = sum(1 for session in RelaySMTP.sessions if session.peer_host == peer)
         RelaySMTP.sessions.add(self)
         self._session_timer = self.loop.call_later(settings.RELAY_SMTP_SESSION_SECONDS, self._session_too_long)
+        if (len(RelaySMTP.sessions) > settings.RELAY_SMTP_MAX_CONNECTIONS
+                or same_peer >= settings.RELAY_SMTP_MAX_CONNECTIONS_PER_CLIENT):
+            logger.warning("refused a connection from %s: too many connections", peer)
+            transport.write(b"421 4.7.0 Too many connections, try again later\r\n")
+            transport.close()
+
+    def _timeout_cb(self) -> None:
+        # Storage time is not idle time: a client waiting for the reply to its DATA is
+        # not idle, and cutting it off would make it send the message again.
+        if self.storing:
+            self._reset_timeout()
+            return
+        super()._timeout_cb()
 
     def connection_lost(self, exc) -> None:
         self._session_timer.cancel()
@@ -175,7 +285,7 @@ class RelaySMTP(SMTP):
     async def push(self, status) -> None:
         # aiosmtpd says "552 Error: ..." for an oversize message (at SIZE= or in DATA).
         text = status.decode() if isinstance(status, bytes) else status
-        if text.startswith("552 "):
+        if text.startswith("552 Error"):
             status = "552 5.3.4 Message size exceeds fixed maximum message size"
         await super().push(status)
 
@@ -186,6 +296,7 @@ def make_smtp(handler: RelayHandler) -> RelaySMTP:
         data_size_limit=settings.RELAY_MAX_MESSAGE_BYTES,
         enable_SMTPUTF8=True,
         hostname=settings.RELAY_DOMAINS[0],
+        ident="Relay",
         timeout=settings.RELAY_SMTP_IDLE_SECONDS,
         command_call_limit=1000,
     )
@@ -195,10 +306,6 @@ async def serve(host: str, port: int, *, stop: asyncio.Event, ready=None, drain_
     """Serve until `stop` is set, then stop accepting, let every delivery in progress
     finish (a message whose DATA was answered 250 is already committed), and close."""
     loop = asyncio.get_running_loop()
-    # Database work runs in these threads (each keeps its own connection); shutting the
-    # pool down at the end closes those connections with their threads.
-    executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="smtp-db")
-    loop.set_default_executor(executor)
     handler = RelayHandler()
     server = await loop.create_server(lambda: make_smtp(handler), host=host, port=port)
     bound = server.sockets[0].getsockname()
@@ -216,23 +323,9 @@ async def serve(host: str, port: int, *, stop: asyncio.Event, ready=None, drain_
             session.transport.write(b"421 4.3.2 Server shutting down\r\n")
             session.transport.close()
     await server.wait_closed()
-    await _close_connections_in(executor, loop)
-    executor.shutdown(wait=True)
+    await handler.lookups.close()
+    await handler.storage.close()
     logger.info("SMTP server stopped")
-
-
-async def _close_connections_in(executor: ThreadPoolExecutor, loop) -> None:
-    """Close the database connection each pool thread holds. Django keeps connections
-    per thread, so each thread must close its own: one task per thread, held at a
-    barrier so no thread can take two."""
-    size = executor._max_workers
-    barrier = threading.Barrier(size)
-
-    def close() -> None:
-        connections.close_all()
-        barrier.wait(timeout=10)
-
-    await asyncio.gather(*(loop.run_in_executor(executor, close) for _ in range(size)), return_exceptions=True)
 
 
 def run_forever(host: str, port: int) -> None:

@@ -155,10 +155,10 @@ class Processes:
         return self._spawn(name, [*CELERY, "beat", "-l", "INFO", "--pidfile", str(self.tmp_path / f"{name}.pid"),
                                   "-s", str(self.tmp_path / f"{name}-schedule")], ready_text="beat: Starting")
 
-    def web(self, name: str, port: int, env: dict | None = None) -> subprocess.Popen:
-        """The API under gunicorn, one worker, as docker-compose runs it."""
-        return self._spawn(name, [sys.executable, "-m", "gunicorn", "config.wsgi", "-w", "1", "-b", f"127.0.0.1:{port}",
-                                  "--timeout", "60"], ready_text="Booting worker", env=env)
+    def web(self, name: str, port: int, env: dict | None = None, workers: int = 1) -> subprocess.Popen:
+        """The API under gunicorn, as docker-compose runs it."""
+        return self._spawn(name, [sys.executable, "-m", "gunicorn", "config.wsgi", "-w", str(workers),
+                                  "-b", f"127.0.0.1:{port}", "--timeout", "60"], ready_text="Booting worker", env=env)
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
         proc, _ = self.procs[name]

@@ -55,3 +55,13 @@ def make_mailboxes(count: int, *, prefix: str, first_in: float, spread: float, s
 def create_via_api(client, **body):
     """POST /api/v1/mailboxes with `body`; returns the response."""
     return client.post("/api/v1/mailboxes", body, format="json")
+
+
+def deliver(raw: bytes, *addresses: str, mail_from: str = "a@example.com") -> list[int]:
+    """Store `raw` for `addresses` as the SMTP server does after RCPT and DATA (without a
+    socket); returns the new message ids."""
+    from relay.smtp import deliver_message, recipient_mailbox
+
+    recipients = [recipient_mailbox(address) for address in addresses]
+    assert all(recipients), f"not all of {addresses} take mail"
+    return deliver_message(raw=raw, mail_from=mail_from, recipients=recipients)

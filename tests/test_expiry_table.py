@@ -6,7 +6,7 @@ import time_machine
 from django.utils import timezone
 
 from mailboxes.models import Mailbox, Message
-from relay.smtp import deliver_message
+from tests.helpers import deliver
 
 INFO = ["get", "list"]
 OPERATIONAL = ["messages", "message", "raw", "renew", "send", "delete_message"]
@@ -16,8 +16,7 @@ OPERATIONAL = ["messages", "message", "raw", "renew", "send", "delete_message"]
 def mailbox(client_pro):
     body = client_pro.post("/api/v1/mailboxes", {"local_part": "table", "ttl_ms": 600_000}, format="json").json()
     mailbox = Mailbox.objects.get(id=body["id"])
-    [message_id] = deliver_message(raw=b"Subject: s\r\n\r\nhello\r\n", mail_from="a@example.com",
-                                   recipients={mailbox.id: mailbox.address})
+    [message_id] = deliver(b"Subject: s\r\n\r\nhello\r\n", mailbox.address)
     mailbox.message = Message.objects.get(id=message_id)
     return mailbox
 

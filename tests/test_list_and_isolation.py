@@ -6,7 +6,7 @@ import time_machine
 from django.utils import timezone
 
 from mailboxes.models import Mailbox, Message
-from tests.helpers import create_via_api
+from tests.helpers import create_via_api, deliver
 
 
 def create(client, **body):
@@ -42,11 +42,9 @@ def test_list_paginates(client_pro):
 
 
 def test_mailbox_shape_and_message_count(client_pro):
-    from relay.smtp import deliver_message
-
     body = create(client_pro)
     for raw in (b"Subject: one\r\n\r\nx\r\n", b"Subject: two\r\n\r\ny\r\n"):
-        deliver_message(raw=raw, mail_from="a@example.com", recipients={uuid.UUID(body["id"]): body["address"]})
+        deliver(raw, body["address"])
     shown = client_pro.get(f"/api/v1/mailboxes/{body['id']}").json()
     assert set(shown) == {"id", "address", "status", "created_at", "expires_at", "expired_at", "message_count"}
     assert shown["message_count"] == 2
@@ -71,7 +69,7 @@ ROUTES = [
 def test_another_owners_mailbox_is_404_like_a_missing_one(make_client, method, route):
     owner, mallory = make_client("owner"), make_client("mallory")
     body = create(owner)
-    mid = Message.objects.create(mailbox_id=body["id"], size=1, raw=b"x").id
+    [mid] = deliver(b"x", body["address"])
     theirs = getattr(mallory, method)(route.format(id=body["id"], mid=mid), {}, format="json")
     missing = getattr(mallory, method)(route.format(id=uuid.uuid4(), mid=mid), {}, format="json")
     assert theirs.status_code == missing.status_code == 404
@@ -85,7 +83,7 @@ def test_another_owners_mailbox_is_404_like_a_missing_one(make_client, method, r
 def test_anonymous_token_cannot_reach_other_mailboxes(api, make_client, method, route):
     owner = make_client("owner")
     body = create(owner)
-    mid = Message.objects.create(mailbox_id=body["id"], size=1, raw=b"x").id
+    [mid] = deliver(b"x", body["address"])
     token = api.post("/api/v1/mailboxes", {}, format="json").json()["token"]
     api.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
     response = getattr(api, method)(route.format(id=body["id"], mid=mid), {}, format="json")

@@ -11,7 +11,7 @@ from django_celery_beat.models import PeriodicTask
 
 from expiry.schedules import PURGE_TASK_NAME, SWEEP_TASK_NAME
 from expiry.purge import mailboxes_purge
-from mailboxes.models import AddressReservation, Mailbox, Message
+from mailboxes.models import AddressReservation, Mailbox, Message, MessageContent
 from tests.helpers import make_mailbox as mailbox
 
 
@@ -89,7 +89,8 @@ def test_admin_action_expire_now_expires_an_active_mailbox(admin_client):
 def test_purge_removes_settled_mailboxes_past_retention_but_keeps_addresses(db, settings):
     now = timezone.now()
     old_done = mailbox("old", status="expired", expired_at=now - timedelta(days=8), cleanup_state="done")
-    Message.objects.create(mailbox=old_done, size=1, raw=b"x")
+    content = MessageContent.objects.create(raw=b"x")
+    Message.objects.create(mailbox=old_done, content=content, size=1)
     old_deleted = mailbox("olddel", status="deleted", deleted_at=now - timedelta(days=8), cleanup_state="done")
     old_dead = mailbox("olddead", status="expired", expired_at=now - timedelta(days=8), cleanup_state="dead")
     recent = mailbox("recent", status="expired", expired_at=now - timedelta(days=6), cleanup_state="done")

@@ -1,0 +1,219 @@
+"""The SMTP server under abuse: parser bombs answered fast and never delaying another
+session, one copy of a DATA for all its recipients, the storage quota, a storage
+deadline, storage time not taken for idleness, connection caps, a neutral banner."""
+import os
+import smtplib
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from django.db import connection, connections
+
+from mailboxes.models import Mailbox, Message, MessageContent
+from relay import smtp as relay_smtp
+from relay.parsing import parse_message
+from tests.conftest import _test_database_url, free_port
+from tests.helpers import ROOT, create_via_api, wait_until
+
+BOMBS = {
+    "5,000 repeated headers": b"X: v\r\n" * 5000 + b"\r\nx\r\n",
+    "40,000 MIME parts": b'Content-Type: multipart/mixed; boundary="b"\r\n\r\n'
+                         + b"--b\r\nContent-Type: text/plain\r\n\r\nx\r\n" * 40_000 + b"--b--\r\n",
+    "1 MB of header folding": b"Subject: a\r\n" + b" folded\r\n" * (1024 * 1024 // 9) + b"\r\nbody\r\n",
+}
+
+
+@pytest.fixture
+def box(client_pro):
+    def make(local_part: str) -> dict:
+        response = create_via_api(client_pro, local_part=local_part)
+        assert response.status_code == 201
+        return response.json()
+
+    return make
+
+
+def connect(port: int) -> smtplib.SMTP:
+    smtp = smtplib.SMTP("127.0.0.1", port, timeout=30)
+    smtp.ehlo()
+    return smtp
+
+
+def test_the_repro_of_repeated_headers_parses_in_linear_time():
+    started = time.monotonic()
+    parsed = parse_message(b"X: v\r\n" * 500 + b"\r\nx")
+    assert time.monotonic() - started < 0.5
+    assert len(parsed.headers) == 500
+
+
+@pytest.mark.parametrize("name", sorted(BOMBS))
+def test_a_bomb_is_parsed_within_the_budget_and_flagged(name):
+    started = time.monotonic()
+    parsed = parse_message(BOMBS[name])
+    assert time.monotonic() - started < 2
+    assert parsed.parsed_fully is False
+
+
+@pytest.mark.parametrize("name", sorted(BOMBS))
+def test_a_bomb_over_smtp_is_answered_within_two_seconds_and_stored_raw(smtp_server, box, name):
+    mailbox = box("bomb")
+    with connect(smtp_server.port) as smtp:
+        started = time.monotonic()
+        assert smtp.sendmail("a@example.com", [mailbox["address"]], BOMBS[name]) == {}
+        assert time.monotonic() - started < 2
+    content = MessageContent.objects.get(messages__mailbox_id=mailbox["id"])
+    assert bytes(content.raw) == BOMBS[name] and content.parsed_fully is False
+
+
+def test_eight_bombs_in_flight_do_not_delay_another_delivery(smtp_server, box):
+    victims, bystander = box("victim"), box("bystander")
+    bomb = BOMBS["5,000 repeated headers"] * 1  # the slowest for our parser per byte
+    start = threading.Barrier(9)
+    errors = []
+
+    def send_bomb() -> None:
+        try:
+            with connect(smtp_server.port) as smtp:
+                start.wait(10)
+                smtp.sendmail("a@example.com", [victims["address"]], bomb)
+        except Exception as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=send_bomb) for _ in range(8)]
+    [thread.start() for thread in threads]
+    with connect(smtp_server.port) as smtp:
+        start.wait(10)
+        started = time.monotonic()
+        assert smtp.sendmail("b@example.com", [bystander["address"]], b"Subject: hi\r\n\r\nhello\r\n") == {}
+        elapsed = time.monotonic() - started
+    [thread.join(30) for thread in threads]
+    assert errors == []
+    assert elapsed < 1, f"a normal delivery took {elapsed:.2f} s beside eight bombs"
+    assert Message.objects.filter(mailbox_id=victims["id"]).count() == 8
+
+
+LINES_1500 = b"x" * 98 + b"\r\n" * 1 + (b"x" * 98 + b"\r\n") * 14
+
+
+def test_a_full_mailbox_is_refused_with_552_5_2_2(smtp_server, box, settings):
+    settings.RELAY_QUOTAS = {**settings.RELAY_QUOTAS,
+                             "pro": {**settings.RELAY_QUOTAS["pro"], "stored_bytes_per_mailbox": 2000}}
+    mailbox = box("full")
+    second = b"Subject: 2\r\n\r\n" + LINES_1500
+    with connect(smtp_server.port) as smtp:
+        assert smtp.sendmail("a@example.com", [mailbox["address"]], b"Subject: 1\r\n\r\n" + LINES_1500) == {}
+        # A second one that would go over: refused at DATA when its size was not declared ...
+        assert smtp.mail("a@example.com")[0] == 250
+        assert smtp.rcpt(mailbox["address"])[0] == 250
+        code, reply = smtp.data(second)
+        assert (code, reply[:5]) == (552, b"5.2.2")
+        smtp.rset()
+        # ... and at RCPT when MAIL FROM declared it (SIZE=), as smtplib does.
+        with pytest.raises(smtplib.SMTPRecipientsRefused) as refused:
+            smtp.sendmail("a@example.com", [mailbox["address"]], second)
+        assert refused.value.recipients[mailbox["address"]] == (552, b"5.2.2 Mailbox full")
+    assert Message.objects.filter(mailbox_id=mailbox["id"]).count() == 1
+
+
+def test_storage_that_misses_its_deadline_is_451_and_keeps_nothing(smtp_server, box, settings):
+    settings.RELAY_SMTP_STORE_SECONDS = 1
+    mailbox = box("locked")
+    # Another transaction holds the mailbox row, so the store's UPDATE waits past its deadline.
+    holder = connections.create_connection("default")
+    with holder.cursor() as cursor:
+        cursor.execute("BEGIN")
+        cursor.execute("SELECT id FROM mailboxes_mailbox WHERE id = %s FOR UPDATE", [mailbox["id"]])
+        try:
+            with connect(smtp_server.port) as smtp:
+                with pytest.raises(smtplib.SMTPDataError) as refused:
+                    smtp.sendmail("a@example.com", [mailbox["address"]], b"Subject: s\r\n\r\nbody\r\n")
+        finally:
+            cursor.execute("ROLLBACK")
+    holder.close()
+    assert refused.value.smtp_code == 451
+    assert not Message.objects.filter(mailbox_id=mailbox["id"]).exists()
+    assert not MessageContent.objects.exists()
+
+
+def test_storage_time_is_not_idle_time(smtp_server, box, settings, monkeypatch):
+    settings.RELAY_SMTP_IDLE_SECONDS = 1
+    mailbox = box("slowstore")
+    deliver = relay_smtp.deliver_message
+
+    def slow_deliver(**kwargs):
+        time.sleep(2.5)  # a store slower than the idle timeout: the slowness under test
+        return deliver(**kwargs)
+
+    monkeypatch.setattr(relay_smtp, "deliver_message", slow_deliver)
+    with connect(smtp_server.port) as smtp:
+        assert smtp.sendmail("a@example.com", [mailbox["address"]], b"Subject: s\r\n\r\nbody\r\n") == {}
+    assert Message.objects.filter(mailbox_id=mailbox["id"]).count() == 1
+
+
+def test_connections_per_client_are_capped(smtp_server, settings):
+    settings.RELAY_SMTP_MAX_CONNECTIONS_PER_CLIENT = 2
+    held = [connect(smtp_server.port) for _ in range(2)]
+    refused = socket.create_connection(("127.0.0.1", smtp_server.port), timeout=5)
+    assert refused.recv(200).startswith(b"421 4.7.0")
+    refused.close()
+    for smtp in held:
+        smtp.quit()
+    wait_until(lambda: len(relay_smtp.RelaySMTP.sessions) == 0, timeout=5, message="the sessions to close")
+    assert connect(smtp_server.port).noop()[0] == 250
+
+
+def test_the_banner_does_not_advertise_the_software(smtp_server):
+    with socket.create_connection(("127.0.0.1", smtp_server.port), timeout=5) as raw:
+        banner = raw.recv(200)
+    assert banner.startswith(b"220 ") and b"Python" not in banner and b"Relay" in banner
+
+
+@pytest.mark.workers
+def test_one_data_to_fifty_mailboxes_is_stored_once_and_smtp_memory_stays_flat(transactional_db, client_pro):
+    addresses = [create_via_api(client_pro, local_part=f"fan{i}").json()["address"] for i in range(50)]
+    body = os.urandom(9 * 1024 * 1024 // 2).hex().encode()  # 9 MB that no database compresses
+    raw = b"Subject: big\r\n\r\n" + b"\r\n".join(body[i:i + 76] for i in range(0, len(body), 76)) + b"\r\n"
+    port = free_port()
+    env = {**os.environ, "DATABASE_URL": _test_database_url(), "PYTHONUNBUFFERED": "1"}
+    server = subprocess.Popen([sys.executable, "manage.py", "runsmtp", "--port", str(port)], cwd=ROOT, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: _answers(port), timeout=30, message="runsmtp")
+
+        def database_bytes() -> int:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_total_relation_size('mailboxes_messagecontent')"
+                               " + pg_total_relation_size('mailboxes_message')")
+                return cursor.fetchone()[0]
+
+        before = database_bytes()
+        with connect(port) as smtp:
+            assert smtp.sendmail("a@example.com", addresses, raw) == {}
+        grown = database_bytes() - before
+        peak_mb = _peak_rss_mb(server.pid)
+    finally:
+        server.terminate()
+        server.wait(30)
+    assert Message.objects.count() == 50 and MessageContent.objects.count() == 1
+    # One copy of the bytes, plus the parsed text (capped at 1 MB) and the 50 small rows.
+    assert grown < 1.3 * len(raw), f"the database grew by {grown / 1e6:.1f} MB for one {len(raw) / 1e6:.1f} MB DATA"
+    assert peak_mb < 300, f"runsmtp peaked at {peak_mb:.0f} MB"
+
+
+def _answers(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
+def _peak_rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM")
