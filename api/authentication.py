@@ -5,6 +5,7 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions, permissions, throttling
 from rest_framework.settings import api_settings
 
+from api.client import client_address
 from mailboxes.keys import Caller, caller_for_secret
 
 # Longer than any key or token Relay issues: anything longer is refused unhashed.
@@ -62,7 +63,7 @@ class AnonymousCreateThrottle(throttling.AnonRateThrottle):
 
     def get_cache_key(self, request, view) -> str:
         # Per client address, also for the holder of a mailbox token.
-        return self.cache_format % {"scope": self.scope, "ident": self.get_ident(request)}
+        return self.cache_format % {"scope": self.scope, "ident": client_address(request)}
 
 
 class BearerAuthenticationScheme(OpenApiAuthenticationExtension):

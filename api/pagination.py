@@ -11,8 +11,9 @@ class RelayPagination(PageNumberPagination):
     max_page_size = 200
 
     def paginate_queryset(self, queryset, request, view=None):
-        for name in (self.page_query_param, self.page_size_query_param):
+        bounds = {self.page_query_param: 999_999_999, self.page_size_query_param: self.max_page_size}
+        for name, most in bounds.items():
             value = request.query_params.get(name)
-            if value is not None and not (value.isdigit() and 0 < int(value) < 10**9) and not (name == self.page_query_param and value == "last"):
-                raise ValidationError({name: [f"{name} must be a positive integer."]})
+            if value is not None and not (value.isdigit() and 0 < int(value) <= most):
+                raise ValidationError({name: [f"{name} must be an integer from 1 to {most}."]})
         return super().paginate_queryset(queryset, request, view)

@@ -3,17 +3,22 @@ the domain (TTL bounds per plan, addresses never reused) are the services' to en
 import re
 
 from django.conf import settings
+from django.core.validators import RegexValidator
 from rest_framework import serializers
 
+from drf_spectacular.utils import extend_schema_field
+
+from api.schema import domain_schema, local_part_schema, ttl_bounds
 from mailboxes.models import Mailbox, OutboundMessage
 
 # A dot-atom of [a-z0-9._-]: no leading, trailing or doubled dot.
 LOCAL_PART_RE = re.compile(r"[a-z0-9_-]+(\.[a-z0-9_-]+)*")
 
 
+# Refuses fields it does not know, naming them: a typo such as "ttl" must not silently
+# make a mailbox with the default lifetime. (A comment, not a docstring: the schema
+# would show a docstring as the description of every request body.)
 class StrictSerializer(serializers.Serializer):
-    """Refuses fields it does not know, naming them: a typo such as "ttl" must not
-    silently make a mailbox with the default lifetime."""
 
     def to_internal_value(self, data):
         if isinstance(data, dict):
@@ -21,6 +26,27 @@ class StrictSerializer(serializers.Serializer):
             if unknown:
                 raise serializers.ValidationError({name: ["Unknown field."] for name in unknown})
         return super().to_internal_value(data)
+
+
+@extend_schema_field({"type": "string", "pattern": "^[^\\u0000]*$"})
+class StrictCharField(serializers.CharField):
+    """A JSON string and nothing else (DRF would take 0 for "0"), with no NUL in it
+    (PostgreSQL cannot store one; DRF refuses it, and the schema says so)."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+@extend_schema_field({"type": "string", "pattern": "^[^\\u0000\\r\\n]*$"})
+class OneLineField(StrictCharField):
+    def to_internal_value(self, data):
+        value = super().to_internal_value(data)
+        # A line break would end the header and start another: refused here, not at send time.
+        if "\r" in value or "\n" in value:
+            raise serializers.ValidationError("must be one line: no CR or LF.")
+        return value
 
 
 class StrictIntegerField(serializers.IntegerField):
@@ -36,15 +62,35 @@ class StrictBooleanField(serializers.BooleanField):
     """A query-string boolean: true/false/1/0 only, so `include_expired=banana` is a 400."""
 
     # The bools are what DRF passes for an absent parameter.
-    TRUE_VALUES = {"true", "True", "1", True}
-    FALSE_VALUES = {"false", "False", "0", False}
+    TRUE_VALUES = {"true", True}
+    FALSE_VALUES = {"false", False}
     NULL_VALUES = set()
+
+    def get_value(self, dictionary):
+        # DRF takes a present but empty parameter for an absent one; `?include_expired=`
+        # is a malformed value, not a default.
+        if self.field_name in dictionary and dictionary.get(self.field_name) == "":
+            return ""
+        return super().get_value(dictionary)
+
+
+@extend_schema_field(local_part_schema())
+class LocalPartField(StrictCharField):
+    pass
+
+
+@extend_schema_field(domain_schema())
+class DomainField(StrictCharField):
+    pass
 
 
 class MailboxCreateSerializer(StrictSerializer):
-    local_part = serializers.CharField(required=False, max_length=64, trim_whitespace=False)
-    domain = serializers.CharField(required=False, max_length=253)
-    ttl_ms = StrictIntegerField(required=False)
+    local_part = LocalPartField(required=False, min_length=1, max_length=64, trim_whitespace=False,
+                                help_text="a-z, 0-9, '.', '_', '-' as a dot-atom, not a role name; random when absent.")
+    domain = DomainField(required=False, min_length=1, max_length=253,
+                         help_text="One of RELAY_DOMAINS; the first when absent.")
+    ttl_ms = StrictIntegerField(required=False, **ttl_bounds(),
+                                help_text="Lifetime in ms, at most the plan's cap; the plan's default when absent.")
 
     def validate_local_part(self, value: str) -> str:
         value = value.lower()
@@ -63,7 +109,8 @@ class MailboxCreateSerializer(StrictSerializer):
 
 
 class MailboxRenewSerializer(StrictSerializer):
-    ttl_ms = StrictIntegerField(required=False)
+    ttl_ms = StrictIntegerField(required=False, **ttl_bounds(),
+                                help_text="New lifetime from now in ms; the plan's default when absent.")
 
 
 class MailboxListQuerySerializer(serializers.Serializer):
@@ -77,7 +124,9 @@ class MailboxSerializer(serializers.ModelSerializer):
 
 
 class MailboxCreatedSerializer(MailboxSerializer):
-    token = serializers.CharField(read_only=True, required=False, help_text="Only for anonymous creation, shown once.")
+    # Not read_only: read-only fields are "required" in response schemas, and an owner's
+    # create has no token.
+    token = serializers.CharField(required=False, help_text="Only for anonymous creation, shown once.")
 
     class Meta(MailboxSerializer.Meta):
         fields = MailboxSerializer.Meta.fields + ["token"]
@@ -111,6 +160,19 @@ class MessageDetailSerializer(MessageSummarySerializer):
     attachments = AttachmentSerializer(source="content.attachments", many=True)
 
 
+# What `to` takes: an address whose local part is RFC 5322 atext and dots, and whose
+# domain is labels of letters, digits and hyphens. The schema states the same pattern, so
+# a client (or a fuzzer) and the server agree on what an address is.
+ADDRESS_PATTERN = r"^[A-Za-z0-9!#$%&'*+/=?^_`{|}~.-]{1,64}@[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+$"
+
+
+@extend_schema_field({"type": "string", "pattern": ADDRESS_PATTERN, "maxLength": 320})
+class AddressField(StrictCharField):
+    def __init__(self, **kwargs):
+        super().__init__(max_length=320, **kwargs)
+        self.validators.append(RegexValidator(ADDRESS_PATTERN, "Enter a valid email address."))
+
+
 class RecipientListField(serializers.ListField):
     """`to` is a list of addresses; a single string is taken as a list of one."""
 
@@ -121,17 +183,13 @@ class RecipientListField(serializers.ListField):
 
 
 class SendSerializer(StrictSerializer):
-    to = RecipientListField(child=serializers.EmailField(max_length=320), min_length=1, max_length=50,
+    to = RecipientListField(child=AddressField(), min_length=1, max_length=50,
                             help_text="A list of addresses (a single string counts as a list of one).")
-    subject = serializers.CharField(max_length=998)
-    text = serializers.CharField(max_length=1_000_000, allow_blank=True)
-    html = serializers.CharField(max_length=1_000_000, required=False, allow_blank=True)
-
-    def validate_subject(self, value: str) -> str:
-        # A line break would end the header and start another: refused here, not at send time.
-        if "\r" in value or "\n" in value:
-            raise serializers.ValidationError("subject must be one line: no CR or LF.")
-        return value
+    subject = OneLineField(min_length=1, max_length=998, help_text="One line: no CR or LF.")
+    # Bounded so that the largest valid body, every character JSON-escaped, stays under
+    # the request size limit (DATA_UPLOAD_MAX_MEMORY_SIZE).
+    text = StrictCharField(max_length=100_000, allow_blank=True)
+    html = StrictCharField(max_length=100_000, required=False, allow_blank=True)
 
 
 class SendAcceptedSerializer(serializers.Serializer):

@@ -1,14 +1,16 @@
 """The REST API of SPEC §5. Views validate input, call one service or selector, render
 the result; the domain's exceptions become responses in api.errors."""
 from django.http import HttpResponse
+from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework import permissions, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from api.authentication import AnonymousCreateThrottle, caller_of
 from api.pagination import RelayPagination
+from api.schema import INCLUDE_EXPIRED, PAGE_PARAMETERS, paginated
 from api.serializers import (
     MailboxCreatedSerializer,
     MailboxCreateSerializer,
@@ -44,7 +46,7 @@ class WhoAmIView(APIView):
     """Who the credentials belong to: a check that a key works, and the benchmarks'
     trivial authenticated endpoint (bench/api.py)."""
 
-    @extend_schema(responses={200: OpenApiTypes.OBJECT})
+    @extend_schema(operation_id="whoami", summary="Who the credentials belong to", responses={200: OpenApiTypes.OBJECT})
     def get(self, request):
         caller = request.user
         if not caller.is_anonymous:
@@ -65,15 +67,17 @@ class MailboxCollectionView(APIView):
         return []
 
     @extend_schema(
-        parameters=[OpenApiParameter("include_expired", OpenApiTypes.BOOL, description="Also list expired mailboxes.")],
-        responses=MailboxSerializer(many=True),
+        operation_id="mailboxes_list", summary="List your mailboxes, newest first",
+        parameters=[INCLUDE_EXPIRED, *PAGE_PARAMETERS],
+        responses=paginated(MailboxSerializer),
     )
     def get(self, request):
         query = _valid(MailboxListQuerySerializer, request.query_params)
         mailboxes = selectors.mailbox_list(caller=request.user, include_expired=query["include_expired"])
         return _paginated(request, self, mailboxes, MailboxSerializer)
 
-    @extend_schema(request=MailboxCreateSerializer, responses={201: MailboxCreatedSerializer})
+    @extend_schema(operation_id="mailboxes_create", summary="Create a mailbox (anonymously: free plan, returns a token)",
+                   request=MailboxCreateSerializer, responses={201: MailboxCreatedSerializer})
     def post(self, request):
         body = _valid(MailboxCreateSerializer, request.data)
         caller = caller_of(request)
@@ -88,12 +92,12 @@ class MailboxCollectionView(APIView):
 
 
 class MailboxDetailView(APIView):
-    @extend_schema(responses=MailboxSerializer)
+    @extend_schema(operation_id="mailboxes_get", summary="Get a mailbox (expired on the spot if past expires_at)", responses=MailboxSerializer)
     def get(self, request, mailbox_id):
         mailbox = selectors.mailbox_get(caller=request.user, mailbox_id=mailbox_id)
         return Response(MailboxSerializer(mailbox).data)
 
-    @extend_schema(responses={204: None})
+    @extend_schema(operation_id="mailboxes_delete", summary="Delete a mailbox: it stops receiving and is deprovisioned", responses={204: None})
     def delete(self, request, mailbox_id):
         mailbox = selectors.mailbox_get(caller=request.user, mailbox_id=mailbox_id)
         mailbox_delete(mailbox=mailbox)
@@ -101,7 +105,8 @@ class MailboxDetailView(APIView):
 
 
 class MailboxRenewView(APIView):
-    @extend_schema(request=MailboxRenewSerializer, responses=MailboxSerializer)
+    @extend_schema(operation_id="mailboxes_renew", summary="Renew: expires_at = now + ttl_ms", request=MailboxRenewSerializer,
+                   responses=MailboxSerializer)
     def post(self, request, mailbox_id):
         mailbox = selectors.mailbox_get_active(caller=request.user, mailbox_id=mailbox_id)
         body = _valid(MailboxRenewSerializer, request.data)
@@ -110,27 +115,33 @@ class MailboxRenewView(APIView):
 
 
 class MessageCollectionView(APIView):
-    @extend_schema(responses=MessageSummarySerializer(many=True))
+    @extend_schema(operation_id="messages_list", summary="List received messages, newest first", parameters=PAGE_PARAMETERS,
+                   responses=paginated(MessageSummarySerializer))
     def get(self, request, mailbox_id):
         mailbox = selectors.mailbox_get_active(caller=request.user, mailbox_id=mailbox_id)
         return _paginated(request, self, selectors.message_list(mailbox=mailbox), MessageSummarySerializer)
 
-    @extend_schema(request=SendSerializer, responses={202: SendAcceptedSerializer})
+    @extend_schema(operation_id="messages_send", summary="Send a message from this mailbox (needs an API key)", request=SendSerializer,
+                   responses={202: SendAcceptedSerializer})
     def post(self, request, mailbox_id):
         mailbox = selectors.mailbox_get_active(caller=request.user, mailbox_id=mailbox_id)
         outbound = outbound_queue(mailbox=mailbox, **_valid(SendSerializer, request.data))
-        return Response({"id": outbound.id, "status": outbound.status}, status=status.HTTP_202_ACCEPTED)
+        # Where to follow the send: its outbox entry (the id is not a received message's).
+        location = reverse("outbound-detail", kwargs={"mailbox_id": mailbox.id, "outbound_id": outbound.id})
+        return Response({"id": outbound.id, "status": outbound.status}, status=status.HTTP_202_ACCEPTED,
+                        headers={"Location": location})
 
 
 class MessageDetailView(APIView):
-    @extend_schema(responses=MessageDetailSerializer)
+    @extend_schema(operation_id="messages_get", summary="Get a message with its bodies and headers; marks it read",
+                   responses=MessageDetailSerializer)
     def get(self, request, mailbox_id, message_id):
         mailbox = selectors.mailbox_get_active(caller=request.user, mailbox_id=mailbox_id)
         message = selectors.message_get(mailbox=mailbox, message_id=message_id)
         services.message_mark_read(message=message)
         return Response(MessageDetailSerializer(message).data)
 
-    @extend_schema(responses={204: None})
+    @extend_schema(operation_id="messages_delete", summary="Delete a message", responses={204: None})
     def delete(self, request, mailbox_id, message_id):
         mailbox = selectors.mailbox_get_active(caller=request.user, mailbox_id=mailbox_id)
         if not services.message_delete(mailbox=mailbox, message_id=message_id):
@@ -139,7 +150,7 @@ class MessageDetailView(APIView):
 
 
 class MessageRawView(APIView):
-    @extend_schema(responses={(200, "message/rfc822"): OpenApiTypes.BINARY})
+    @extend_schema(operation_id="messages_raw", summary="The exact bytes received", responses={(200, "message/rfc822"): OpenApiTypes.BINARY})
     def get(self, request, mailbox_id, message_id):
         mailbox = selectors.mailbox_get_active(caller=request.user, mailbox_id=mailbox_id)
         raw = selectors.message_raw(mailbox=mailbox, message_id=message_id)
@@ -147,14 +158,15 @@ class MessageRawView(APIView):
 
 
 class OutboundCollectionView(APIView):
-    @extend_schema(responses=OutboundSerializer(many=True))
+    @extend_schema(operation_id="outbox_list", summary="List sent messages and their status", parameters=PAGE_PARAMETERS,
+                   responses=paginated(OutboundSerializer))
     def get(self, request, mailbox_id):
         mailbox = selectors.mailbox_get(caller=request.user, mailbox_id=mailbox_id)
         return _paginated(request, self, selectors.outbound_list(mailbox=mailbox), OutboundSerializer)
 
 
 class OutboundDetailView(APIView):
-    @extend_schema(responses=OutboundSerializer)
+    @extend_schema(operation_id="outbox_get", summary="A sent message's status, attempts and last error", responses=OutboundSerializer)
     def get(self, request, mailbox_id, outbound_id):
         mailbox = selectors.mailbox_get(caller=request.user, mailbox_id=mailbox_id)
         return Response(OutboundSerializer(selectors.outbound_get(mailbox=mailbox, outbound_id=outbound_id)).data)

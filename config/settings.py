@@ -3,6 +3,7 @@
 Each value is parsed strictly: a value that cannot be used stops start-up with an
 ImproperlyConfigured error that names the variable, instead of a confusing failure later.
 """
+from datetime import timedelta
 from pathlib import Path
 
 import environ
@@ -76,7 +77,9 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "django_celery_beat",
+    "axes",
     "mailboxes",
     "relay",
     "expiry",
@@ -94,7 +97,10 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Locks out an admin login after repeated failures (django-axes); last, as it asks.
+    "axes.middleware.AxesMiddleware",
 ]
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
 
 ROOT_URLCONF = "config.urls"
 WSGI_APPLICATION = "config.wsgi.application"
@@ -186,6 +192,14 @@ SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = RELAY_HTTPS
 SECURE_HSTS_SECONDS = 31_536_000 if RELAY_HTTPS else 0
 SECURE_HSTS_INCLUDE_SUBDOMAINS = SECURE_HSTS_PRELOAD = RELAY_HTTPS
 
+# Admin logins: after 5 failures for one username from one address, that pair is locked
+# out for 15 minutes (429).
+AXES_FAILURE_LIMIT = 5
+AXES_COOLOFF_TIME = timedelta(minutes=15)
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_CLIENT_IP_CALLABLE = "api.client.client_address"
+AXES_RESET_ON_SUCCESS = True
+
 # --- REST API --------------------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["api.authentication.BearerAuthentication"],
@@ -197,7 +211,6 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "api.pagination.RelayPagination",
     "EXCEPTION_HANDLER": "api.errors.exception_handler",
     "UNAUTHENTICATED_USER": None,
-    "NUM_PROXIES": RELAY_TRUSTED_PROXIES,
     "DEFAULT_THROTTLE_RATES": {"anon_create": _rate("RELAY_ANON_CREATE_RATE", "20/hour")},
 }
 SPECTACULAR_SETTINGS = {
@@ -205,6 +218,12 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Disposable, expiring email mailboxes.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # Swagger UI from this app (drf-spectacular-sidecar), not from a CDN: the docs work
+    # offline, and the page where people paste keys loads no third-party script.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "SWAGGER_UI_SETTINGS": {"persistAuthorization": True},
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "api.schema.add_error_responses"],
     "ENUM_NAME_OVERRIDES": {
         "MailboxStatusEnum": "mailboxes.models.MailboxStatus",
         "OutboundStatusEnum": "mailboxes.models.OutboundStatus",

@@ -112,6 +112,8 @@ def smtp_server(transactional_db):
 
 # --- Celery worker processes -----------------------------------------------------------------
 CELERY = [sys.executable, "-m", "celery", "-A", "config"]
+# As docker-compose runs gunicorn: the longest request line gunicorn allows.
+GUNICORN_LIMITS = ["--limit-request-line", "8190"]
 
 
 def free_port() -> int:
@@ -158,7 +160,8 @@ class Processes:
     def web(self, name: str, port: int, env: dict | None = None, workers: int = 1) -> subprocess.Popen:
         """The API under gunicorn, as docker-compose runs it."""
         return self._spawn(name, [sys.executable, "-m", "gunicorn", "config.wsgi", "-w", str(workers),
-                                  "-b", f"127.0.0.1:{port}", "--timeout", "60"], ready_text="Booting worker", env=env)
+                                  "-b", f"127.0.0.1:{port}", "--timeout", "60", *GUNICORN_LIMITS],
+                           ready_text="Booting worker", env=env)
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
         proc, _ = self.procs[name]

@@ -36,7 +36,7 @@ def test_a_forged_x_forwarded_for_does_not_dodge_the_rate_limit(api, anon_rate):
 
 def test_behind_one_trusted_proxy_the_client_is_the_last_x_forwarded_for_entry(api, anon_rate, settings):
     anon_rate("2/hour")
-    settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "NUM_PROXIES": 1}
+    settings.RELAY_TRUSTED_PROXIES = 1
 
     def create(forwarded_for: str) -> int:
         return api.post("/api/v1/mailboxes", {}, format="json", REMOTE_ADDR="10.0.0.1",

@@ -17,8 +17,7 @@ from tests.helpers import make_mailbox as mailbox
 
 @pytest.fixture
 def admin_client(client, db):
-    User.objects.create_superuser("root", "root@example.com", "pw")
-    client.login(username="root", password="pw")
+    client.force_login(User.objects.create_superuser("root", "root@example.com", "pw"))
     return client
 
 
@@ -100,3 +99,15 @@ def test_purge_removes_settled_mailboxes_past_retention_but_keeps_addresses(db, 
     assert remaining == {old_dead.address, recent.address, active.address}
     assert not Message.objects.exists()
     assert AddressReservation.objects.filter(address__in=[old_done.address, old_deleted.address]).count() == 2
+
+
+def test_admin_login_is_locked_out_after_five_failures(client, db):
+    User.objects.create_superuser("root", "root@example.com", "right-password")
+
+    def log_in(password: str):
+        return client.post("/admin/login/?next=/admin/", {"username": "root", "password": password},
+                           REMOTE_ADDR="198.51.100.9")
+
+    assert [log_in("wrong").status_code for _ in range(4)] == [200] * 4  # the form again, with an error
+    assert log_in("wrong").status_code == 429
+    assert log_in("right-password").status_code == 429  # locked out, even with the right one

@@ -21,6 +21,14 @@ CASES = [
     ({"CELERY_BROKER_URL": "amqp://x"}, "CELERY_BROKER_URL"),
     ({"RELAY_DOMAINS": " , "}, "RELAY_DOMAINS"),
     ({"RELAY_CLEANUP_LEASE_SECONDS": "1"}, "RELAY_CLEANUP_LEASE_SECONDS"),
+    ({"RELAY_TRUSTED_PROXIES": "all"}, "RELAY_TRUSTED_PROXIES"),
+    ({"RELAY_QUOTA_FREE_SENDS_PER_DAY": "lots"}, "RELAY_QUOTA_FREE_SENDS_PER_DAY"),
+    ({"RELAY_HTTPS": "sometimes"}, "RELAY_HTTPS"),
+    # With DEBUG off, no default, short or missing secret key.
+    ({"DJANGO_DEBUG": "false", "DJANGO_SECRET_KEY": ""}, "DJANGO_SECRET_KEY"),
+    ({"DJANGO_DEBUG": "false", "DJANGO_SECRET_KEY": "short-key"}, "DJANGO_SECRET_KEY"),
+    ({"DJANGO_DEBUG": "false", "DJANGO_SECRET_KEY": "relay-dev-only-secret-key-never-use-it-in-production-0123456789"},
+     "DJANGO_SECRET_KEY"),
 ]
 
 
@@ -40,3 +48,27 @@ def test_bad_value_stops_startup_naming_the_variable(env_changes, variable):
 
 def test_good_values_start():
     assert start_django({"RELAY_DOMAINS": "a.test,b.test", "RELAY_MIN_TTL_MS": "1000"}).returncode == 0
+
+
+def test_debug_is_off_unless_asked_for(settings):
+    env = {key: value for key, value in os.environ.items() if key != "DJANGO_DEBUG"}
+    result = subprocess.run([sys.executable, "-c", "import django; django.setup(); from django.conf import settings; "
+                             "print(settings.DEBUG)"], cwd=ROOT, env={**env, "DJANGO_SETTINGS_MODULE": "config.settings"},
+                            capture_output=True, text=True, timeout=60)
+    assert result.stdout.strip() == "False", result.stderr
+
+
+def test_production_settings_pass_check_deploy_cleanly():
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"], cwd=ROOT,
+        env={**os.environ, "DJANGO_DEBUG": "false", "RELAY_HTTPS": "true", "DJANGO_ALLOWED_HOSTS": "relay.example.com",
+             "DJANGO_SECRET_KEY": "x7Lq9-production-like-secret-key-Zr4Tn8Wm2Pv6Yc1Hs5Jd0Kf3Gb"},
+        capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "no issues" in result.stdout
+
+
+def test_docker_compose_demands_a_secret_key():
+    compose = (ROOT / "docker-compose.yml").read_text()
+    assert "${DJANGO_SECRET_KEY:?" in compose
+    assert "change-me" not in compose

@@ -1,0 +1,126 @@
+"""What the OpenAPI schema says beyond what drf-spectacular infers: the error format on
+every operation, and list responses as the paginated envelope they are."""
+import re
+
+from django.conf import settings
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter
+from rest_framework import serializers
+
+from api.errors import STATUS_CODES
+from mailboxes.models import Plan
+from mailboxes.services import plan_ttl_cap_ms
+
+# The errors any operation may answer (SPEC §5): bad input, credentials, another owner's
+# or a missing mailbox, an expired one, a body too large or not JSON, a rate or a quota.
+COMMON_ERRORS = (400, 401, 403, 404, 405, 406, 410, 413, 415, 429)
+ERROR_SCHEMA = {
+    "type": "object",
+    "required": ["code", "message"],
+    "properties": {
+        "code": {"type": "string", "enum": sorted(set(STATUS_CODES.values()) | {"quota_exceeded"})},
+        "message": {"type": "string"},
+        "fields": {"type": "object", "additionalProperties": {"type": "array", "items": {"type": "string"}},
+                   "description": "For validation errors: the messages of each field or parameter."},
+    },
+}
+
+PAGE_PARAMETERS = [
+    OpenApiParameter("page", {"type": "integer", "minimum": 1, "maximum": 999_999_999},
+                     description="Page number, from 1."),
+    OpenApiParameter("page_size", {"type": "integer", "minimum": 1, "maximum": 200},
+                     description="Results per page (default 50)."),
+]
+INCLUDE_EXPIRED = OpenApiParameter("include_expired", {"type": "string", "enum": ["true", "false"]},
+                                   description="Also list expired mailboxes.")
+
+# Sending answers 202 with the outbox entry's id: say where it can be read, so that no
+# client (or fuzzer) takes it for a received message's id.
+SEND_LINKS = {"outbox": {"operationId": "outbox_get", "parameters": {
+    "mailbox_id": "$request.path.mailbox_id", "outbound_id": "$response.body#/id"}}}
+
+
+def paginated(serializer_class: type[serializers.Serializer]) -> type[serializers.Serializer]:
+    """The response serializer of a list: {"count", "next", "previous", "results"}."""
+    return type(f"Paginated{serializer_class.__name__.removesuffix('Serializer')}List", (serializers.Serializer,), {
+        "count": serializers.IntegerField(),
+        "next": serializers.URLField(allow_null=True),
+        "previous": serializers.URLField(allow_null=True),
+        "results": serializer_class(many=True),
+    })
+
+
+def add_error_responses(result: dict, generator, request, public) -> dict:
+    """drf-spectacular postprocessing hook: every operation documents the error format
+    for each error status it can answer (and 503 where the backend is called); request
+    bodies allow no other properties than their own (unknown fields are a 400); the send
+    operation links its 202 to the outbox entry it made."""
+    schemas = result.setdefault("components", {}).setdefault("schemas", {})
+    schemas["Error"] = ERROR_SCHEMA
+    _ttl_for_the_caller(schemas, request)
+    for schema in schemas.values():
+        for name, prop in schema.get("properties", {}).items():
+            schema["properties"][name] = _blank_allowed_plainly(prop)
+    error = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+    for path, operations in result.get("paths", {}).items():
+        for method, operation in operations.items():
+            for media in operation.get("requestBody", {}).get("content", {}).values():
+                ref = media.get("schema", {}).get("$ref", "")
+                if ref.startswith("#/components/schemas/"):
+                    schemas[ref.rsplit("/", 1)[1]]["additionalProperties"] = False
+            if operation.get("operationId") == "messages_send":
+                operation["responses"]["202"]["links"] = SEND_LINKS
+                operation["responses"]["202"]["headers"] = {"Location": {
+                    "schema": {"type": "string"}, "description": "The outbox entry of this send."}}
+            responses = operation.setdefault("responses", {})
+            creates = (path, method) == ("/api/v1/mailboxes", "post")
+            statuses = list(COMMON_ERRORS) + ([409, 503] if creates else [])
+            for status in statuses:
+                responses.setdefault(str(status), {"description": STATUS_CODES[status], **error})
+            # A request line longer than the HTTP server takes is refused before Relay sees it.
+            responses.setdefault("414", {"description": "URI too long (refused by the HTTP server, not JSON)",
+                                         "content": {"text/html": {"schema": {"type": "string"}}}})
+    return result
+
+
+def _ttl_for_the_caller(schemas: dict, request) -> None:
+    """The schema served to a caller states that caller's TTL cap (free for anonymous
+    callers), since a TTL above one's own plan's cap is a 400."""
+    caller = getattr(request, "user", None) if request is not None else None
+    plan = getattr(caller, "plan", None) or Plan.FREE
+    for name in ("MailboxCreate", "MailboxRenew"):
+        ttl = schemas.get(name, {}).get("properties", {}).get("ttl_ms")
+        if ttl is not None:
+            ttl["maximum"] = plan_ttl_cap_ms(plan)
+            ttl["description"] = f"{ttl.get('description', '')} Your plan ({plan}) allows at most {ttl['maximum']}."
+
+
+def _blank_allowed_plainly(prop: dict) -> dict:
+    """drf-spectacular renders a blank-allowed string as oneOf [the string, a string of
+    maxLength 0]; "" matches both, which makes it invalid under oneOf. The first already
+    allows "" (it has no minLength), so it is the whole schema."""
+    branches = prop.get("oneOf")
+    if (isinstance(branches, list) and len(branches) == 2 and branches[1] == {"type": "string", "maxLength": 0}
+            and not branches[0].get("minLength")):
+        return {**{k: v for k, v in prop.items() if k != "oneOf"}, **branches[0]}
+    return prop
+
+
+def ttl_bounds() -> dict:
+    return {"min_value": settings.RELAY_MIN_TTL_MS, "max_value": settings.RELAY_MAX_TTL_MS}
+
+
+def _any_case(word: str) -> str:
+    return "".join(f"[{c.upper()}{c}]" if c.isalpha() else re.escape(c) for c in word)
+
+
+def local_part_schema() -> dict:
+    """What POST /mailboxes accepts as local_part: a dot-atom of a-z, 0-9, '_', '-' in
+    any case (it is lower-cased), never a reserved role name."""
+    roles = "|".join(_any_case(role) for role in sorted(settings.RELAY_RESERVED_LOCAL_PARTS))
+    return {"type": "string", "minLength": 1, "maxLength": 64, "pattern": r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$",
+            "not": {"pattern": f"^({roles})$"}}
+
+
+def domain_schema() -> dict:
+    return {"type": "string", "enum": settings.RELAY_DOMAINS}

@@ -1,0 +1,47 @@
+"""Schemathesis over the live API, driven by its own OpenAPI schema, with every check it
+has: no server errors, no response that breaks the schema, no undocumented status code.
+Bounded in time; once with an owner's key and once without credentials."""
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mailboxes.keys import owner_create_api_key
+from tests.conftest import free_port
+from tests.helpers import ROOT
+
+pytestmark = pytest.mark.workers
+
+SCHEMATHESIS = str(Path(sys.executable).parent / "schemathesis")
+
+
+def fuzz(port: int, *headers: str, seconds: int) -> subprocess.CompletedProcess:
+    args = [SCHEMATHESIS, "--config-file", str(ROOT / "tests" / "schemathesis.toml"), "run",
+            f"http://127.0.0.1:{port}/api/schema/", "--checks", "all",
+            "--max-time", str(seconds), "--workers", "2", "--no-color", "--seed", "1"]
+    for header in headers:
+        args += ["-H", header]
+    return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=seconds * 4 + 120)
+
+
+@pytest.fixture
+def live_api(processes):
+    port = free_port()
+    processes.web("web", port, workers=2, env={"RELAY_ANON_CREATE_RATE": "100000/hour"})
+    processes.wait_ready()
+    return port
+
+
+@pytest.mark.parametrize("credentials", ["owner key", "none"])
+def test_the_api_survives_schema_driven_fuzzing(live_api, credentials):
+    headers = []
+    if credentials == "owner key":
+        _, key = owner_create_api_key(name="fuzzer", plan="enterprise")
+        headers.append(f"Authorization: Bearer {key}")
+    result = fuzz(live_api, *headers, seconds=30)
+    report = result.stdout + result.stderr
+    assert result.returncode == 0, report
+    tally = re.search(r"(\d+) generated, (\d+) passed([^\n]*)", result.stdout)
+    assert tally and tally.group(1) == tally.group(2) and "fail" not in tally.group(3), report
