@@ -18,6 +18,7 @@ class RowIdConverter:
 register_converter(RowIdConverter, "rowid")
 
 urlpatterns = [
+    path("", views.IndexView.as_view(), name="index"),
     path("whoami", views.WhoAmIView.as_view(), name="whoami"),
     path("mailboxes", views.MailboxCollectionView.as_view(), name="mailbox-list"),
     path("mailboxes/<uuid:mailbox_id>", views.MailboxDetailView.as_view(), name="mailbox-detail"),

@@ -42,6 +42,33 @@ def _valid(serializer_class, data) -> dict:
     return serializer.validated_data
 
 
+class IndexView(APIView):
+    """GET /api/v1/: where everything is. Open to anyone, like the docs."""
+
+    permission_classes = [permissions.AllowAny]
+
+    @extend_schema(operation_id="index", summary="Links to the routes, the docs and the schema",
+                   responses={200: OpenApiTypes.OBJECT})
+    def get(self, request):
+        link = request.build_absolute_uri
+        return Response({
+            "name": "Relay",
+            "docs": link(reverse("docs")),
+            "schema": link(reverse("schema")),
+            "routes": {
+                "mailboxes": link(reverse("mailbox-list")),
+                "mailbox": link("/api/v1/mailboxes/{mailbox_id}"),
+                "renew": link("/api/v1/mailboxes/{mailbox_id}/renew"),
+                "messages": link("/api/v1/mailboxes/{mailbox_id}/messages"),
+                "message": link("/api/v1/mailboxes/{mailbox_id}/messages/{message_id}"),
+                "raw": link("/api/v1/mailboxes/{mailbox_id}/messages/{message_id}/raw"),
+                "outbox": link("/api/v1/mailboxes/{mailbox_id}/outbox"),
+                "whoami": link(reverse("whoami")),
+            },
+            "authentication": "Authorization: Bearer <API key or mailbox token>",
+        })
+
+
 class WhoAmIView(APIView):
     """Who the credentials belong to: a check that a key works, and the benchmarks'
     trivial authenticated endpoint (bench/api.py)."""

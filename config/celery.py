@@ -4,6 +4,7 @@ import os
 import time
 
 from celery import Celery
+from celery.signals import after_setup_logger
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
@@ -12,6 +13,20 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
 logger = logging.getLogger("relay.celery")
+
+
+@after_setup_logger.connect
+def _quieter_task_logs(logger=None, loglevel=None, **kwargs) -> None:
+    """Celery logs every task received and succeeded at INFO: for the sweep that is two
+    lines every few seconds saying nothing happened. Relay's own loggers say what a
+    task did when it did something; failures are still logged by Celery (ERROR).
+    RELAY_LOG_TASKS=true keeps every task's lines."""
+    from django.conf import settings
+
+    if not settings.RELAY_LOG_TASKS:
+        for name in ("celery.app.trace", "celery.worker.strategy"):
+            logging.getLogger(name).setLevel(logging.WARNING)
+
 
 # A broker that cannot say how long a queue is gets one warning a minute, not one a sweep.
 _QUEUE_LENGTH_WARN_EVERY_SECONDS = 60

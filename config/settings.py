@@ -140,7 +140,8 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # process shares: CACHE_URL if set, else the Redis broker, else a database table
 # (created by api's migration). Never per-process memory: `gunicorn -w 3` would allow
 # three times each limit.
-_broker_url = env.str("CELERY_BROKER_URL", default="filesystem://")
+# The host part only keeps kombu from warning "No hostname was supplied" on every connection.
+_broker_url = env.str("CELERY_BROKER_URL", default="filesystem://localhost/")
 if env.str("CACHE_URL", default=""):
     try:
         CACHES = {"default": env.cache_url("CACHE_URL")}
@@ -165,6 +166,9 @@ STATIC_ROOT = VAR_DIR / "static"
 DATA_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
 
 LOG_LEVEL = _choice("RELAY_LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR"))
+# Celery's "Task ... received / succeeded" lines for every task (off: they are mostly the
+# sweep saying nothing happened; config/celery.py).
+RELAY_LOG_TASKS = _bool("RELAY_LOG_TASKS", False)
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -172,8 +176,12 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": "WARNING"},
     "loggers": {
-        name: {"handlers": ["console"], "level": LOG_LEVEL, "propagate": False}
-        for name in ("mailboxes", "expiry", "relay", "api")
+        **{name: {"handlers": ["console"], "level": LOG_LEVEL, "propagate": False}
+           for name in ("mailboxes", "expiry", "relay", "api")},
+        # A client's 4xx is the client's business (the response says what was wrong);
+        # server errors are still logged, with their traceback.
+        "django.request": {"handlers": ["console"], "level": "ERROR", "propagate": False},
+        "django.security.RequestDataTooBig": {"handlers": ["console"], "level": "ERROR", "propagate": False},
     },
 }
 
@@ -283,6 +291,10 @@ RELAY_EXPIRY_SCHEDULE_AHEAD = _bool("RELAY_EXPIRY_SCHEDULE_AHEAD", True)
 RELAY_CLEANUP_RETRY_BACKOFF_MAX_SECONDS = 600
 
 RELAY_BACKEND = _choice("RELAY_BACKEND", "local", ("local", "stalwart"))
+# For trying the operator's side locally: with the local backend, the cleanup of a
+# mailbox whose local part starts with this prefix fails for good, so it becomes a dead
+# letter (README, "Operator quick start"). Empty: off.
+RELAY_LOCAL_FAIL_CLEANUP_PREFIX = env.str("RELAY_LOCAL_FAIL_CLEANUP_PREFIX", default="").strip().lower()
 STALWART_URL = env.str("STALWART_URL", default="").rstrip("/")
 STALWART_TOKEN = env.str("STALWART_TOKEN", default="")
 if RELAY_BACKEND == "stalwart" and not (STALWART_URL and STALWART_TOKEN):

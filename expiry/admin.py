@@ -1,9 +1,17 @@
+"""The operator's admin for mailboxes and their cleanups. Rows are read-only: a status or
+a cleanup state changes only through the actions and buttons here, which call the same
+services as the API and the workers, so no edit can mark a dead letter done without
+deprovisioning it."""
 from django.contrib import admin, messages
+from django.db.models import Case, F, IntegerField, Value, When
+from django.http import HttpResponseNotAllowed, HttpResponseRedirect
+from django.urls import path, reverse
 
-from expiry.operators import cleanup_requeue
 from expiry.models import Cleanup
+from expiry.operators import cleanup_requeue
+from mailboxes.admin import ReadOnlyAdmin
 from mailboxes.ending import mailboxes_force_expire
-from mailboxes.models import CleanupState, Mailbox
+from mailboxes.models import CleanupState, Mailbox, MailboxStatus
 
 
 @admin.action(description="Retry cleanup of dead letters")
@@ -20,37 +28,104 @@ def expire_now(modeladmin, request, queryset):
 
 
 @admin.register(Mailbox)
-class MailboxAdmin(admin.ModelAdmin):
-    list_display = ["address", "owner", "status", "created_at", "expires_at", "expired_at", "cleanup_state", "cleanup_attempts"]
+class MailboxAdmin(ReadOnlyAdmin):
+    list_display = ["address", "owner", "status", "created_at", "expires_at", "message_count", "cleanup_state"]
     list_filter = ["status", "cleanup_state", "owner__plan"]
     search_fields = ["address", "owner__name", "id"]
     date_hierarchy = "created_at"
     list_select_related = ["owner"]
-    readonly_fields = ["id", "token_hash", "backend_id", "cleanup_claim", "cleanup_queued_at", "cleanup_lease_until", "cleanup_attempts",
-                       "cleanup_last_error", "cleanup_done_at", "created_at", "expired_at", "deleted_at"]
     show_full_result_count = False
     actions = [expire_now, retry_cleanup]
 
+    def has_change_permission(self, request, obj=None) -> bool:
+        # Actions need it on the list; each one checks its rows' state itself. The form
+        # stays read-only (every field is), so nothing can be saved from it.
+        return obj is None and super(ReadOnlyAdmin, self).has_change_permission(request, obj)
+
+    def get_readonly_fields(self, request, obj=None):
+        return [field.name for field in Mailbox._meta.fields]
+
+
+class CleanupStateFilter(admin.SimpleListFilter):
+    """Only the states a cleanup in this list can be in (it lists owed or settled ones)."""
+
+    title = "cleanup state"
+    parameter_name = "cleanup_state"
+
+    def lookups(self, request, model_admin):
+        return [(state.value, state.label) for state in CleanupState if state != CleanupState.NONE]
+
+    def queryset(self, request, queryset):
+        return queryset.filter(cleanup_state=self.value()) if self.value() else queryset
+
 
 @admin.register(Cleanup)
-class CleanupAdmin(admin.ModelAdmin):
-    """Dead letters first: filter by cleanup state to see what is owed or given up."""
+class CleanupAdmin(ReadOnlyAdmin):
+    """Dead letters first, then the most recently queued. A row opens as a read-only case
+    file with the buttons that apply to it: Retry cleanup for a dead letter, Expire now
+    for a mailbox still active."""
 
-    list_display = ["address", "status", "cleanup_state", "cleanup_attempts", "short_error", "expires_at",
-                    "expired_at", "deleted_at", "cleanup_lease_until", "cleanup_done_at"]
-    list_filter = ["cleanup_state", "status"]
+    list_display = ["address", "status", "cleanup_state", "cleanup_attempts", "short_error", "cleanup_queued_at"]
+    list_filter = [CleanupStateFilter, "status"]
     search_fields = ["address", "cleanup_last_error"]
-    ordering = ["-expired_at"]
     actions = [retry_cleanup]
     show_full_result_count = False
-    readonly_fields = [field.name for field in Cleanup._meta.fields]
+    fields = ["address", "owner", "status", "cleanup_state", "cleanup_attempts", "cleanup_last_error",
+              "created_at", "expires_at", "expired_at", "deleted_at", "cleanup_queued_at", "cleanup_lease_until",
+              "cleanup_done_at", "backend_id", "id"]
+    readonly_fields = fields
+    change_form_template = "admin/expiry/cleanup/change_form.html"
 
     def get_queryset(self, request):
         return super().get_queryset(request).exclude(cleanup_state=CleanupState.NONE).select_related("owner")
 
-    def has_add_permission(self, request) -> bool:
-        return False
+    def get_ordering(self, request):
+        dead_first = Case(When(cleanup_state=CleanupState.DEAD, then=Value(0)), default=Value(1),
+                          output_field=IntegerField())
+        return [dead_first.asc(), F("cleanup_queued_at").desc(nulls_last=True)]
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        # The list's action needs it; the case file stays read-only (every field is).
+        return obj is None and super(ReadOnlyAdmin, self).has_change_permission(request, obj)
 
     @admin.display(description="last error")
     def short_error(self, cleanup: Cleanup) -> str:
-        return cleanup.cleanup_last_error[:120]
+        return cleanup.cleanup_last_error[:80]
+
+    def get_urls(self):
+        own = [
+            path("<uuid:object_id>/retry/", self.admin_site.admin_view(self.retry_view), name="expiry_cleanup_retry"),
+            path("<uuid:object_id>/expire/", self.admin_site.admin_view(self.expire_view),
+                 name="expiry_cleanup_expire"),
+        ]
+        return own + super().get_urls()
+
+    def render_change_form(self, request, context, *args, obj=None, **kwargs):
+        if obj is not None:
+            context["can_retry"] = obj.cleanup_state == CleanupState.DEAD
+            context["can_expire"] = obj.status == MailboxStatus.ACTIVE
+        return super().render_change_form(request, context, *args, obj=obj, **kwargs)
+
+    def _button(self, request, object_id, act):
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if not super(ReadOnlyAdmin, self).has_change_permission(request):
+            return HttpResponseRedirect(reverse("admin:index"))
+        act(object_id)
+        return HttpResponseRedirect(reverse("admin:expiry_cleanup_change", args=[object_id]))
+
+    def retry_view(self, request, object_id):
+        def act(mailbox_id):
+            done = cleanup_requeue(mailbox_ids=[mailbox_id])
+            self.message_user(request, "Cleanup queued again." if done else "Not a dead letter: nothing to retry.",
+                              messages.SUCCESS if done else messages.WARNING)
+
+        return self._button(request, object_id, act)
+
+    def expire_view(self, request, object_id):
+        def act(mailbox_id):
+            done = mailboxes_force_expire(mailbox_ids=[mailbox_id])
+            self.message_user(request, "Expired; its cleanup is queued." if done else "Not active: nothing to expire.",
+                              messages.SUCCESS if done else messages.WARNING)
+
+        return self._button(request, object_id, act)

@@ -3,11 +3,28 @@ from django.contrib import admin
 from mailboxes.models import AddressReservation, ApiKey, Message, OutboundMessage, Owner
 
 
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Viewing only: no add, no edit, no delete. Rows whose state the services keep
+    (counters, cleanups, reservations) change only through those services."""
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
 class ApiKeyInline(admin.TabularInline):
     model = ApiKey
     extra = 0
     fields = ["prefix", "created_at", "revoked_at"]
     readonly_fields = ["prefix", "created_at"]
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False  # a key's secret is shown once, by `manage.py createapikey`
 
 
 @admin.register(Owner)
@@ -17,20 +34,30 @@ class OwnerAdmin(admin.ModelAdmin):
     search_fields = ["name"]
     inlines = [ApiKeyInline]
 
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False  # it would delete its mailboxes' rows without deprovisioning them
+
 
 @admin.register(ApiKey)
 class ApiKeyAdmin(admin.ModelAdmin):
+    """Keys are made with `manage.py createapikey NAME`, which shows the key once; here
+    they can be looked up and revoked (set "revoked at")."""
+
     list_display = ["prefix", "owner", "created_at", "revoked_at"]
     list_filter = ["revoked_at", "owner__plan"]
     search_fields = ["prefix", "owner__name"]
-    readonly_fields = ["prefix", "key_hash", "created_at"]
+    fields = ["owner", "prefix", "created_at", "revoked_at"]
+    readonly_fields = ["owner", "prefix", "created_at"]
     list_select_related = ["owner"]
+
+    def has_add_permission(self, request) -> bool:
+        return False
 
 
 @admin.register(Message)
-class MessageAdmin(admin.ModelAdmin):
-    """Received mail, read-only. The list reads no bodies (they live in MessageContent),
-    so a page of 100 rows stays a page of 100 small rows."""
+class MessageAdmin(ReadOnlyAdmin):
+    """Received mail. The list reads no bodies (they live in MessageContent), so a page
+    of 100 rows stays a page of 100 small rows."""
 
     list_display = ["id", "mailbox", "from_header", "subject", "size", "received_at", "is_read"]
     search_fields = ["mailbox__address", "subject", "from_header"]
@@ -40,27 +67,24 @@ class MessageAdmin(admin.ModelAdmin):
     readonly_fields = fields
     show_full_result_count = False
 
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
     @admin.display(description="text")
     def text(self, message: Message) -> str:
         return message.content.text[:10_000]
 
 
 @admin.register(OutboundMessage)
-class OutboundMessageAdmin(admin.ModelAdmin):
+class OutboundMessageAdmin(ReadOnlyAdmin):
     list_display = ["id", "mailbox", "subject", "status", "attempts", "created_at", "sent_at"]
     list_filter = ["status"]
     search_fields = ["mailbox__address", "subject"]
     list_select_related = ["mailbox"]
+    exclude = ["text", "html"]
 
 
 @admin.register(AddressReservation)
-class AddressReservationAdmin(admin.ModelAdmin):
+class AddressReservationAdmin(ReadOnlyAdmin):
+    """Every address ever handed out; never deleted, so none is handed out twice."""
+
     list_display = ["address", "reserved_at"]
     search_fields = ["address"]
     show_full_result_count = False

@@ -205,6 +205,7 @@ def processes(transactional_db, stalwart, broker, tmp_path):
         "STALWART_URL": stalwart.url,
         "STALWART_TOKEN": TOKEN,
         "PYTHONUNBUFFERED": "1",
+        "RELAY_LOG_TASKS": "true",  # the tests follow tasks by their log lines
     })
     from expiry.schedules import install_schedules
 

@@ -2,6 +2,7 @@
 dodge and that hold across processes, no spam cannon, quotas per plan, and the odd
 inputs that used to leak reprs or keep dead tokens alive."""
 import json
+import re
 import urllib.error
 import urllib.request
 from datetime import timedelta
@@ -166,3 +167,22 @@ def test_deeply_nested_json_is_400_even_with_debug_on(client_pro, settings):
     assert response.status_code == 400
     assert response["Content-Type"] == "application/json"
     assert json.loads(response.content)["code"] == "invalid_request"
+
+
+def test_the_api_docs_load_nothing_from_another_site(api):
+    page = api.get("/api/docs/").content.decode()
+    assert "/static/drf_spectacular_sidecar/swagger-ui-dist/" in page
+    assert not re.search(r"""(src|href)=["']https?://""", page)
+
+
+def test_listing_expires_a_long_due_list_in_batches(client_pro, django_assert_max_num_queries):
+    from mailboxes import ending
+
+    owner = Mailbox.objects.model._meta.get_field("owner").related_model.objects.get(name="alice")
+    due = timezone.now() - timedelta(seconds=1)
+    Mailbox.objects.bulk_create([Mailbox(owner=owner, address=f"due{i}@relay.localhost", expires_at=due)
+                                 for i in range(ending.LAZY_EXPIRE_BATCH * 2 + 10)])
+    body = client_pro.get("/api/v1/mailboxes?include_expired=true&page_size=200").json()
+    assert body["count"] == ending.LAZY_EXPIRE_BATCH * 2 + 10
+    assert not Mailbox.objects.filter(status="active").exists()
+    assert {m["status"] for m in body["results"]} == {"expired"}

@@ -58,7 +58,7 @@ def test_deadletters_lists_and_requeues(db, capsys):
 def test_admin_lists_dead_letters_with_filter_and_search(admin_client):
     mailbox("stuck", status="expired", cleanup_state="dead", cleanup_attempts=4, cleanup_last_error="HTTP 503 from x")
     mailbox("fine", status="expired", cleanup_state="done")
-    page = admin_client.get("/admin/expiry/cleanup/?cleanup_state__exact=dead")
+    page = admin_client.get("/admin/expiry/cleanup/?cleanup_state=dead")
     assert page.status_code == 200
     assert b"stuck@relay.localhost" in page.content and b"fine@relay.localhost" not in page.content
     assert b"HTTP 503 from x" in page.content
@@ -111,3 +111,78 @@ def test_admin_login_is_locked_out_after_five_failures(client, db):
     assert [log_in("wrong").status_code for _ in range(4)] == [200] * 4  # the form again, with an error
     assert log_in("wrong").status_code == 429
     assert log_in("right-password").status_code == 429  # locked out, even with the right one
+
+
+def test_the_admin_message_list_reads_no_message_bodies(admin_client, client_pro):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from tests.helpers import create_via_api, deliver
+
+    address = create_via_api(client_pro, local_part="bulky").json()["address"]
+    for _ in range(5):
+        deliver(b"Subject: big\r\n\r\n" + b"x" * 100_000 + b"\r\n", address)
+    with CaptureQueriesContext(connection) as queries:
+        assert admin_client.get("/admin/mailboxes/message/").status_code == 200
+    assert not [q["sql"] for q in queries.captured_queries if "messagecontent" in q["sql"]]
+
+
+# --- the admin's traps -------------------------------------------------------------------
+def test_api_keys_cannot_be_added_in_the_admin(admin_client):
+    assert admin_client.get("/admin/mailboxes/apikey/add/").status_code == 403
+    page = admin_client.get("/admin/mailboxes/apikey/").content
+    assert b"createapikey" in page or b"Add api key" not in page
+
+
+def test_a_dead_letter_opens_as_a_read_only_case_file_with_retry(admin_client):
+    stuck = mailbox("stuck", status="expired", cleanup_state="dead", cleanup_attempts=4,
+                    cleanup_last_error="HTTP 503 from stalwart")
+    page = admin_client.get(f"/admin/expiry/cleanup/{stuck.id}/change/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "HTTP 503 from stalwart" in html and "Retry cleanup" in html
+    assert "deletelink" not in html and 'name="_save"' not in html and "Expire now" not in html
+    response = admin_client.post(f"/admin/expiry/cleanup/{stuck.id}/retry/")
+    assert response.status_code == 302
+    stuck.refresh_from_db()
+    assert (stuck.cleanup_state, stuck.cleanup_attempts) == ("pending", 0)
+    assert admin_client.get(f"/admin/expiry/cleanup/{stuck.id}/retry/").status_code == 405  # a GET changes nothing
+
+
+def test_dead_letters_are_listed_first_and_the_filter_offers_real_states(admin_client):
+    now = timezone.now()
+    mailbox("newer", status="expired", cleanup_state="done", cleanup_queued_at=now)
+    mailbox("older-dead", status="expired", cleanup_state="dead", cleanup_queued_at=now - timedelta(hours=1))
+    html = admin_client.get("/admin/expiry/cleanup/").content.decode()
+    assert html.index("older-dead@") < html.index("newer@")
+    assert "not due" not in html and "?cleanup_state=dead" in html
+
+
+def test_a_mailboxs_state_cannot_be_edited_in_the_admin(admin_client):
+    live = mailbox("live")
+    assert admin_client.post(f"/admin/mailboxes/mailbox/{live.id}/change/",
+                             {"status": "expired", "cleanup_state": "done"}).status_code == 403
+    live.refresh_from_db()
+    assert (live.status, live.cleanup_state) == ("active", "")
+    html = admin_client.get(f"/admin/mailboxes/mailbox/{live.id}/change/").content.decode()
+    assert 'name="status"' not in html and "deletelink" not in html
+
+
+def test_no_admin_page_is_a_server_error(admin_client, client_pro):
+    from django.contrib import admin as django_admin
+    from django.test import RequestFactory
+
+    from tests.helpers import create_via_api, deliver
+
+    body = create_via_api(client_pro, local_part="crawl").json()
+    deliver(b"Subject: s\r\n\r\nx\r\n", body["address"])
+    mailbox("crawl-dead", status="expired", cleanup_state="dead")
+    request = RequestFactory().get("/admin/")
+    request.user = User.objects.get(username="root")
+    for model, model_admin in django_admin.site._registry.items():
+        base = f"/admin/{model._meta.app_label}/{model._meta.model_name}/"
+        assert admin_client.get(base).status_code == 200, base
+        assert admin_client.get(base + "add/").status_code in (200, 403), base
+        row = model_admin.get_queryset(request).first()
+        if row is not None:
+            assert admin_client.get(f"{base}{row.pk}/change/").status_code == 200, base

@@ -217,3 +217,33 @@ def _peak_rss_mb(pid: int) -> float:
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) / 1024
     raise AssertionError("no VmHWM")
+
+
+@pytest.mark.workers
+def test_runsmtp_stops_promptly_on_sigterm_with_a_bomb_in_flight(transactional_db, client_pro):
+    address = create_via_api(client_pro, local_part="sigterm").json()["address"]
+    port = free_port()
+    env = {**os.environ, "DATABASE_URL": _test_database_url(), "PYTHONUNBUFFERED": "1"}
+    server = subprocess.Popen([sys.executable, "manage.py", "runsmtp", "--port", str(port)], cwd=ROOT, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: _answers(port), timeout=30, message="runsmtp")
+        smtp = connect(port)
+        smtp.mail("a@example.com")
+        smtp.rcpt(address)
+        sender = threading.Thread(target=lambda: _data_ignoring_errors(smtp, BOMBS["40,000 MIME parts"]), daemon=True)
+        sender.start()  # SIGTERM lands while the bomb is sent, parsed or stored
+        server.terminate()
+        started = time.monotonic()
+        server.wait(10)
+        assert time.monotonic() - started < 5
+    finally:
+        if server.poll() is None:
+            server.kill()
+
+
+def _data_ignoring_errors(smtp, raw: bytes) -> None:
+    try:
+        smtp.data(raw)
+    except (smtplib.SMTPException, OSError):
+        pass

@@ -1,6 +1,8 @@
 """The local backend: Relay's own SMTP server is the mail store, so there is nothing
 external to create or remove. The mailbox row alone decides what is accepted."""
-from relay.backends import NothingToReconcile
+from django.conf import settings
+
+from relay.backends import NothingToReconcile, PermanentBackendError
 
 
 class LocalBackend:
@@ -11,7 +13,9 @@ class LocalBackend:
         return ""
 
     def deprovision(self, mailbox) -> None:
-        return None
+        prefix = settings.RELAY_LOCAL_FAIL_CLEANUP_PREFIX
+        if prefix and mailbox.address.startswith(prefix):
+            raise PermanentBackendError(f"RELAY_LOCAL_FAIL_CLEANUP_PREFIX={prefix} makes this cleanup fail (a demo)")
 
     def accounts(self, domain: str):
         raise NothingToReconcile("the local backend keeps no accounts of its own: its mailboxes are Relay's rows")
