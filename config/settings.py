@@ -11,9 +11,11 @@ from kombu import Exchange, Queue
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-VAR_DIR = BASE_DIR / "var"
 
 env = environ.Env()
+# Where `make run` keeps its files: the SQLite database, the broker's folders, static
+# files, and the development values in relay.env.
+VAR_DIR = Path(env.str("RELAY_VAR_DIR", default=str(BASE_DIR / "var"))).resolve()
 # `make run` writes its development values (DEBUG on, a random secret key) to this file,
 # so that manage.py commands in the same checkout see them too. Variables already in the
 # environment win over it; production sets everything in the environment.

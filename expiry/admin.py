@@ -65,7 +65,7 @@ class CleanupAdmin(ReadOnlyAdmin):
     file with the buttons that apply to it: Retry cleanup for a dead letter, Expire now
     for a mailbox still active."""
 
-    list_display = ["address", "status", "cleanup_state", "cleanup_attempts", "short_error", "cleanup_queued_at"]
+    list_display = ["address", "status", "cleanup_state", "attempts", "short_error", "cleanup_queued_at"]
     list_filter = [CleanupStateFilter, "status"]
     search_fields = ["address", "cleanup_last_error"]
     actions = [retry_cleanup]
@@ -91,6 +91,10 @@ class CleanupAdmin(ReadOnlyAdmin):
     @admin.display(description="last error")
     def short_error(self, cleanup: Cleanup) -> str:
         return cleanup.cleanup_last_error[:80]
+
+    @admin.display(description="attempts", ordering="cleanup_attempts")
+    def attempts(self, cleanup: Cleanup) -> int:
+        return cleanup.cleanup_attempts
 
     def get_urls(self):
         own = [

@@ -5,16 +5,17 @@
 # Set DATABASE_URL / CELERY_BROKER_URL to use PostgreSQL and Redis instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BIN=.venv/bin
+BIN=$(pwd)/.venv/bin
 WEB_PORT=${RELAY_WEB_PORT:-8000}
 SMTP_PORT=${RELAY_SMTP_PORT:-2525}
-mkdir -p var/broker/queue var/broker/control var/static
+VAR=${RELAY_VAR_DIR:-var}
+mkdir -p "$VAR/broker/queue" "$VAR/broker/control" "$VAR/static"
 
 # Development values for this checkout (DEBUG on, a random secret key), kept in a file
 # so that `.venv/bin/python manage.py ...` in another terminal sees the same ones.
-if [ ! -f var/relay.env ]; then
+if [ ! -f "$VAR/relay.env" ]; then
   (umask 077; printf 'DJANGO_DEBUG=true\nDJANGO_SECRET_KEY=%s\n' \
-    "$($BIN/python -c 'import secrets; print(secrets.token_urlsafe(50))')" > var/relay.env)
+    "$($BIN/python -c 'import secrets; print(secrets.token_urlsafe(50))')" > "$VAR/relay.env")
 fi
 
 port_free() {  # port_free PORT VARIABLE

@@ -4,6 +4,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/services.sh
 
+# The admin and docs screenshot tests drive Debian's Chromium; install it when missing
+# and this user may (they skip, saying why, where it cannot be had).
+if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "installing chromium and chromium-driver for the screenshot tests" >&2
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver) >/dev/null \
+      || echo "warning: could not install chromium; the screenshot tests will be skipped" >&2
+  fi
+fi
+
 # The test process and every worker it starts read the same settings.
 export DATABASE_URL="postgres://postgres@127.0.0.1:$PG_PORT/relay"
 export CELERY_BROKER_URL="redis://127.0.0.1:$REDIS_PORT/15"

@@ -1,0 +1,122 @@
+"""The front door as a newcomer meets it: `make run`'s script on its embedded defaults
+(SQLite, the filesystem broker), the README's commands run as written against it, a
+clean Ctrl-C, and a clear word when a port is taken."""
+import os
+import re
+import signal
+import socket
+import subprocess
+import urllib.request
+
+import pytest
+
+from tests.conftest import free_port
+from tests.helpers import ROOT, wait_until
+
+pytestmark = pytest.mark.workers
+
+# What `make run` must not inherit from the test run: it is meant to start on its own
+# defaults, as in a fresh clone.
+NOT_INHERITED = ("DATABASE_URL", "CELERY_BROKER_URL", "DJANGO_DEBUG", "DJANGO_SECRET_KEY", "RELAY_ENV_FILE",
+                 "RELAY_BACKEND", "RELAY_SWEEP_INTERVAL_SECONDS", "RELAY_CLEANUP_RETRY_BACKOFF_SECONDS",
+                 "RELAY_CLEANUP_LEASE_SECONDS")
+
+
+def readme_blocks(language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+
+
+class Stack:
+    def __init__(self, tmp_path, **env) -> None:
+        self.web, self.smtp = free_port(), free_port()
+        self.env = {key: value for key, value in os.environ.items() if key not in NOT_INHERITED}
+        self.env.update({"RELAY_VAR_DIR": str(tmp_path / "var"), "RELAY_WEB_PORT": str(self.web),
+                         "RELAY_SMTP_PORT": str(self.smtp), **env})
+        self.log = tmp_path / "run.log"
+        self.proc = None
+
+    def start(self) -> "Stack":
+        self.proc = subprocess.Popen(["scripts/run.sh"], cwd=ROOT, env=self.env, stdout=self.log.open("wb"),
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+        return self
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_ready(self) -> None:
+        wait_until(lambda: self.answers() or self.proc.poll() is not None, timeout=90, interval=0.25,
+                   message="make run's web process")
+        assert self.proc.poll() is None, self.output()[-3000:]
+        wait_until(lambda: "SMTP listening" in self.output() and " ready." in self.output(), timeout=60,
+                   interval=0.25, message="the SMTP server and the worker")
+
+    def answers(self) -> bool:
+        try:
+            return urllib.request.urlopen(f"http://127.0.0.1:{self.web}/api/v1/", timeout=2).status == 200
+        except OSError:
+            return False
+
+    def interrupt(self) -> int:
+        """Ctrl-C, as a terminal sends it: SIGINT to the whole process group."""
+        os.killpg(self.proc.pid, signal.SIGINT)
+        return self.proc.wait(60)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+
+@pytest.fixture
+def stack(tmp_path):
+    # The README's dead-letter demo runs on this stack too: small TTLs, failing cleanups.
+    running = Stack(tmp_path, RELAY_MIN_TTL_MS="2000", RELAY_LOCAL_FAIL_CLEANUP_PREFIX="fail-").start()
+    yield running
+    running.stop()
+
+
+def test_the_readme_commands_work_as_written_and_ctrl_c_stops_cleanly(stack):
+    stack.wait_ready()
+    # The README's sh blocks, in order, in one shell; only the ports differ from the page.
+    script = "\n".join(readme_blocks("sh"))
+    script = script.replace("127.0.0.1:8000", f"127.0.0.1:{stack.web}").replace("2525", str(stack.smtp))
+    result = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=ROOT, env=stack.env,
+                            capture_output=True, text=True, timeout=180)
+    out = result.stdout
+    assert result.returncode == 0, out[-3000:] + result.stderr[-3000:]
+    assert '"status":"active"' in out and "Your code is 4821." in out  # created, mailed, read
+    assert '"envelope_from":"me@example.com"' in out
+    assert '"status":"queued"' in out  # a send
+    assert re.search(r"}204\n", out) and '{"code":"not_found","message":"Not found."}' in out  # deleted
+    assert re.search(r"fail-demo@relay\.localhost\s+expired\s+attempts=1", out)  # the dead letter
+    assert '"dead": 1' in out
+
+    # What the banner's first URL and the site root show.
+    index = urllib.request.urlopen(f"http://127.0.0.1:{stack.web}/api/v1/", timeout=5).read().decode()
+    assert '"docs"' in index and "/api/v1/mailboxes" in index
+    root = urllib.request.urlopen(f"http://127.0.0.1:{stack.web}/", timeout=5)
+    assert root.url.endswith("/api/docs/")
+
+    output_before = stack.output()
+    assert stack.interrupt() == 0
+    log = stack.output()
+    assert "stopping Relay" in log and "a Relay process exited" not in log
+    # Every line of the processes is named, and the idle sweep stays quiet.
+    assert re.search(r"^web   \| ", output_before, re.M) and re.search(r"^worker\| ", output_before, re.M)
+    assert "No hostname was supplied" not in log
+    assert "Task expiry.tasks.sweep" not in log
+
+
+def test_a_port_in_use_is_named_with_the_variable_that_moves_it(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        stack = Stack(tmp_path)
+        stack.web = taken.getsockname()[1]
+        stack.env["RELAY_WEB_PORT"] = str(stack.web)
+        stack.start()
+        try:
+            assert stack.proc.wait(60) == 1
+        finally:
+            stack.stop()
+    assert f"port {stack.web}" in stack.output() and "RELAY_WEB_PORT" in stack.output()

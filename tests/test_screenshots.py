@@ -1,0 +1,111 @@
+"""What an operator sees, in a real browser (headless Chromium): the admin's home, the
+dead-letter list, a dead letter's case file, and the API docs. The screenshots are kept
+under var/screenshots/ as test artefacts (not in git)."""
+import shutil
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import User
+from django.utils import timezone
+
+from tests.helpers import ROOT, make_mailbox, wait_until
+
+CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
+pytestmark = pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER),
+                                reason="needs Debian's chromium and chromium-driver (make test installs them as root)")
+SHOTS = ROOT / "var" / "screenshots"
+WIDTH = 1280
+
+
+@pytest.fixture
+def browser():
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", f"--window-size={WIDTH},900"):
+        options.add_argument(argument)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(30)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    yield driver
+    driver.quit()
+
+
+def shot(browser, name: str) -> None:
+    browser.save_screenshot(str(SHOTS / f"{name}.png"))
+
+
+def text_of(browser) -> str:
+    from selenium.webdriver.common.by import By
+
+    return browser.find_element(By.TAG_NAME, "body").text
+
+
+@pytest.fixture
+def operator(browser, live_server, transactional_db):
+    """A superuser logged in through the login form."""
+    from selenium.webdriver.common.by import By
+
+    User.objects.create_superuser("operator", "op@example.com", "a-long-operator-password")
+    browser.get(f"{live_server.url}/admin/login/")
+    browser.find_element(By.NAME, "username").send_keys("operator")
+    browser.find_element(By.NAME, "password").send_keys("a-long-operator-password")
+    browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+    wait_until(lambda: "Site administration" in browser.title, timeout=10, message="the admin home")
+    return live_server
+
+
+def test_the_admin_home_leads_to_dead_letters(browser, operator):
+    shot(browser, "admin-home")
+    body = text_of(browser)
+    assert "Relay administration" in body and "Cleanups and dead letters" in body and "Mailboxes" in body
+
+
+def test_the_dead_letter_list_shows_dead_letters_first_and_fits_the_window(browser, operator):
+    now = timezone.now()
+    make_mailbox("cleaned", status="expired", cleanup_state="done", cleanup_queued_at=now)
+    make_mailbox("stuck", status="expired", cleanup_state="dead", cleanup_attempts=4, cleanup_queued_at=now
+                 - timedelta(hours=1), cleanup_last_error="Stalwart answered HTTP 503 four times in a row, then gave up")
+    browser.get(f"{operator.url}/admin/expiry/cleanup/")
+    shot(browser, "admin-dead-letters")
+    body = text_of(browser)
+    assert body.index("stuck@relay.localhost") < body.index("cleaned@relay.localhost")
+    assert "Stalwart answered HTTP 503" in body
+    # No sideways scrolling, of the page or of the results table (the last column shows).
+    assert browser.execute_script("return document.documentElement.scrollWidth") <= WIDTH
+    assert browser.execute_script(
+        "const r = document.querySelector('#changelist .results'); return r.scrollWidth <= r.clientWidth")
+
+
+def test_a_dead_letter_is_a_case_file_with_a_retry_button(browser, operator):
+    from selenium.webdriver.common.by import By
+
+    stuck = make_mailbox("stuck", status="expired", cleanup_state="dead", cleanup_attempts=4,
+                         cleanup_last_error="Stalwart rejected the credentials (HTTP 401)")
+    browser.get(f"{operator.url}/admin/expiry/cleanup/{stuck.id}/change/")
+    shot(browser, "admin-dead-letter")
+    body = text_of(browser)
+    assert "Stalwart rejected the credentials (HTTP 401)" in body and "stuck@relay.localhost" in body
+    assert not browser.find_elements(By.CSS_SELECTOR, "a.deletelink, input[name=_save], input[name=_continue]")
+    browser.find_element(By.XPATH, "//button[normalize-space()='Retry cleanup']").click()
+    wait_until(lambda: "Cleanup queued again." in text_of(browser), timeout=10, message="the retry's message")
+    shot(browser, "admin-dead-letter-retried")
+    stuck.refresh_from_db()
+    assert stuck.cleanup_state == "pending"
+
+
+def test_the_api_docs_show_the_operations_and_authorize_offline(browser, live_server, transactional_db):
+    from selenium.webdriver.common.by import By
+
+    browser.get(f"{live_server.url}/api/docs/")
+    wait_until(lambda: browser.find_elements(By.CSS_SELECTOR, ".opblock"), timeout=20, message="Swagger UI")
+    shot(browser, "api-docs")
+    body = text_of(browser)
+    assert "Create a mailbox" in body and "/api/v1/mailboxes/{mailbox_id}/renew" in body
+    assert browser.find_elements(By.CSS_SELECTOR, "button.authorize")
+    # Nothing came from another site: every script and stylesheet is Relay's own.
+    sources = browser.execute_script(
+        "return [...document.querySelectorAll('script[src], link[href]')].map(e => e.src || e.href)")
+    assert sources and all(source.startswith(live_server.url) for source in sources)
