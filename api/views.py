@@ -3,7 +3,7 @@ the result; the domain's exceptions become responses in api.errors."""
 from django.http import HttpResponse
 from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import permissions, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -141,15 +141,33 @@ class MailboxRenewView(APIView):
         return Response(MailboxSerializer(mailbox).data)
 
 
-class MessageCollectionView(APIView):
-    @extend_schema(operation_id="messages_list", summary="List received messages, newest first", parameters=PAGE_PARAMETERS,
-                   responses=paginated(MessageSummarySerializer))
-    def get(self, request, mailbox_id):
-        mailbox = selectors.mailbox_get_active(caller=request.user, mailbox_id=mailbox_id)
-        return _paginated(request, self, selectors.message_list(mailbox=mailbox), MessageSummarySerializer)
+class MailboxRowsView(APIView):
+    """GET: one of the caller's mailboxes' rows (received or sent mail), paginated.
+    `live_only`: the rows are readable only while the mailbox is active (410 after)."""
 
-    @extend_schema(operation_id="messages_send", summary="Send a message from this mailbox (needs an API key)", request=SendSerializer,
-                   responses={202: SendAcceptedSerializer})
+    serializer_class: type
+    live_only = False
+
+    def rows(self, mailbox):
+        raise NotImplementedError
+
+    def get(self, request, mailbox_id):
+        find = selectors.mailbox_get_active if self.live_only else selectors.mailbox_get
+        mailbox = find(caller=request.user, mailbox_id=mailbox_id)
+        return _paginated(request, self, self.rows(mailbox), self.serializer_class)
+
+
+@extend_schema_view(get=extend_schema(operation_id="messages_list", summary="List received messages, newest first",
+                                      parameters=PAGE_PARAMETERS, responses=paginated(MessageSummarySerializer)))
+class MessageCollectionView(MailboxRowsView):
+    serializer_class = MessageSummarySerializer
+    live_only = True
+
+    def rows(self, mailbox):
+        return selectors.message_list(mailbox=mailbox)
+
+    @extend_schema(operation_id="messages_send", summary="Send a message from this mailbox (needs an API key)",
+                   request=SendSerializer, responses={202: SendAcceptedSerializer})
     def post(self, request, mailbox_id):
         mailbox = selectors.mailbox_get_active(caller=request.user, mailbox_id=mailbox_id)
         outbound = outbound_queue(mailbox=mailbox, **_valid(SendSerializer, request.data))
@@ -184,12 +202,13 @@ class MessageRawView(APIView):
         return HttpResponse(raw, content_type="message/rfc822")
 
 
-class OutboundCollectionView(APIView):
-    @extend_schema(operation_id="outbox_list", summary="List sent messages and their status", parameters=PAGE_PARAMETERS,
-                   responses=paginated(OutboundSerializer))
-    def get(self, request, mailbox_id):
-        mailbox = selectors.mailbox_get(caller=request.user, mailbox_id=mailbox_id)
-        return _paginated(request, self, selectors.outbound_list(mailbox=mailbox), OutboundSerializer)
+@extend_schema_view(get=extend_schema(operation_id="outbox_list", summary="List sent messages and their status",
+                                      parameters=PAGE_PARAMETERS, responses=paginated(OutboundSerializer)))
+class OutboundCollectionView(MailboxRowsView):
+    serializer_class = OutboundSerializer
+
+    def rows(self, mailbox):
+        return selectors.outbound_list(mailbox=mailbox)
 
 
 class OutboundDetailView(APIView):

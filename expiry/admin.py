@@ -96,12 +96,16 @@ class CleanupAdmin(ReadOnlyAdmin):
     def attempts(self, cleanup: Cleanup) -> int:
         return cleanup.cleanup_attempts
 
+    # The case file's buttons: what each calls, and what it says when it did or did not apply.
+    BUTTONS = {
+        "retry": (cleanup_requeue, "Cleanup queued again.", "Not a dead letter: nothing to retry."),
+        "expire": (mailboxes_force_expire, "Expired; its cleanup is queued.", "Not active: nothing to expire."),
+    }
+
     def get_urls(self):
-        own = [
-            path("<uuid:object_id>/retry/", self.admin_site.admin_view(self.retry_view), name="expiry_cleanup_retry"),
-            path("<uuid:object_id>/expire/", self.admin_site.admin_view(self.expire_view),
-                 name="expiry_cleanup_expire"),
-        ]
+        view = self.admin_site.admin_view(self.button_view)
+        own = [path(f"<uuid:object_id>/{button}/", view, {"button": button}, name=f"expiry_cleanup_{button}")
+               for button in self.BUTTONS]
         return own + super().get_urls()
 
     def render_change_form(self, request, context, *args, obj=None, **kwargs):
@@ -110,26 +114,14 @@ class CleanupAdmin(ReadOnlyAdmin):
             context["can_expire"] = obj.status == MailboxStatus.ACTIVE
         return super().render_change_form(request, context, *args, obj=obj, **kwargs)
 
-    def _button(self, request, object_id, act):
+    def button_view(self, request, object_id, button: str):
         if request.method != "POST":
             return HttpResponseNotAllowed(["POST"])
         if not super(ReadOnlyAdmin, self).has_change_permission(request):
             return HttpResponseRedirect(reverse("admin:index"))
-        act(object_id)
+        service, done_text, not_applicable_text = self.BUTTONS[button]
+        if service(mailbox_ids=[object_id]):
+            self.message_user(request, done_text, messages.SUCCESS)
+        else:
+            self.message_user(request, not_applicable_text, messages.WARNING)
         return HttpResponseRedirect(reverse("admin:expiry_cleanup_change", args=[object_id]))
-
-    def retry_view(self, request, object_id):
-        def act(mailbox_id):
-            done = cleanup_requeue(mailbox_ids=[mailbox_id])
-            self.message_user(request, "Cleanup queued again." if done else "Not a dead letter: nothing to retry.",
-                              messages.SUCCESS if done else messages.WARNING)
-
-        return self._button(request, object_id, act)
-
-    def expire_view(self, request, object_id):
-        def act(mailbox_id):
-            done = mailboxes_force_expire(mailbox_ids=[mailbox_id])
-            self.message_user(request, "Expired; its cleanup is queued." if done else "Not active: nothing to expire.",
-                              messages.SUCCESS if done else messages.WARNING)
-
-        return self._button(request, object_id, act)

@@ -19,6 +19,7 @@ from django.dispatch import Signal
 from django.utils import timezone
 
 from mailboxes.models import CleanupState, Mailbox, MailboxStatus
+from mailboxes.quotas import give_back_mailbox_slots
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +72,7 @@ def mailboxes_expire_due(*, mailbox_ids: list, now: datetime | None = None, publ
             expired = list(Mailbox.objects.filter(id__in=mailbox_ids, cleanup_claim=claim).values_list("id", flat=True))
         else:
             return []
+        give_back_mailbox_slots(expired)
         if publish:
             publish_after_commit(expired)
     logger.info("expired %d mailbox(es)", len(expired))
@@ -113,6 +115,7 @@ def mailbox_delete(*, mailbox: Mailbox, now: datetime | None = None) -> None:
         owes_cleanup = Mailbox.objects.filter(id=mailbox.id, status=MailboxStatus.ACTIVE).update(
             status=MailboxStatus.DELETED, deleted_at=now, **cleanup_pending_fields(now=now, claim=uuid.uuid4()))
         if owes_cleanup:
+            give_back_mailbox_slots([mailbox.id])
             publish_after_commit([mailbox.id])
         else:
             # Expired already: its cleanup is under way or finished; leave that as it is.
@@ -146,6 +149,7 @@ def provisionings_abandon(*, mailbox_ids: list, now: datetime | None = None, rea
             status=MailboxStatus.DELETED, deleted_at=now, provision_lease_until=None,
             **cleanup_pending_fields(now=now, claim=claim, not_before=not_before))
         abandoned = list(Mailbox.objects.filter(id__in=mailbox_ids, cleanup_claim=claim).values_list("id", flat=True))
+        give_back_mailbox_slots(abandoned)
         publish_after_commit(abandoned, not_before=not_before)
     if abandoned:
         logger.warning("gave up provisioning %d mailbox(es) (%s); their deprovision is queued", len(abandoned), reason)

@@ -23,6 +23,10 @@ class Owner(models.Model):
     name = models.CharField(max_length=100, unique=True)
     plan = models.CharField(max_length=16, choices=Plan.choices, default=Plan.FREE)
     created_at = models.DateTimeField(auto_now_add=True)
+    # Its mailboxes being provisioned or active: taken by a conditional UPDATE at creation
+    # (mailboxes.quotas), given back by every path that ends one (mailboxes.ending), so the
+    # quota check costs one row however many mailboxes the owner has.
+    live_mailboxes = models.PositiveIntegerField(default=0)
 
     def __str__(self) -> str:
         return self.name

@@ -2,11 +2,14 @@
 recipients per send, stored bytes per mailbox. Each check raises QuotaExceeded with the
 seconds until the call could succeed.
 
-The counting checks run under a lock on the owner's row, held by the caller's
-transaction, so two concurrent creates (or sends) cannot both take the last unit."""
+The checks hold a lock on the owner's row until the caller's transaction commits, so two
+concurrent creates (or sends) cannot both take the last unit."""
+from collections import Counter
 from datetime import timedelta
 
 from django.conf import settings
+from django.db.models import F
+from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from mailboxes.errors import QuotaExceeded
@@ -23,16 +26,27 @@ def _lock(owner: Owner) -> None:
     Owner.objects.select_for_update().filter(id=owner.id).first()
 
 
-def check_active_mailboxes(owner: Owner) -> None:
-    """Call inside the transaction that creates the mailbox."""
-    _lock(owner)
+def take_mailbox_slot(owner: Owner) -> None:
+    """Count one more live mailbox for `owner`, or raise QuotaExceeded. Call inside the
+    transaction that creates the mailbox: the conditional UPDATE is the check, and its
+    row lock lasts until that commits, so two creates cannot both take the last slot."""
     limit = quota(owner.plan, "active_mailboxes")
+    if Owner.objects.filter(id=owner.id, live_mailboxes__lt=limit).update(live_mailboxes=F("live_mailboxes") + 1):
+        return
     live = Mailbox.objects.filter(owner=owner, status__in=(MailboxStatus.PROVISIONING, MailboxStatus.ACTIVE))
-    if live.count() >= limit:
-        soonest = live.order_by("expires_at").values_list("expires_at", flat=True).first()
-        wait = (soonest - timezone.now()).total_seconds() if soonest else 60
-        raise QuotaExceeded(f"The {owner.plan} plan allows {limit} active mailboxes; delete one or wait for one "
-                            "to expire.", retry_after=wait)
+    soonest = live.order_by("expires_at").values_list("expires_at", flat=True).first()
+    wait = (soonest - timezone.now()).total_seconds() if soonest else 60
+    raise QuotaExceeded(f"The {owner.plan} plan allows {limit} active mailboxes; delete one or wait for one "
+                        "to expire.", retry_after=wait)
+
+
+def give_back_mailbox_slots(mailbox_ids: list) -> None:
+    """The mailboxes `mailbox_ids` just stopped being live (expired, deleted, or never
+    provisioned): give their owners' slots back. Call in the transaction that ended them."""
+    owners = Counter(Mailbox.objects.filter(id__in=mailbox_ids, owner__isnull=False)
+                     .values_list("owner_id", flat=True))
+    for owner_id, ended in owners.items():
+        Owner.objects.filter(id=owner_id).update(live_mailboxes=Greatest(F("live_mailboxes") - ended, 0))
 
 
 def check_send(owner: Owner, recipients: int) -> None:

@@ -8,7 +8,7 @@ import uuid
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import connection, transaction
 from django.db.models import F
 from django.db.models.functions import Greatest
 from django.utils import timezone
@@ -16,7 +16,7 @@ from django.utils import timezone
 from mailboxes.ending import cleanup_pending_fields, publish_after_commit
 from mailboxes.errors import AddressTaken, InvalidRequest, MailboxExpired
 from mailboxes.keys import MAILBOX_TOKEN_PREFIX, Caller, new_secret
-from mailboxes.quotas import check_active_mailboxes
+from mailboxes.quotas import take_mailbox_slot
 from mailboxes.models import (PLAN_TTL_CAP_MS, AddressReservation, CleanupState, Mailbox, MailboxStatus, Message,
                               MessageContent, Plan)
 
@@ -44,13 +44,15 @@ def plan_ttl_ms(*, plan: str, ttl_ms: int | None) -> int:
 
 def _reserve(address: str) -> bool:
     """Reserve an address for good; False if it was ever reserved before. The primary key
-    settles concurrent creates: the second insert waits for the first and then fails."""
-    try:
-        with transaction.atomic():
-            AddressReservation.objects.create(address=address)
-    except IntegrityError:
-        return False
-    return True
+    settles concurrent creates: the second insert waits for the first to commit and then
+    does nothing. One statement, where a savepoint and a caught IntegrityError would be
+    three round trips on the create path (bench/api.py)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {AddressReservation._meta.db_table} (address, reserved_at) VALUES (%s, %s)"
+            " ON CONFLICT DO NOTHING RETURNING address",
+            [address, AddressReservation._meta.get_field("reserved_at").get_db_prep_value(timezone.now(), connection)])
+        return cursor.fetchone() is not None
 
 
 def _reserve_address(*, local_part: str | None, domain: str) -> str:
@@ -67,10 +69,11 @@ def _reserve_address(*, local_part: str | None, domain: str) -> str:
 
 
 def mailbox_record_intent(*, caller: Caller | None, local_part: str | None, domain: str | None,
-                          ttl_ms: int | None, lease_seconds: float) -> tuple[Mailbox, str | None]:
+                          ttl_ms: int | None, lease_seconds: float, active: bool = False) -> tuple[Mailbox, str | None]:
     """Reserve the address and write the mailbox as `provisioning`, leased for
     `lease_seconds`, before anything is asked of the mail backend: whatever happens to
     the caller after this, the row is there to own (and clean up) what the backend makes.
+    With `active`, for a backend that keeps no accounts, it is written active at once.
     Returns it and, for an anonymous caller, the token that authorizes it (shown once)."""
     owner = caller.owner if caller else None
     plan = caller.plan if caller else Plan.FREE
@@ -79,14 +82,16 @@ def mailbox_record_intent(*, caller: Caller | None, local_part: str | None, doma
     # One transaction: the quota count, the reservation and the row stand or fall together.
     with transaction.atomic():
         if owner is not None:
-            check_active_mailboxes(owner)
+            take_mailbox_slot(owner)
         address = _reserve_address(local_part=local_part, domain=domain or settings.RELAY_DOMAINS[0])
         now = timezone.now()
         mailbox = Mailbox.objects.create(
-            owner=owner, address=address, status=MailboxStatus.PROVISIONING, token_hash=token_hash,
-            expires_at=now + timedelta(milliseconds=ttl_ms),
-            provision_lease_until=now + timedelta(seconds=lease_seconds),
+            owner=owner, address=address, token_hash=token_hash, expires_at=now + timedelta(milliseconds=ttl_ms),
+            status=MailboxStatus.ACTIVE if active else MailboxStatus.PROVISIONING,
+            provision_lease_until=None if active else now + timedelta(seconds=lease_seconds),
         )
+    if active:
+        logger.info("created mailbox %s (%s) expiring at %s", mailbox.id, address, mailbox.expires_at.isoformat())
     return mailbox, token
 
 

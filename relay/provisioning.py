@@ -35,6 +35,11 @@ def mailbox_create(*, caller: Caller | None, local_part: str | None, domain: str
     caller, its token (shown once). Raises AddressTaken, InvalidRequest, or
     BackendUnavailable (the address then stays reserved, and nothing else is kept)."""
     backend = get_backend()
+    if not backend.keeps_accounts:
+        # Nothing outside Relay to create, so nothing a crash could orphan: the row is
+        # the whole mailbox, written active in one transaction.
+        return mailbox_record_intent(caller=caller, local_part=local_part, domain=domain, ttl_ms=ttl_ms,
+                                     lease_seconds=0, active=True)
     mailbox, token = mailbox_record_intent(caller=caller, local_part=local_part, domain=domain, ttl_ms=ttl_ms,
                                            lease_seconds=provision_lease_seconds(backend))
     # No transaction is open here: the intent is committed before the network call.

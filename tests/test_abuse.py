@@ -186,3 +186,49 @@ def test_listing_expires_a_long_due_list_in_batches(client_pro, django_assert_ma
     assert body["count"] == ending.LAZY_EXPIRE_BATCH * 2 + 10
     assert not Mailbox.objects.filter(status="active").exists()
     assert {m["status"] for m in body["results"]} == {"expired"}
+
+
+def test_every_way_a_mailbox_ends_gives_its_quota_slot_back(make_client, settings, stalwart):
+    from mailboxes.models import Owner
+    from tests.stalwart_fake import HTTP_503
+
+    client = make_client("counted", "pro")
+    owner = Owner.objects.get(name="counted")
+    live = [create_via_api(client).json() for _ in range(3)]
+    assert Owner.objects.get(id=owner.id).live_mailboxes == 3
+    client.delete(f"/api/v1/mailboxes/{live[0]['id']}")  # deleted
+    Mailbox.objects.filter(id=live[1]["id"]).update(expires_at=timezone.now() - timedelta(seconds=1))
+    client.get(f"/api/v1/mailboxes/{live[1]['id']}")  # expired on the spot
+    stalwart.fail(HTTP_503)
+    settings.RELAY_BACKEND = "stalwart"
+    assert create_via_api(client).status_code == 503  # never provisioned
+    assert Owner.objects.get(id=owner.id).live_mailboxes == 1
+    assert Mailbox.objects.filter(owner=owner, status__in=["provisioning", "active"]).count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_creates_cannot_both_take_the_last_slot(settings):
+    import threading
+
+    from django.db import connection
+    from rest_framework.test import APIClient
+
+    from mailboxes.keys import owner_create_api_key
+
+    settings.RELAY_QUOTAS = {**settings.RELAY_QUOTAS, "free": {**settings.RELAY_QUOTAS["free"], "active_mailboxes": 3}}
+    _, key = owner_create_api_key(name="racer", plan="free")
+    start, codes = threading.Barrier(8), []
+
+    def create() -> None:
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+        start.wait(10)
+        try:
+            codes.append(create_via_api(client).status_code)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=create) for _ in range(8)]
+    [thread.start() for thread in threads]
+    [thread.join(30) for thread in threads]
+    assert sorted(codes) == [201] * 3 + [429] * 5

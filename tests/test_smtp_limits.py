@@ -176,13 +176,8 @@ def test_one_data_to_fifty_mailboxes_is_stored_once_and_smtp_memory_stays_flat(t
     addresses = [create_via_api(client_pro, local_part=f"fan{i}").json()["address"] for i in range(50)]
     body = os.urandom(9 * 1024 * 1024 // 2).hex().encode()  # 9 MB that no database compresses
     raw = b"Subject: big\r\n\r\n" + b"\r\n".join(body[i:i + 76] for i in range(0, len(body), 76)) + b"\r\n"
-    port = free_port()
-    env = {**os.environ, "DATABASE_URL": _test_database_url(), "PYTHONUNBUFFERED": "1"}
-    server = subprocess.Popen([sys.executable, "manage.py", "runsmtp", "--port", str(port)], cwd=ROOT, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    port, server = start_runsmtp()
     try:
-        wait_until(lambda: _answers(port), timeout=30, message="runsmtp")
-
         def database_bytes() -> int:
             with connection.cursor() as cursor:
                 cursor.execute("SELECT pg_total_relation_size('mailboxes_messagecontent')"
@@ -201,6 +196,17 @@ def test_one_data_to_fifty_mailboxes_is_stored_once_and_smtp_memory_stays_flat(t
     # One copy of the bytes, plus the parsed text (capped at 1 MB) and the 50 small rows.
     assert grown < 1.3 * len(raw), f"the database grew by {grown / 1e6:.1f} MB for one {len(raw) / 1e6:.1f} MB DATA"
     assert peak_mb < 300, f"runsmtp peaked at {peak_mb:.0f} MB"
+
+
+def start_runsmtp() -> tuple[int, subprocess.Popen]:
+    """`manage.py runsmtp` in a process of its own, on the test database; once it answers."""
+    port = free_port()
+    env = {**os.environ, "DATABASE_URL": _test_database_url(), "PYTHONUNBUFFERED": "1"}
+    server = subprocess.Popen([sys.executable, "manage.py", "runsmtp", "--port", str(port)], cwd=ROOT, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_until(lambda: _answers(port) or server.poll() is not None, timeout=30, message="runsmtp")
+    assert server.poll() is None, "runsmtp exited"
+    return port, server
 
 
 def _answers(port: int) -> bool:
@@ -222,12 +228,8 @@ def _peak_rss_mb(pid: int) -> float:
 @pytest.mark.workers
 def test_runsmtp_stops_promptly_on_sigterm_with_a_bomb_in_flight(transactional_db, client_pro):
     address = create_via_api(client_pro, local_part="sigterm").json()["address"]
-    port = free_port()
-    env = {**os.environ, "DATABASE_URL": _test_database_url(), "PYTHONUNBUFFERED": "1"}
-    server = subprocess.Popen([sys.executable, "manage.py", "runsmtp", "--port", str(port)], cwd=ROOT, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    port, server = start_runsmtp()
     try:
-        wait_until(lambda: _answers(port), timeout=30, message="runsmtp")
         smtp = connect(port)
         smtp.mail("a@example.com")
         smtp.rcpt(address)

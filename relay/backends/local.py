@@ -7,6 +7,7 @@ from relay.backends import NothingToReconcile, PermanentBackendError
 
 class LocalBackend:
     name = "local"
+    keeps_accounts = False
     provision_seconds_max = 0
 
     def provision(self, mailbox) -> str:

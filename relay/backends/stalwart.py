@@ -28,6 +28,7 @@ PROVISION_REQUESTS_MAX = 4
 
 class StalwartBackend:
     name = "stalwart"
+    keeps_accounts = True
 
     def __init__(self, *, base_url: str, token: str, timeout: tuple[int, int]):
         self.base_url = base_url.rstrip("/")
