@@ -6,6 +6,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=$(pwd)/.venv/bin
+# On a terminal, run as its foreground process group, so Ctrl-C stops Relay and not the
+# `make` above it (scripts/foreground.py).
+if [ -t 0 ] && [ -z "${RELAY_RUN_IN_FOREGROUND:-}" ]; then
+  export RELAY_RUN_IN_FOREGROUND=1
+  exec "$BIN/python" scripts/foreground.py "$0" "$@"
+fi
 WEB_PORT=${RELAY_WEB_PORT:-8000}
 SMTP_PORT=${RELAY_SMTP_PORT:-2525}
 VAR=${RELAY_VAR_DIR:-var}

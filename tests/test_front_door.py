@@ -120,3 +120,42 @@ def test_a_port_in_use_is_named_with_the_variable_that_moves_it(tmp_path):
         finally:
             stack.stop()
     assert f"port {stack.web}" in stack.output() and "RELAY_WEB_PORT" in stack.output()
+
+
+def test_ctrl_c_on_a_terminal_stops_make_run_with_exit_0(tmp_path):
+    """As a person sees it: `make run` on a terminal (a pty), then Ctrl-C typed."""
+    import pty
+    import select
+    import time
+
+    stack = Stack(tmp_path)
+    pid, terminal = pty.fork()
+    if pid == 0:  # the child: a shell on the pty, as a terminal runs it
+        try:
+            os.chdir(ROOT)
+            os.execvpe("bash", ["bash", "-c", "make run; echo make-exit=$?"], {**stack.env, "TERM": "dumb"})
+        finally:
+            os._exit(127)  # never go on running the test suite in the forked child
+    seen = b""
+
+    def read_until(marker: bytes, seconds: float) -> bool:
+        nonlocal seen
+        deadline = time.monotonic() + seconds
+        while marker not in seen and time.monotonic() < deadline:
+            if select.select([terminal], [], [], 0.2)[0]:
+                try:
+                    seen += os.read(terminal, 65536)
+                except OSError:
+                    break
+        return marker in seen
+
+    try:
+        assert read_until(b"SMTP listening", 120), seen.decode(errors="replace")[-2000:]
+        assert read_until(b" ready.", 60)
+        os.write(terminal, b"\x03")  # Ctrl-C
+        assert read_until(b"make-exit=", 60), seen.decode(errors="replace")[-2000:]
+    finally:
+        os.close(terminal)
+        os.waitpid(pid, 0)
+    text = seen.decode(errors="replace")
+    assert "stopping Relay" in text and "make-exit=0" in text and "make: ***" not in text
