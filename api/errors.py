@@ -75,7 +75,7 @@ def _messages(value) -> list[str]:
 
 
 def _domain_response(exc: domain.RelayError) -> Response:
-    status_code = next(code for cls, code in DOMAIN_ERRORS.items() if isinstance(exc, cls))
+    status_code = next((code for cls, code in DOMAIN_ERRORS.items() if isinstance(exc, cls)), 400)
     fields = {exc.field: [exc.message]} if isinstance(exc, domain.InvalidRequest) and exc.field else None
     code = next((code for cls, code in DOMAIN_CODES.items() if isinstance(exc, cls)), None)
     response = Response(error_body(status_code, exc.message, code=code, fields=fields), status=status_code)

@@ -201,6 +201,8 @@ SECURE_SSL_REDIRECT = RELAY_HTTPS
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = RELAY_HTTPS
 SECURE_HSTS_SECONDS = 31_536_000 if RELAY_HTTPS else 0
 SECURE_HSTS_INCLUDE_SUBDOMAINS = SECURE_HSTS_PRELOAD = RELAY_HTTPS
+# The probes answer over plain HTTP too: orchestrators call them inside the network.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]
 
 # Admin logins: after 5 failures for one username from one address, that pair is locked
 # out for 15 minutes (429).

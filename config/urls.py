@@ -3,6 +3,8 @@ from django.urls import include, path
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from api import health
+
 # The operator's admin: titled, and without the side navigation, so that the lists (the
 # dead letters above all) fit a 1280 px window without scrolling sideways.
 admin.site.site_header = admin.site.site_title = "Relay administration"
@@ -12,6 +14,8 @@ urlpatterns = [
     # The site root (and the admin's "View site") shows the API docs.
     path("", RedirectView.as_view(pattern_name="docs"), name="home"),
     path("api/", RedirectView.as_view(pattern_name="docs")),
+    path("healthz", health.healthz, name="healthz"),
+    path("readyz", health.readyz, name="readyz"),
     path("api/v1/", include("api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
