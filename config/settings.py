@@ -362,8 +362,17 @@ elif CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
         "socket_timeout": 10,
         "socket_connect_timeout": 5,
     }
+elif CELERY_BROKER_URL.startswith(("amqp://", "amqps://", "pyamqp://")):
+    # RabbitMQ: the queues below are durable (kombu's default), and a publish waits for
+    # the broker's confirm, so a task said to be queued is on disk. acks_late holds a
+    # message unacknowledged while it runs or waits for its countdown (at most
+    # RELAY_CLEANUP_RETRY_BACKOFF_MAX_SECONDS); RabbitMQ's consumer_timeout (30 minutes
+    # by default) must stay above that.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"confirm_publish": True}
+    CELERY_BROKER_CONNECTION_TIMEOUT = 5
 else:
-    raise ImproperlyConfigured(f"CELERY_BROKER_URL must be filesystem:// or redis://..., got {CELERY_BROKER_URL!r}")
+    raise ImproperlyConfigured(
+        f"CELERY_BROKER_URL must be filesystem://, redis://... or amqp://..., got {CELERY_BROKER_URL!r}")
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Publish through the default ("") exchange, which names the queue directly. Through a
 # named exchange, kombu looks up the queue in a binding that Redis keeps as a key: a

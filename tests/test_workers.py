@@ -121,3 +121,41 @@ def test_a_flushed_broker_loses_no_cleanup(processes, stalwart, broker):
     assert queued_before > 0, "the flush should have dropped queued tasks"
     assert Mailbox.objects.filter(id__in=ids, cleanup_state="done").count() == 200
     assert_each_deprovisioned_once_and_never_early(stalwart, mailboxes)
+
+
+RABBITMQ = "amqp://guest:guest@127.0.0.1:5672//"
+
+
+def _rabbitmq_answers() -> bool:
+    import kombu
+
+    try:
+        with kombu.Connection(RABBITMQ, connect_timeout=2) as connection:
+            connection.ensure_connection(max_retries=1)
+            with connection.channel() as channel:
+                for queue in ("celery", "sweep"):  # nothing from an earlier run
+                    try:
+                        channel.queue_purge(queue)
+                    except connection.channel_errors:
+                        pass
+        return True
+    except Exception:
+        return False
+
+
+@pytest.mark.skipif(not _rabbitmq_answers(), reason="RabbitMQ is not running on 127.0.0.1:5672")
+def test_workers_and_beat_on_rabbitmq_clean_up_due_mailboxes(processes, stalwart):
+    # The whole path on RabbitMQ: beat sends the sweep, a worker expires and fans out,
+    # workers deprovision, the sweep reads the queue's length (an empty one reads 0).
+    processes.env["CELERY_BROKER_URL"] = RABBITMQ
+    processes.env["CACHE_URL"] = "locmemcache://"
+    processes.worker("w1", concurrency=2)
+    processes.beat("beat")
+    processes.wait_ready()
+    mailboxes = make_mailboxes(100, prefix="r", first_in=0.5, spread=2, stalwart=stalwart)
+    ids = [m.id for m in mailboxes]
+    wait_settled(ids, timeout=60)
+    assert Mailbox.objects.filter(id__in=ids, cleanup_state="done").count() == 100
+    assert_each_deprovisioned_once_and_never_early(stalwart, mailboxes)
+    assert "Connected to amqp://" in processes.log("w1")
+    assert "could not read the length" not in processes.log("w1")
