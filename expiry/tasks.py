@@ -5,7 +5,7 @@ from celery import shared_task
 from django.conf import settings
 
 from expiry import cleanup, purge, sweep as sweeping
-from relay.backends import TransientBackendError
+from relay.backends import TransientBackendError, retry_wait_max_seconds
 
 # The cleanup's lease must outlive the task: if the hard time limit could exceed the
 # lease, a sweep might hand the cleanup to a second worker while the first still runs.
@@ -13,13 +13,6 @@ _LEASE = settings.RELAY_CLEANUP_LEASE_SECONDS
 # A task that fired a hair before its mailbox was due comes back after this long: long
 # enough to be past the due instant, short enough to add nothing a client could see.
 EARLY_RETRY_SECONDS = 0.05
-
-
-def retry_wait_max_seconds(retries: int) -> float:
-    """The longest Celery's exponential backoff (retry_backoff, retry_backoff_max below)
-    may wait before retry number retries+1; jitter only shortens it."""
-    return min(settings.RELAY_CLEANUP_RETRY_BACKOFF_MAX_SECONDS,
-               settings.RELAY_CLEANUP_RETRY_BACKOFF_SECONDS * (2 ** retries))
 
 
 @shared_task(

@@ -68,9 +68,10 @@ def _reserve_address(*, local_part: str | None, domain: str) -> str:
     raise AddressTaken("Could not find a free random address; try again.")
 
 
-def mailbox_record_intent(*, caller: Caller | None, local_part: str | None, domain: str | None,
+def mailbox_insert(*, caller: Caller | None, local_part: str | None, domain: str | None,
                           ttl_ms: int | None, lease_seconds: float, active: bool = False) -> tuple[Mailbox, str | None]:
-    """Reserve the address and write the mailbox as `provisioning`, leased for
+    """The one way a mailbox row comes to be. Reserve the address and write the mailbox
+    as `provisioning`, leased for
     `lease_seconds`, before anything is asked of the mail backend: whatever happens to
     the caller after this, the row is there to own (and clean up) what the backend makes.
     With `active`, for a backend that keeps no accounts, it is written active at once.

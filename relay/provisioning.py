@@ -17,7 +17,7 @@ from mailboxes.ending import provisionings_abandon
 from mailboxes.errors import BackendUnavailable
 from mailboxes.keys import Caller
 from mailboxes.models import Mailbox
-from mailboxes.services import mailbox_activate, mailbox_record_intent
+from mailboxes.services import mailbox_activate, mailbox_insert
 from relay.backends import BackendError, get_backend
 
 logger = logging.getLogger(__name__)
@@ -38,9 +38,9 @@ def mailbox_create(*, caller: Caller | None, local_part: str | None, domain: str
     if not backend.keeps_accounts:
         # Nothing outside Relay to create, so nothing a crash could orphan: the row is
         # the whole mailbox, written active in one transaction.
-        return mailbox_record_intent(caller=caller, local_part=local_part, domain=domain, ttl_ms=ttl_ms,
+        return mailbox_insert(caller=caller, local_part=local_part, domain=domain, ttl_ms=ttl_ms,
                                      lease_seconds=0, active=True)
-    mailbox, token = mailbox_record_intent(caller=caller, local_part=local_part, domain=domain, ttl_ms=ttl_ms,
+    mailbox, token = mailbox_insert(caller=caller, local_part=local_part, domain=domain, ttl_ms=ttl_ms,
                                            lease_seconds=provision_lease_seconds(backend))
     # No transaction is open here: the intent is committed before the network call.
     started = timezone.now()

@@ -15,7 +15,7 @@ from django.conf import settings
 from django.db.models import Q
 
 from mailboxes.models import CleanupState, Mailbox, MailboxStatus
-from relay.backends import TransientBackendError, get_backend
+from relay.backends import TransientBackendError, get_backend, retry_wait_max_seconds
 
 logger = logging.getLogger(__name__)
 
@@ -75,9 +75,7 @@ def _destroy_with_retries(orphan: Orphan) -> None:
         except TransientBackendError:
             if retry == settings.RELAY_CLEANUP_MAX_RETRIES:
                 raise
-            wait = min(settings.RELAY_CLEANUP_RETRY_BACKOFF_MAX_SECONDS,
-                       settings.RELAY_CLEANUP_RETRY_BACKOFF_SECONDS * 2 ** retry)
-            time.sleep(random.uniform(0, wait))
+            time.sleep(random.uniform(0, retry_wait_max_seconds(retry)))
 
 
 def reconcile(*, domains: list[str], destroy: bool) -> ReconcileResult:

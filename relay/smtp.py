@@ -1,6 +1,6 @@
 """Relay's inbound SMTP server (aiosmtpd). It only ever delivers to its own mailboxes.
 
-`recipient_mailbox_id` and `deliver_message` are plain functions, called from the
+`recipient_mailbox` and `deliver_message` are plain functions, called from the
 async handler through database thread pools, so tests can call them without a socket.
 """
 import asyncio
@@ -57,11 +57,6 @@ def recipient_mailbox(address: str) -> Recipient | None:
         return None
     plan = mailbox.owner.plan if mailbox.owner else Plan.FREE
     return Recipient(mailbox.id, address, mailbox.stored_bytes, stored_bytes_limit(plan))
-
-
-def recipient_mailbox_id(address: str):
-    recipient = recipient_mailbox(address)
-    return recipient.mailbox_id if recipient else None
 
 
 def deliver_message(*, raw: bytes, mail_from: str, recipients: list[Recipient]) -> list[int]:
