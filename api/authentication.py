@@ -30,7 +30,7 @@ class BearerAuthentication(authentication.BaseAuthentication):
         caller = caller_for_secret(key)
         if caller is None:
             raise exceptions.AuthenticationFailed("Invalid or revoked API key.")
-        return Principal(owner=caller.owner, mailbox_id=caller.mailbox_id), key
+        return Principal(owner=caller.owner, mailbox_id=caller.mailbox_id, api_key_id=caller.api_key_id), key
 
     def authenticate_header(self, request) -> str:
         # Makes DRF answer 401 (not 403) to a request without credentials.
@@ -44,6 +44,20 @@ def caller_of(request) -> Principal | None:
 class IsPrincipal(permissions.BasePermission):
     def has_permission(self, request, view) -> bool:
         return caller_of(request) is not None
+
+
+class IsAccount(permissions.BasePermission):
+    """An account's API key; an anonymous mailbox token is not enough (403)."""
+
+    message = "This needs an account's API key; a mailbox token only reaches its own mailbox."
+
+    def has_permission(self, request, view) -> bool:
+        caller = caller_of(request)
+        if caller is None:
+            return False
+        if caller.is_anonymous:
+            raise exceptions.PermissionDenied(self.message)
+        return True
 
 
 class AnonymousCreateThrottle(throttling.AnonRateThrottle):
@@ -63,6 +77,18 @@ class AnonymousCreateThrottle(throttling.AnonRateThrottle):
 
     def get_cache_key(self, request, view) -> str:
         # Per client address, also for the holder of a mailbox token.
+        return self.cache_format % {"scope": self.scope, "ident": client_address(request)}
+
+
+class AccountRouteThrottle(throttling.ScopedRateThrottle):
+    """The account routes (sign-up, activation, recovery) per client address, each route
+    its own budget of RELAY_SIGNUP_RATE (the view's `throttle_scope`). Kept in the shared
+    cache, so the limit holds across every web process."""
+
+    def get_rate(self) -> str:
+        return api_settings.DEFAULT_THROTTLE_RATES[self.scope]
+
+    def get_cache_key(self, request, view) -> str:
         return self.cache_format % {"scope": self.scope, "ident": client_address(request)}
 
 

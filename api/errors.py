@@ -33,14 +33,15 @@ STATUS_CODES = {
 DOMAIN_ERRORS = {
     domain.InvalidRequest: status.HTTP_400_BAD_REQUEST,
     domain.NotFound: status.HTTP_404_NOT_FOUND,
-    domain.AddressTaken: status.HTTP_409_CONFLICT,
-    domain.MailboxExpired: status.HTTP_410_GONE,
+    domain.Conflict: status.HTTP_409_CONFLICT,
+    domain.Gone: status.HTTP_410_GONE,
     domain.BackendUnavailable: status.HTTP_503_SERVICE_UNAVAILABLE,
     domain.Forbidden: status.HTTP_403_FORBIDDEN,
     domain.QuotaExceeded: status.HTTP_429_TOO_MANY_REQUESTS,
 }
-# Where a status has more than one code (SPEC §5: 429 is rate_limited or quota_exceeded).
-DOMAIN_CODES = {domain.QuotaExceeded: "quota_exceeded"}
+# Where a status has more than one code (SPEC §5: 429 is rate_limited or quota_exceeded;
+# 403 is forbidden or account_suspended).
+DOMAIN_CODES = {domain.QuotaExceeded: "quota_exceeded", domain.AccountSuspended: "account_suspended"}
 
 MESSAGES = {
     404: "Not found.",

@@ -1,6 +1,6 @@
 from django.urls import path, register_converter
 
-from api import views
+from api import account_views, views
 
 
 class RowIdConverter:
@@ -20,6 +20,13 @@ register_converter(RowIdConverter, "rowid")
 urlpatterns = [
     path("", views.IndexView.as_view(), name="index"),
     path("whoami", views.WhoAmIView.as_view(), name="whoami"),
+    path("accounts", account_views.SignUpView.as_view(), name="account-signup"),
+    path("accounts/activate", account_views.ActivateView.as_view(), name="account-activate"),
+    path("accounts/recover", account_views.RecoverView.as_view(), name="account-recover"),
+    path("accounts/recover/confirm", account_views.RecoverConfirmView.as_view(), name="account-recover-confirm"),
+    path("account", account_views.AccountView.as_view(), name="account"),
+    path("keys", account_views.KeyCollectionView.as_view(), name="key-list"),
+    path("keys/<rowid:key_id>", account_views.KeyDetailView.as_view(), name="key-detail"),
     path("mailboxes", views.MailboxCollectionView.as_view(), name="mailbox-list"),
     path("mailboxes/<uuid:mailbox_id>", views.MailboxDetailView.as_view(), name="mailbox-detail"),
     path("mailboxes/<uuid:mailbox_id>/renew", views.MailboxRenewView.as_view(), name="mailbox-renew"),

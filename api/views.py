@@ -26,7 +26,7 @@ from api.serializers import (
 from mailboxes import selectors, services
 from mailboxes.ending import mailbox_delete
 from mailboxes.errors import NotFound
-from relay.outbound import outbound_queue
+from relay.outbound import outbound_get, outbound_list, outbound_queue
 from relay.provisioning import mailbox_create
 
 
@@ -64,6 +64,12 @@ class IndexView(APIView):
                 "raw": link("/api/v1/mailboxes/{mailbox_id}/messages/{message_id}/raw"),
                 "outbox": link("/api/v1/mailboxes/{mailbox_id}/outbox"),
                 "whoami": link(reverse("whoami")),
+                "sign_up": link(reverse("account-signup")),
+                "activate": link(reverse("account-activate")),
+                "recover": link(reverse("account-recover")),
+                "recover_confirm": link(reverse("account-recover-confirm")),
+                "account": link(reverse("account")),
+                "keys": link(reverse("key-list")),
             },
             "authentication": "Authorization: Bearer <API key or mailbox token>",
         })
@@ -77,7 +83,7 @@ class WhoAmIView(APIView):
     def get(self, request):
         caller = request.user
         if not caller.is_anonymous:
-            return Response({"owner": caller.owner.name, "plan": caller.plan})
+            return Response({"owner": caller.owner.login, "plan": caller.plan})
         return Response({"mailbox": str(caller.mailbox_id), "plan": caller.plan})
 
 
@@ -208,11 +214,11 @@ class OutboundCollectionView(MailboxRowsView):
     serializer_class = OutboundSerializer
 
     def rows(self, mailbox):
-        return selectors.outbound_list(mailbox=mailbox)
+        return outbound_list(mailbox=mailbox)
 
 
 class OutboundDetailView(APIView):
     @extend_schema(operation_id="outbox_get", summary="A sent message's status, attempts and last error", responses=OutboundSerializer)
     def get(self, request, mailbox_id, outbound_id):
         mailbox = selectors.mailbox_get(caller=request.user, mailbox_id=mailbox_id)
-        return Response(OutboundSerializer(selectors.outbound_get(mailbox=mailbox, outbound_id=outbound_id)).data)
+        return Response(OutboundSerializer(outbound_get(mailbox=mailbox, outbound_id=outbound_id)).data)

@@ -42,10 +42,11 @@ def main() -> None:
         raise SystemExit("wrk is not installed: apt-get install wrk")
     fresh_database()
     setup_django()
-    from mailboxes.keys import Caller, owner_create_api_key
+    from accounts.services import account_create_with_key
+    from mailboxes.keys import Caller
     from relay.provisioning import mailbox_create
 
-    owner, key = owner_create_api_key(name="bench", plan="enterprise")  # 100,000 active mailboxes: the POST run makes thousands
+    owner, key = account_create_with_key(login="bench", plan="enterprise")  # 100,000 active mailboxes: the POST run makes thousands
     mailbox, _ = mailbox_create(caller=Caller(owner=owner), local_part=None, domain=None, ttl_ms=3_600_000)
     web = spawn("gunicorn", [sys.executable, "-m", "gunicorn", "config.wsgi", "-w", str(args.workers),
                              "-b", f"127.0.0.1:{PORT}", "--access-logfile", "-"], env={"RELAY_LOG_LEVEL": "WARNING"})

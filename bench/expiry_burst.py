@@ -61,11 +61,11 @@ def relay_burst(count: int, broker, *, backend: str, latency_ms: float, second: 
     from rest_framework.test import APIClient
 
     from mailboxes.models import Mailbox
-    from mailboxes.keys import owner_create_api_key
+    from accounts.services import account_create_with_key
 
     broker.flushdb()
     Mailbox.objects.all().delete()
-    owner, key = owner_create_api_key(name=f"bench-{uuid.uuid4().hex[:6]}", plan="pro")
+    owner, key = account_create_with_key(login=f"bench-{uuid.uuid4().hex[:6]}", plan="pro")
     env = {"RELAY_BACKEND": backend}
     fake = None
     if backend == "stalwart":

@@ -74,11 +74,12 @@ def main() -> None:
     args = parser.parse_args()
     fresh_database()
     setup_django()
-    from mailboxes.keys import Caller, owner_create_api_key
+    from accounts.services import account_create_with_key
+    from mailboxes.keys import Caller
     from mailboxes.models import Message
     from relay.provisioning import mailbox_create
 
-    owner, _ = owner_create_api_key(name="bench", plan="pro")
+    owner, _ = account_create_with_key(login="bench", plan="pro")
     addresses = [mailbox_create(caller=Caller(owner=owner), local_part=None, domain=None,
                                 ttl_ms=3_600_000)[0].address for _ in range(50)]
 

@@ -3,6 +3,7 @@
 Each value is parsed strictly: a value that cannot be used stops start-up with an
 ImproperlyConfigured error that names the variable, instead of a confusing failure later.
 """
+import hashlib
 from datetime import timedelta
 from pathlib import Path
 
@@ -82,6 +83,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "django_celery_beat",
     "axes",
+    "accounts",
     "mailboxes",
     "relay",
     "expiry",
@@ -223,7 +225,12 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "api.pagination.RelayPagination",
     "EXCEPTION_HANDLER": "api.errors.exception_handler",
     "UNAUTHENTICATED_USER": None,
-    "DEFAULT_THROTTLE_RATES": {"anon_create": _rate("RELAY_ANON_CREATE_RATE", "20/hour")},
+    # Sign-up, activation and recovery share RELAY_SIGNUP_RATE, each route its own budget.
+    "DEFAULT_THROTTLE_RATES": {
+        "anon_create": _rate("RELAY_ANON_CREATE_RATE", "20/hour"),
+        **{scope: _rate("RELAY_SIGNUP_RATE", "10/hour")
+           for scope in ("signup", "activate", "recover", "recover_confirm")},
+    },
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Relay API",
@@ -238,7 +245,8 @@ SPECTACULAR_SETTINGS = {
     "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "api.schema.add_error_responses"],
     "ENUM_NAME_OVERRIDES": {
         "MailboxStatusEnum": "mailboxes.models.MailboxStatus",
-        "OutboundStatusEnum": "mailboxes.models.OutboundStatus",
+        "OutboundStatusEnum": "relay.models.OutboxStatus",
+        "AccountStatusEnum": "accounts.models.AccountStatus",
     },
 }
 
@@ -337,7 +345,43 @@ EMAIL_USE_SSL = _email.get("EMAIL_USE_SSL", False)
 EMAIL_FILE_PATH = _email.get("EMAIL_FILE_PATH")
 EMAIL_TIMEOUT = 10
 RELAY_SEND_MAX_RETRIES = _int("RELAY_SEND_MAX_RETRIES", 3)
-RELAY_SEND_RETRY_BACKOFF_SECONDS = _int("RELAY_SEND_RETRY_BACKOFF_SECONDS", 10, minimum=1)
+RELAY_SEND_RETRY_BACKOFF_SECONDS = _int("RELAY_SEND_RETRY_BACKOFF_SECONDS", 30, minimum=1)
+# The From of the mails Relay sends for itself (activation, recovery).
+DEFAULT_FROM_EMAIL = env.str("RELAY_MAIL_FROM", default=f"Relay <noreply@{RELAY_DOMAINS[0]}>")
+
+# --- Accounts and the mailer (SPEC §8) -------------------------------------------------
+RELAY_PUBLIC_URL = env.str("RELAY_PUBLIC_URL", default="http://127.0.0.1:8000").rstrip("/")
+if not RELAY_PUBLIC_URL.startswith(("http://", "https://")):
+    raise ImproperlyConfigured(f"RELAY_PUBLIC_URL must start with http:// or https://, got {RELAY_PUBLIC_URL!r}")
+RELAY_TOKEN_TTL_SECONDS = _int("RELAY_TOKEN_TTL_SECONDS", 900, minimum=60)
+
+
+def _signing_keys() -> list[bytes]:
+    """RELAY_TOKEN_SIGNING_KEYS: 64-hex-digit keys, the first signs and all verify. By
+    default one key derived from the secret key, so rotating that rotates this too."""
+    raw = env.str("RELAY_TOKEN_SIGNING_KEYS", default="").strip()
+    if not raw:
+        return [hashlib.sha256(b"relay token signing key:" + SECRET_KEY.encode()).digest()]
+    keys = []
+    for item in (part.strip() for part in raw.split(",")):
+        try:
+            if len(item) != 64:
+                raise ValueError
+            keys.append(bytes.fromhex(item))
+        except ValueError:
+            raise ImproperlyConfigured(
+                f"RELAY_TOKEN_SIGNING_KEYS must be a comma list of 64-hex-digit keys (python3 -c "
+                f"'import secrets; print(secrets.token_hex(32))'), got {item[:8]!r}…") from None
+    return keys
+
+
+RELAY_TOKEN_SIGNING_KEYS = _signing_keys()
+RELAY_MAILER_BATCH_LIMIT = _int("RELAY_MAILER_BATCH_LIMIT", 50, minimum=1)
+RELAY_MAILER_BATCH_TIMEOUT_MS = _int("RELAY_MAILER_BATCH_TIMEOUT_MS", 1000, minimum=1)
+RELAY_MAILER_MAX_PER_SECOND = _int("RELAY_MAILER_MAX_PER_SECOND", 0)
+# How long a claimed batch is trusted to its worker (sending, and waiting out retries)
+# before any mailer claims it again.
+RELAY_MAILER_LEASE_SECONDS = _int("RELAY_MAILER_LEASE_SECONDS", 300, minimum=1)
 
 # --- Celery ----------------------------------------------------------------------------
 CELERY_BROKER_URL = _broker_url

@@ -31,7 +31,7 @@ def expire_now(modeladmin, request, queryset):
 class MailboxAdmin(ReadOnlyAdmin):
     list_display = ["address", "owner", "status", "created_at", "expires_at", "message_count", "cleanup_state"]
     list_filter = ["status", "cleanup_state", "owner__plan"]
-    search_fields = ["address", "owner__name", "id"]
+    search_fields = ["address", "owner__login", "id"]
     date_hierarchy = "created_at"
     list_select_related = ["owner"]
     show_full_result_count = False

@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from mailboxes.models import AddressReservation, ApiKey, Message, OutboundMessage, Owner
+from mailboxes.models import AddressReservation, Message
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -14,43 +14,6 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         return False
 
     def has_delete_permission(self, request, obj=None) -> bool:
-        return False
-
-
-class ApiKeyInline(admin.TabularInline):
-    model = ApiKey
-    extra = 0
-    fields = ["prefix", "created_at", "revoked_at"]
-    readonly_fields = ["prefix", "created_at"]
-
-    def has_add_permission(self, request, obj=None) -> bool:
-        return False  # a key's secret is shown once, by `manage.py createapikey`
-
-
-@admin.register(Owner)
-class OwnerAdmin(admin.ModelAdmin):
-    list_display = ["name", "plan", "created_at"]
-    list_filter = ["plan"]
-    search_fields = ["name"]
-    inlines = [ApiKeyInline]
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False  # it would delete its mailboxes' rows without deprovisioning them
-
-
-@admin.register(ApiKey)
-class ApiKeyAdmin(admin.ModelAdmin):
-    """Keys are made with `manage.py createapikey NAME`, which shows the key once; here
-    they can be looked up and revoked (set "revoked at")."""
-
-    list_display = ["prefix", "owner", "created_at", "revoked_at"]
-    list_filter = ["revoked_at", "owner__plan"]
-    search_fields = ["prefix", "owner__name"]
-    fields = ["owner", "prefix", "created_at", "revoked_at"]
-    readonly_fields = ["owner", "prefix", "created_at"]
-    list_select_related = ["owner"]
-
-    def has_add_permission(self, request) -> bool:
         return False
 
 
@@ -70,15 +33,6 @@ class MessageAdmin(ReadOnlyAdmin):
     @admin.display(description="text")
     def text(self, message: Message) -> str:
         return message.content.text[:10_000]
-
-
-@admin.register(OutboundMessage)
-class OutboundMessageAdmin(ReadOnlyAdmin):
-    list_display = ["id", "mailbox", "subject", "status", "attempts", "created_at", "sent_at"]
-    list_filter = ["status"]
-    search_fields = ["mailbox__address", "subject"]
-    list_select_related = ["mailbox"]
-    exclude = ["text", "html"]
 
 
 @admin.register(AddressReservation)

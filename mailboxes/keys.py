@@ -1,37 +1,33 @@
-"""Who is calling: an owner's API key, or the token of one anonymous mailbox. Only the
+"""Who is calling: an account's API key, or the token of one anonymous mailbox. Only the
 SHA-256 of either is stored: both are 256-bit random strings, so a fast hash is enough
 and a lookup stays one indexed equality."""
-import hashlib
 import logging
-import secrets
 import uuid
 from dataclasses import dataclass
 
-from mailboxes.models import ApiKey, Mailbox, Owner, Plan
+from accounts.errors import AccountSuspended, Forbidden
+from accounts.models import Account, AccountStatus, ApiKey, Plan
+from accounts.services import api_key_touch, hash_key, new_key
+from mailboxes.models import Mailbox
 
 logger = logging.getLogger(__name__)
 
-API_KEY_PREFIX = "rk_"
 MAILBOX_TOKEN_PREFIX = "rt_"
 
 
-def new_secret(prefix: str) -> tuple[str, str]:
-    """A fresh key and the hash to store for it."""
-    key = prefix + secrets.token_urlsafe(32)
-    return key, hash_secret(key)
-
-
-def hash_secret(key: str) -> str:
-    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
+def new_mailbox_token() -> tuple[str, str]:
+    """A fresh anonymous mailbox token and the hash to store for it."""
+    return new_key(MAILBOX_TOKEN_PREFIX)
 
 
 @dataclass(frozen=True)
 class Caller:
-    """Who asks. `owner` for an API key; `mailbox_id` for an anonymous mailbox token,
-    which authorizes that one mailbox and nothing else."""
+    """Who asks. `owner` (an Account) for an API key; `mailbox_id` for an anonymous
+    mailbox token, which authorizes that one mailbox and nothing else."""
 
-    owner: Owner | None = None
+    owner: Account | None = None
     mailbox_id: uuid.UUID | None = None
+    api_key_id: int | None = None
 
     @property
     def is_anonymous(self) -> bool:
@@ -44,23 +40,19 @@ class Caller:
 
 def caller_for_secret(key: str) -> Caller | None:
     """The caller a presented key or token belongs to; None if it is unknown or revoked.
-    A token of a mailbox that was deleted, or never finished provisioning, is dead."""
-    digest = hash_secret(key)
+    A token of a mailbox that was deleted, or never finished provisioning, is dead. A
+    key of a suspended account raises AccountSuspended (403, not 401: the key is right)."""
+    digest = hash_key(key)
     if key.startswith(MAILBOX_TOKEN_PREFIX):
         mailbox_id = Mailbox.objects.visible().filter(token_hash=digest).values_list("id", flat=True).first()
         return Caller(mailbox_id=mailbox_id) if mailbox_id else None
-    api_key = ApiKey.objects.select_related("owner").filter(key_hash=digest, revoked_at=None).first()
-    return Caller(owner=api_key.owner) if api_key else None
-
-
-def owner_create_api_key(*, name: str, plan: str = Plan.FREE) -> tuple[Owner, str]:
-    """Create the owner if needed (setting its plan) and a new key for it. Returns the
-    key in clear text: the only time it exists outside the caller's hands."""
-    owner, created = Owner.objects.get_or_create(name=name, defaults={"plan": plan})
-    if not created and owner.plan != plan:
-        owner.plan = plan
-        owner.save(update_fields=["plan"])
-    key, digest = new_secret(API_KEY_PREFIX)
-    ApiKey.objects.create(owner=owner, prefix=key[:10], key_hash=digest)
-    logger.info("created an API key for owner %s (plan %s)", owner.name, owner.plan)
-    return owner, key
+    api_key = ApiKey.objects.select_related("account").filter(key_hash=digest, revoked_at=None).first()
+    if api_key is None:
+        return None
+    account = api_key.account
+    if account.status == AccountStatus.SUSPENDED:
+        raise AccountSuspended("This account is suspended; its keys are refused until it is unsuspended.")
+    if account.status != AccountStatus.ACTIVE:
+        raise Forbidden("This account is not active.")
+    api_key_touch(api_key=api_key)
+    return Caller(owner=account, api_key_id=api_key.id)

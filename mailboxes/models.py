@@ -1,14 +1,11 @@
-"""What a mailbox is: owners and their keys, mailboxes, the mail they hold."""
+"""What a mailbox is: mailboxes, the mail they hold, the addresses ever handed out, and
+what each plan allows them. Who owns them is accounts/."""
 import uuid
 
 from django.db import models
 from django.db.models import Q
 
-
-class Plan(models.TextChoices):
-    FREE = "free"
-    PRO = "pro"
-    ENTERPRISE = "enterprise"
+from accounts.models import Plan
 
 
 # The longest TTL each plan may ask for; never above settings.RELAY_MAX_TTL_MS.
@@ -17,33 +14,6 @@ PLAN_TTL_CAP_MS = {
     Plan.PRO: 24 * 60 * 60 * 1000,
     Plan.ENTERPRISE: 7 * 24 * 60 * 60 * 1000,
 }
-
-
-class Owner(models.Model):
-    name = models.CharField(max_length=100, unique=True)
-    plan = models.CharField(max_length=16, choices=Plan.choices, default=Plan.FREE)
-    created_at = models.DateTimeField(auto_now_add=True)
-    # Its mailboxes being provisioned or active: taken by a conditional UPDATE at creation
-    # (mailboxes.quotas), given back by every path that ends one (mailboxes.ending), so the
-    # quota check costs one row however many mailboxes the owner has.
-    live_mailboxes = models.PositiveIntegerField(default=0)
-
-    def __str__(self) -> str:
-        return self.name
-
-
-class ApiKey(models.Model):
-    """An owner's API key. Only its SHA-256 is stored: keys are 256-bit random tokens,
-    so a fast hash is enough, and lookups stay one indexed equality."""
-
-    owner = models.ForeignKey(Owner, on_delete=models.CASCADE, related_name="api_keys")
-    prefix = models.CharField(max_length=12, help_text="The key's first characters, to tell keys apart.")
-    key_hash = models.CharField(max_length=64, unique=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    revoked_at = models.DateTimeField(null=True, blank=True)
-
-    def __str__(self) -> str:
-        return f"{self.prefix}… ({self.owner})"
 
 
 class AddressReservation(models.Model):
@@ -90,7 +60,7 @@ class MailboxQuerySet(models.QuerySet):
 class Mailbox(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     # Null for an anonymous mailbox, which only its own token may use.
-    owner = models.ForeignKey(Owner, null=True, blank=True, on_delete=models.CASCADE, related_name="mailboxes")
+    owner = models.ForeignKey("accounts.Account", null=True, blank=True, on_delete=models.CASCADE, related_name="mailboxes")
     address = models.CharField(max_length=320, unique=True)
     status = models.CharField(max_length=12, choices=MailboxStatus.choices, default=MailboxStatus.ACTIVE)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -196,31 +166,3 @@ class Message(models.Model):
 
     class Meta:
         indexes = [models.Index(fields=["mailbox", "-received_at"], name="message_mailbox_list")]
-
-
-class OutboundStatus(models.TextChoices):
-    """queued: waiting for a worker; sending: a worker took it (a compare-and-set);
-    sent: the relay accepted it; failed: given up, with the last error kept."""
-
-    QUEUED = "queued"
-    SENDING = "sending"
-    SENT = "sent"
-    FAILED = "failed"
-
-
-class OutboundMessage(models.Model):
-    """A message a mailbox's owner asked Relay to send."""
-
-    mailbox = models.ForeignKey(Mailbox, on_delete=models.CASCADE, related_name="outbound")
-    to = models.JSONField()
-    subject = models.CharField(max_length=998)
-    text = models.TextField()
-    html = models.TextField(blank=True, default="")
-    status = models.CharField(max_length=8, choices=OutboundStatus.choices, default=OutboundStatus.QUEUED)
-    attempts = models.PositiveIntegerField(default=0)
-    last_error = models.TextField(blank=True, default="")
-    created_at = models.DateTimeField(auto_now_add=True)
-    sent_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        indexes = [models.Index(fields=["mailbox", "-created_at"], name="outbound_mailbox_list")]

@@ -3,35 +3,30 @@ recipients per send, stored bytes per mailbox. Each check raises QuotaExceeded w
 seconds until the call could succeed.
 
 The checks hold a lock on the owner's row until the caller's transaction commits, so two
-concurrent creates (or sends) cannot both take the last unit."""
+concurrent creates (or sends) cannot both take the last unit. Sends are counted in the
+outbox (relay.outbound.check_send)."""
 from collections import Counter
-from datetime import timedelta
 
 from django.conf import settings
 from django.db.models import F
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
+from accounts.models import Account
 from mailboxes.errors import QuotaExceeded
-from mailboxes.models import Mailbox, MailboxStatus, OutboundMessage, Owner
-
-DAY = timedelta(days=1)
+from mailboxes.models import Mailbox, MailboxStatus
 
 
 def quota(plan: str, name: str) -> int:
     return settings.RELAY_QUOTAS[plan][name]
 
 
-def _lock(owner: Owner) -> None:
-    Owner.objects.select_for_update().filter(id=owner.id).first()
-
-
-def take_mailbox_slot(owner: Owner) -> None:
+def take_mailbox_slot(owner: Account) -> None:
     """Count one more live mailbox for `owner`, or raise QuotaExceeded. Call inside the
     transaction that creates the mailbox: the conditional UPDATE is the check, and its
     row lock lasts until that commits, so two creates cannot both take the last slot."""
     limit = quota(owner.plan, "active_mailboxes")
-    if Owner.objects.filter(id=owner.id, live_mailboxes__lt=limit).update(live_mailboxes=F("live_mailboxes") + 1):
+    if Account.objects.filter(id=owner.id, live_mailboxes__lt=limit).update(live_mailboxes=F("live_mailboxes") + 1):
         return
     live = Mailbox.objects.filter(owner=owner, status__in=(MailboxStatus.PROVISIONING, MailboxStatus.ACTIVE))
     soonest = live.order_by("expires_at").values_list("expires_at", flat=True).first()
@@ -46,22 +41,7 @@ def give_back_mailbox_slots(mailbox_ids: list) -> None:
     owners = Counter(Mailbox.objects.filter(id__in=mailbox_ids, owner__isnull=False)
                      .values_list("owner_id", flat=True))
     for owner_id, ended in owners.items():
-        Owner.objects.filter(id=owner_id).update(live_mailboxes=Greatest(F("live_mailboxes") - ended, 0))
-
-
-def check_send(owner: Owner, recipients: int) -> None:
-    """Call inside the transaction that queues the send."""
-    limit = quota(owner.plan, "recipients_per_send")
-    if recipients > limit:
-        raise QuotaExceeded(f"The {owner.plan} plan allows {limit} recipients per send; send to fewer at once.",
-                            retry_after=DAY.total_seconds())
-    _lock(owner)
-    per_day = quota(owner.plan, "sends_per_day")
-    window = OutboundMessage.objects.filter(mailbox__owner=owner, created_at__gt=timezone.now() - DAY)
-    if window.count() >= per_day:
-        oldest = window.order_by("created_at").values_list("created_at", flat=True).first()
-        raise QuotaExceeded(f"The {owner.plan} plan allows {per_day} sends a day.",
-                            retry_after=(oldest + DAY - timezone.now()).total_seconds())
+        Account.objects.filter(id=owner_id).update(live_mailboxes=Greatest(F("live_mailboxes") - ended, 0))
 
 
 def stored_bytes_limit(plan: str) -> int:

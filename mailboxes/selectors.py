@@ -5,7 +5,7 @@ from django.db.models import QuerySet
 from mailboxes.ending import mailbox_lazy_expire, mailboxes_lazy_expire
 from mailboxes.errors import MailboxExpired, NotFound
 from mailboxes.keys import Caller
-from mailboxes.models import Mailbox, MailboxStatus, Message, MessageContent, OutboundMessage
+from mailboxes.models import Mailbox, MailboxStatus, Message, MessageContent
 
 
 def mailboxes_visible_to(caller: Caller) -> QuerySet:
@@ -62,14 +62,3 @@ def message_raw(*, mailbox: Mailbox, message_id: int) -> bytes:
     if raw is None:
         raise NotFound()
     return bytes(raw)
-
-
-def outbound_list(*, mailbox: Mailbox) -> QuerySet:
-    return OutboundMessage.objects.filter(mailbox=mailbox).order_by("-created_at", "-id")
-
-
-def outbound_get(*, mailbox: Mailbox, outbound_id: int) -> OutboundMessage:
-    try:
-        return OutboundMessage.objects.get(mailbox=mailbox, id=outbound_id)
-    except OutboundMessage.DoesNotExist:
-        raise NotFound() from None

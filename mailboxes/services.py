@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from mailboxes.ending import cleanup_pending_fields, publish_after_commit
 from mailboxes.errors import AddressTaken, InvalidRequest, MailboxExpired
-from mailboxes.keys import MAILBOX_TOKEN_PREFIX, Caller, new_secret
+from mailboxes.keys import Caller, new_mailbox_token
 from mailboxes.quotas import take_mailbox_slot
 from mailboxes.models import (PLAN_TTL_CAP_MS, AddressReservation, CleanupState, Mailbox, MailboxStatus, Message,
                               MessageContent, Plan)
@@ -79,7 +79,7 @@ def mailbox_insert(*, caller: Caller | None, local_part: str | None, domain: str
     owner = caller.owner if caller else None
     plan = caller.plan if caller else Plan.FREE
     ttl_ms = plan_ttl_ms(plan=plan, ttl_ms=ttl_ms)
-    token, token_hash = new_secret(MAILBOX_TOKEN_PREFIX) if owner is None else (None, None)
+    token, token_hash = new_mailbox_token() if owner is None else (None, None)
     # One transaction: the quota count, the reservation and the row stand or fall together.
     with transaction.atomic():
         if owner is not None:

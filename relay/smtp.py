@@ -15,6 +15,7 @@ from aiosmtpd.smtp import SMTP, Envelope, Session
 from django.conf import settings
 from django.db import close_old_connections, connection, connections, transaction
 
+from accounts.models import AccountStatus
 from mailboxes.ending import mailbox_lazy_expire
 from mailboxes.models import Mailbox, MailboxStatus, Message, MessageContent, Plan
 from mailboxes.quotas import stored_bytes_limit
@@ -43,14 +44,16 @@ def recipient_mailbox(address: str) -> Recipient | None:
     """The mailbox that may receive mail at `address` right now, or None.
 
     The mailbox's own `expires_at` is checked here, with the same lazy-expiry service the
-    API uses: a mailbox past its time is refused even if no worker has run yet."""
+    API uses: a mailbox past its time is refused even if no worker has run yet. A
+    suspended account's mailboxes refuse mail while it is suspended (SPEC §8)."""
     address = address.strip().lower()
     local_part, at, domain = address.rpartition("@")
     if not at or not local_part or domain not in settings.RELAY_DOMAINS or len(address) > 320:
         return None
     mailbox = (Mailbox.objects.filter(address=address, status=MailboxStatus.ACTIVE).select_related("owner")
-               .only("id", "status", "expires_at", "address", "stored_bytes", "owner__plan").first())
-    if mailbox is None:
+               .only("id", "status", "expires_at", "address", "stored_bytes", "owner__plan", "owner__status")
+               .first())
+    if mailbox is None or (mailbox.owner is not None and mailbox.owner.status == AccountStatus.SUSPENDED):
         return None
     mailbox = mailbox_lazy_expire(mailbox=mailbox)
     if mailbox.status != MailboxStatus.ACTIVE:

@@ -1,9 +1,10 @@
 import logging
+import uuid
 
 from celery import shared_task
 from django.conf import settings
 
-from relay import outbound
+from relay import outbox
 from relay.backends import NothingToReconcile
 from relay.reconcile import orphans_find
 
@@ -12,15 +13,20 @@ logger = logging.getLogger(__name__)
 
 @shared_task(
     acks_late=True,
-    autoretry_for=(outbound.RetryableSendError,),
+    autoretry_for=(outbox.RetryableBatch,),
     max_retries=settings.RELAY_SEND_MAX_RETRIES,
     retry_backoff=settings.RELAY_SEND_RETRY_BACKOFF_SECONDS,
-    retry_backoff_max=300,
+    # A retry must come before the batch's lease lapses, or a mailer would claim the
+    # batch again meanwhile (harmless: the outcome is a compare-and-set on the claim).
+    retry_backoff_max=max(1, settings.RELAY_MAILER_LEASE_SECONDS // 2),
     retry_jitter=True,
+    # Below the lease too: a batch that runs this long is cut off and claimed again.
+    soft_time_limit=max(30, settings.RELAY_MAILER_LEASE_SECONDS * 8 // 10),
+    time_limit=max(40, settings.RELAY_MAILER_LEASE_SECONDS * 9 // 10),
 )
-def send_outbound(outbound_id: int) -> str:
-    """Send one outbound message; see relay.outbound.outbound_send."""
-    return outbound.outbound_send(outbound_id=outbound_id)
+def send_outbox_batch(claim: str, mail_ids: list[int]) -> dict:
+    """Send one batch the mailer claimed; see relay.outbox.batch_send."""
+    return outbox.batch_send(claim=uuid.UUID(claim), mail_ids=mail_ids)
 
 
 @shared_task(acks_late=True, soft_time_limit=3000, time_limit=3300)

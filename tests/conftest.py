@@ -13,7 +13,7 @@ import redis
 from django.conf import settings
 from rest_framework.test import APIClient
 
-from mailboxes.keys import owner_create_api_key
+from accounts.services import account_create_with_key
 from tests.helpers import ROOT, wait_until
 from tests.stalwart_fake import TOKEN, FakeStalwart
 
@@ -32,7 +32,7 @@ def api(db):
 @pytest.fixture
 def make_client(db):
     def make(name: str = "alice", plan: str = "pro") -> APIClient:
-        _, key = owner_create_api_key(name=name, plan=plan)
+        _, key = account_create_with_key(login=name, plan=plan)
         client = APIClient()
         client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
         client.key = key

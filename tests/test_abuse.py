@@ -11,8 +11,10 @@ import pytest
 from django.core.cache import cache
 from django.utils import timezone
 
-from mailboxes.models import Mailbox, OutboundMessage
-from relay.outbound import outbound_send
+from accounts.models import Account
+from mailboxes.models import Mailbox
+from relay.models import OutboxMail as OutboundMessage
+from relay.outbox import batch_claim, batch_send
 from tests.conftest import free_port
 from tests.helpers import create_via_api, wait_until
 
@@ -124,7 +126,9 @@ def test_a_send_queued_before_its_mailbox_ended_is_not_sent(client_pro, mailoutb
     mailbox = create_via_api(client_pro).json()
     queued = send(client_pro, mailbox["id"]).json()
     Mailbox.objects.filter(id=mailbox["id"]).update(expires_at=timezone.now() - timedelta(seconds=1))
-    assert outbound_send(outbound_id=queued["id"]) == "failed"
+    claim, ids = batch_claim(limit=10)
+    assert ids == [queued["id"]]
+    assert batch_send(claim=claim, mail_ids=ids) == {"failed": 1}
     assert mailoutbox == []
     assert "expired" in OutboundMessage.objects.get(id=queued["id"]).last_error
 
@@ -178,7 +182,7 @@ def test_the_api_docs_load_nothing_from_another_site(api):
 def test_listing_expires_a_long_due_list_in_batches(client_pro, django_assert_max_num_queries):
     from mailboxes import ending
 
-    owner = Mailbox.objects.model._meta.get_field("owner").related_model.objects.get(name="alice")
+    owner = Account.objects.get(login="alice")
     due = timezone.now() - timedelta(seconds=1)
     Mailbox.objects.bulk_create([Mailbox(owner=owner, address=f"due{i}@relay.localhost", expires_at=due)
                                  for i in range(ending.LAZY_EXPIRE_BATCH * 2 + 10)])
@@ -189,11 +193,11 @@ def test_listing_expires_a_long_due_list_in_batches(client_pro, django_assert_ma
 
 
 def test_every_way_a_mailbox_ends_gives_its_quota_slot_back(make_client, settings, stalwart):
-    from mailboxes.models import Owner
+    from accounts.models import Account as Owner
     from tests.stalwart_fake import HTTP_503
 
     client = make_client("counted", "pro")
-    owner = Owner.objects.get(name="counted")
+    owner = Owner.objects.get(login="counted")
     live = [create_via_api(client).json() for _ in range(3)]
     assert Owner.objects.get(id=owner.id).live_mailboxes == 3
     client.delete(f"/api/v1/mailboxes/{live[0]['id']}")  # deleted
@@ -213,10 +217,10 @@ def test_concurrent_creates_cannot_both_take_the_last_slot(settings):
     from django.db import connection
     from rest_framework.test import APIClient
 
-    from mailboxes.keys import owner_create_api_key
+    from accounts.services import account_create_with_key
 
     settings.RELAY_QUOTAS = {**settings.RELAY_QUOTAS, "free": {**settings.RELAY_QUOTAS["free"], "active_mailboxes": 3}}
-    _, key = owner_create_api_key(name="racer", plan="free")
+    _, key = account_create_with_key(login="racer", plan="free")
     start, codes = threading.Barrier(8), []
 
     def create() -> None:

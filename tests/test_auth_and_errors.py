@@ -2,17 +2,17 @@
 import pytest
 from django.core.management import call_command
 
-from mailboxes.keys import hash_secret
-from mailboxes.models import ApiKey, Owner
+from accounts.services import hash_key as hash_secret
+from accounts.models import Account as Owner, ApiKey
 
 
 def test_createapikey_prints_the_key_alone_on_the_last_line_and_stores_a_hash(db, capsys):
     call_command("createapikey", "carol", "--plan", "enterprise")
     key = capsys.readouterr().out.strip().splitlines()[-1]
     assert key.startswith("rk_") and " " not in key
-    stored = ApiKey.objects.get(owner__name="carol")
+    stored = ApiKey.objects.get(account__login="carol")
     assert stored.key_hash == hash_secret(key) and key not in (stored.key_hash, stored.prefix)
-    assert Owner.objects.get(name="carol").plan == "enterprise"
+    assert Owner.objects.get(login="carol").plan == "enterprise"
 
 
 def test_createapikey_again_adds_a_key_and_both_work(db, capsys, api):

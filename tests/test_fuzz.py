@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mailboxes.keys import owner_create_api_key
+from accounts.services import account_create_with_key
 from tests.conftest import free_port
 from tests.helpers import ROOT
 
@@ -38,7 +38,7 @@ def live_api(processes):
 def test_the_api_survives_schema_driven_fuzzing(live_api, credentials):
     headers = []
     if credentials == "owner key":
-        _, key = owner_create_api_key(name="fuzzer", plan="enterprise")
+        _, key = account_create_with_key(login="fuzzer", plan="enterprise")
         headers.append(f"Authorization: Bearer {key}")
     result = fuzz(live_api, *headers, seconds=30)
     report = result.stdout + result.stderr

@@ -63,8 +63,8 @@ def test_admin_lists_dead_letters_with_filter_and_search(admin_client):
     assert b"stuck@relay.localhost" in page.content and b"fine@relay.localhost" not in page.content
     assert b"HTTP 503 from x" in page.content
     assert b"stuck@" in admin_client.get("/admin/expiry/cleanup/?q=stuck").content
-    for url in ["/admin/mailboxes/mailbox/", "/admin/mailboxes/owner/", "/admin/mailboxes/apikey/",
-                "/admin/mailboxes/message/", "/admin/mailboxes/outboundmessage/"]:
+    for url in ["/admin/mailboxes/mailbox/", "/admin/accounts/account/", "/admin/accounts/apikey/", "/admin/accounts/token/",
+                "/admin/mailboxes/message/", "/admin/relay/outboxmail/"]:
         assert admin_client.get(url).status_code == 200
 
 
@@ -129,7 +129,7 @@ def test_the_admin_message_list_reads_no_message_bodies(admin_client, client_pro
 
 # --- the admin's traps -------------------------------------------------------------------
 def test_api_keys_cannot_be_added_in_the_admin(admin_client):
-    assert admin_client.get("/admin/mailboxes/apikey/add/").status_code == 403
+    assert admin_client.get("/admin/accounts/apikey/add/").status_code == 403
     page = admin_client.get("/admin/mailboxes/apikey/").content
     assert b"createapikey" in page or b"Add api key" not in page
 

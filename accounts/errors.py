@@ -1,0 +1,47 @@
+"""The domain's errors. Plain exceptions with no HTTP in sight: a management command, a
+Celery task and the SMTP server get the same error from the same service. `api/` maps
+each kind to a status and a code (api/errors.py).
+
+They live here, in the lowest app, so that every app above can raise them; the
+mailbox-specific ones are in mailboxes/errors.py."""
+
+
+class RelayError(Exception):
+    """An error a caller can cause and be told about. `message` is for the caller."""
+
+    default_message = "The request could not be carried out."
+
+    def __init__(self, message: str | None = None):
+        self.message = message or self.default_message
+        super().__init__(self.message)
+
+
+class NotFound(RelayError):
+    default_message = "Not found."
+
+
+class InvalidRequest(RelayError):
+    """Input that passed the format checks but breaks a rule of the domain."""
+
+    def __init__(self, message: str | None = None, *, field: str | None = None):
+        super().__init__(message)
+        self.field = field
+
+
+class Forbidden(RelayError):
+    default_message = "You may not do that."
+
+
+class AccountSuspended(Forbidden):
+    default_message = "This account is suspended."
+
+
+class Conflict(RelayError):
+    default_message = "That is already taken."
+
+
+class Gone(RelayError):
+    """Something that existed and cannot be used any more: an expired mailbox, a used
+    or expired token."""
+
+    default_message = "That is no longer available."

@@ -1,0 +1,103 @@
+"""Who owns mailboxes: accounts and their lifecycle, their API keys, and the one-time
+tokens that activate an account or recover its key (SPEC §8, after the mailroom design).
+
+Status changes go through accounts.services only (the admin's actions call them too):
+the timestamp rules below live there, in one function, the way mailroom keeps them in
+one trigger."""
+from django.db import models
+from django.db.models import Q
+from django.db.models.functions import Lower
+
+
+class Plan(models.TextChoices):
+    FREE = "free"
+    PRO = "pro"
+    ENTERPRISE = "enterprise"
+
+
+class AccountStatus(models.TextChoices):
+    """provisioned: signed up, not activated yet; active: may hold keys and mailboxes;
+    suspended: its keys are refused (403) and its mailboxes refuse mail."""
+
+    PROVISIONED = "provisioned"
+    ACTIVE = "active"
+    SUSPENDED = "suspended"
+
+
+# What a login may look like (SPEC §8). Accounts migrated from before sign-up kept the
+# names they had; every new login matches this.
+LOGIN_PATTERN = r"^[a-z0-9_-]{3,32}$"
+
+
+class Account(models.Model):
+    # Null for an account made by `createapikey` without --email, and for the owners that
+    # existed before accounts had emails: unique among the rest, ignoring case.
+    email = models.EmailField(max_length=254, null=True, blank=True)
+    login = models.CharField(max_length=100, unique=True)
+    plan = models.CharField(max_length=16, choices=Plan.choices, default=Plan.FREE)
+    status = models.CharField(max_length=12, choices=AccountStatus.choices, default=AccountStatus.PROVISIONED)
+    created_at = models.DateTimeField(auto_now_add=True)
+    status_changed_at = models.DateTimeField(null=True, blank=True)
+    activated_at = models.DateTimeField(null=True, blank=True)
+    suspended_at = models.DateTimeField(null=True, blank=True)
+    unsuspended_at = models.DateTimeField(null=True, blank=True)
+    # Its mailboxes being provisioned or active: taken by a conditional UPDATE at creation
+    # (mailboxes.quotas), given back by every path that ends one (mailboxes.ending), so the
+    # quota check costs one row however many mailboxes the account has.
+    live_mailboxes = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(Lower("email"), name="account_email_unique_ci"),
+        ]
+
+    def __str__(self) -> str:
+        return self.login
+
+
+class ApiKey(models.Model):
+    """An account's API key. Only its SHA-256 is stored: keys are 256-bit random tokens,
+    so a fast hash is enough, and lookups stay one indexed equality."""
+
+    account = models.ForeignKey(Account, on_delete=models.CASCADE, related_name="api_keys")
+    prefix = models.CharField(max_length=12, help_text="The key's first characters, to tell keys apart.")
+    key_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    # Written at most once a minute per key (accounts.keys), not on every request.
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.account})"
+
+
+class TokenAction(models.TextChoices):
+    ACTIVATION = "activation"
+    KEY_RECOVERY = "key_recovery"
+
+
+class Token(models.Model):
+    """A one-time token, mailed as a signed link and a 5-digit code (accounts.tokens).
+
+    Neither the secret nor the code is stored: `secret_hash` is the SHA-256 of the 32
+    random bytes, and `code_hash` binds the code to that secret, so a copy of this table
+    activates nothing."""
+
+    account = models.ForeignKey(Account, on_delete=models.CASCADE, related_name="tokens")
+    action = models.CharField(max_length=16, choices=TokenAction.choices)
+    secret_hash = models.CharField(max_length=64, unique=True)
+    code_hash = models.CharField(max_length=64)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    consumed_at = models.DateTimeField(null=True, blank=True)
+    # Wrong codes tried against it; at accounts.tokens.MAX_WRONG_CODES it is burnt.
+    wrong_codes = models.PositiveSmallIntegerField(default=0)
+
+    class Meta:
+        indexes = [
+            # "The account's usable tokens of this action" ({email, code} activation).
+            models.Index(fields=["account", "action"], condition=Q(consumed_at=None), name="token_usable"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.action} token of {self.account}"

@@ -1,0 +1,289 @@
+"""Accounts, their keys and their one-time tokens (SPEC §8).
+
+Every status change goes through `account_set_status`, which keeps mailroom's timestamp
+rules in one place. Sign-up and recovery create tokens here; the mail that carries a
+token is queued by relay.account_mail in the same transaction."""
+import hashlib
+import logging
+import re
+import secrets
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from accounts import tokens
+from accounts.errors import AccountSuspended, Conflict, Gone, InvalidRequest, NotFound
+from accounts.models import LOGIN_PATTERN, Account, AccountStatus, ApiKey, Plan, Token, TokenAction
+
+logger = logging.getLogger(__name__)
+
+API_KEY_PREFIX = "rk_"
+# last_used_at is written at most this often per key, not on every request.
+LAST_USED_RESOLUTION = timedelta(minutes=1)
+TOKEN_GONE = "This link or code has expired or was already used."
+WRONG_CODE = "That code is not right."
+
+
+# --- status ----------------------------------------------------------------------------
+def account_set_status(*, account: Account, status: str) -> Account:
+    """Move `account` to `status`, with mailroom's rules:
+    every change sets status_changed_at; provisioned → active sets activated_at;
+    → suspended sets suspended_at and clears unsuspended_at; suspended → active sets
+    unsuspended_at, clears suspended_at, and lands on provisioned if the account was
+    never activated. Returns the account as stored."""
+    if status not in AccountStatus.values:
+        raise InvalidRequest(f"Unknown account status {status!r}.", field="status")
+    with transaction.atomic():
+        # The row lock orders two concurrent changes: each sees the other's result.
+        account = Account.objects.select_for_update().get(id=account.id)
+        old = account.status
+        if status == old:
+            return account
+        if old == AccountStatus.ACTIVE and status == AccountStatus.PROVISIONED:
+            raise InvalidRequest("An active account cannot go back to provisioned.", field="status")
+        now = timezone.now()
+        account.status = status
+        account.status_changed_at = now
+        if status == AccountStatus.ACTIVE and old == AccountStatus.PROVISIONED:
+            account.activated_at = now
+        elif status == AccountStatus.ACTIVE and old == AccountStatus.SUSPENDED:
+            account.unsuspended_at = now
+            account.suspended_at = None
+            if account.activated_at is None:
+                account.status = AccountStatus.PROVISIONED
+        elif status == AccountStatus.SUSPENDED:
+            account.suspended_at = now
+            account.unsuspended_at = None
+        account.save(update_fields=["status", "status_changed_at", "activated_at", "suspended_at", "unsuspended_at"])
+    logger.info("account %s: %s -> %s", account.login, old, account.status)
+    return account
+
+
+def account_suspend(*, account: Account) -> Account:
+    return account_set_status(account=account, status=AccountStatus.SUSPENDED)
+
+
+def account_unsuspend(*, account: Account) -> Account:
+    """Back to active, or to provisioned for an account that was never activated."""
+    if account.status != AccountStatus.SUSPENDED:
+        raise InvalidRequest(f"Account {account.login} is not suspended.")
+    return account_set_status(account=account, status=AccountStatus.ACTIVE)
+
+
+# --- keys ------------------------------------------------------------------------------
+def hash_key(key: str) -> str:
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def new_key(prefix: str) -> tuple[str, str]:
+    """A fresh 256-bit key and the hash to store for it."""
+    key = prefix + secrets.token_urlsafe(32)
+    return key, hash_key(key)
+
+
+def api_key_create(*, account: Account) -> tuple[ApiKey, str]:
+    """A new key for `account`. Returns it in clear text: the only time it exists
+    outside the caller's hands."""
+    key, digest = new_key(API_KEY_PREFIX)
+    api_key = ApiKey.objects.create(account=account, prefix=key[:10], key_hash=digest)
+    logger.info("created API key %s… for account %s", api_key.prefix, account.login)
+    return api_key, key
+
+
+def api_key_revoke(*, account: Account, key_id: int) -> None:
+    revoked = ApiKey.objects.filter(id=key_id, account=account, revoked_at=None).update(revoked_at=timezone.now())
+    if not revoked and not ApiKey.objects.filter(id=key_id, account=account).exists():
+        raise NotFound()
+    logger.info("revoked API key %s of account %s", key_id, account.login)
+
+
+def api_key_touch(*, api_key: ApiKey) -> None:
+    """Record that the key was used, at most once per LAST_USED_RESOLUTION."""
+    now = timezone.now()
+    if api_key.last_used_at is None or now - api_key.last_used_at >= LAST_USED_RESOLUTION:
+        ApiKey.objects.filter(id=api_key.id).update(last_used_at=now)
+
+
+def account_create_with_key(*, login: str, plan: str = Plan.FREE, email: str | None = None) -> tuple[Account, str]:
+    """`createapikey`: the account `login` (created active if new, its plan set) and a
+    new key for it."""
+    with transaction.atomic():
+        account, created = Account.objects.get_or_create(login=login, defaults={"plan": plan, "email": email})
+        if created:
+            account = account_set_status(account=account, status=AccountStatus.ACTIVE)
+        changed = [name for name, value in (("plan", plan), ("email", email)) if value and getattr(account, name) != value]
+        for name in changed:
+            setattr(account, name, plan if name == "plan" else email)
+        if changed:
+            account.save(update_fields=changed)
+        _, key = api_key_create(account=account)
+    return account, key
+
+
+# --- tokens ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class IssuedToken:
+    """A token as it goes into a mail: the row, the signed link token and the code.
+    The clear secret and code exist only here, on their way into the mail."""
+
+    token: Token
+    link_token: str
+    code: str
+
+
+def token_issue(*, account: Account, action: str) -> IssuedToken:
+    secret, code = tokens.new_secret(), tokens.new_code()
+    digest = tokens.secret_hash(secret)
+    token = Token.objects.create(
+        account=account, action=action, secret_hash=digest, code_hash=tokens.code_hash(digest, code),
+        expires_at=timezone.now() + timedelta(seconds=settings.RELAY_TOKEN_TTL_SECONDS))
+    return IssuedToken(token=token, link_token=tokens.sign(action, secret, code), code=code)
+
+
+def token_usable(token: Token, now=None) -> bool:
+    now = now or timezone.now()
+    return token.consumed_at is None and token.expires_at > now and token.wrong_codes < tokens.MAX_WRONG_CODES
+
+
+def _consume(token: Token) -> None:
+    """Use the token up, or raise Gone. The compare-and-set is the single use: of two
+    confirms racing on one token, one updates the row and the other finds it used."""
+    now = timezone.now()
+    used = Token.objects.filter(id=token.id, consumed_at=None, expires_at__gt=now,
+                                wrong_codes__lt=tokens.MAX_WRONG_CODES).update(consumed_at=now)
+    if not used:
+        raise Gone(TOKEN_GONE)
+
+
+def _wrong_code(token: Token) -> InvalidRequest:
+    """Count a wrong code against `token`; the fifth burns it."""
+    Token.objects.filter(id=token.id).update(wrong_codes=F("wrong_codes") + 1)
+    left = tokens.MAX_WRONG_CODES - token.wrong_codes - 1
+    logger.info("wrong code for %s token %s (%d tries left)", token.action, token.id, max(left, 0))
+    if left <= 0:
+        return InvalidRequest("That code is not right, and it was the last try: ask for a new mail.", field="code")
+    return InvalidRequest(WRONG_CODE, field="code")
+
+
+def _token_by_secret(secret: bytes, action: str) -> Token:
+    token = Token.objects.select_related("account").filter(secret_hash=tokens.secret_hash(secret), action=action).first()
+    if token is None or not token_usable(token):
+        # Signed by us but gone: used, expired, burnt, or purged with its account.
+        raise Gone(TOKEN_GONE)
+    return token
+
+
+def _activate(token: Token) -> tuple[Account, str]:
+    """Consume an activation token and give its account its first key."""
+    with transaction.atomic():
+        _consume(token)
+        account = Account.objects.select_for_update().get(id=token.account_id)
+        if account.status == AccountStatus.SUSPENDED:
+            raise AccountSuspended()
+        if account.status == AccountStatus.ACTIVE:
+            # Activated already, by another of its tokens.
+            raise Gone(TOKEN_GONE)
+        account = account_set_status(account=account, status=AccountStatus.ACTIVE)
+        _, key = api_key_create(account=account)
+    return account, key
+
+
+def account_activate_by_link(*, link_token: str) -> tuple[Account, str]:
+    secret = tokens.verify(TokenAction.ACTIVATION, link_token)
+    return _activate(_token_by_secret(secret, TokenAction.ACTIVATION))
+
+
+def account_activate_by_code(*, email: str, code: str) -> tuple[Account, str]:
+    """Activation by the code typed from the mail. A wrong email and a wrong code get the
+    same answer, so this says nothing about which emails have accounts."""
+    token = (Token.objects.select_related("account")
+             .filter(account__email__iexact=email, account__status=AccountStatus.PROVISIONED,
+                     action=TokenAction.ACTIVATION, consumed_at=None, expires_at__gt=timezone.now(),
+                     wrong_codes__lt=tokens.MAX_WRONG_CODES)
+             .order_by("-created_at").first())
+    if token is None:
+        raise InvalidRequest("That email and code do not match an account waiting for activation.", field="code")
+    if not secrets.compare_digest(tokens.code_hash(token.secret_hash, str(code)), token.code_hash):
+        raise _wrong_code(token)
+    return _activate(token)
+
+
+def activation_token_for_page(*, link_token: str) -> Token:
+    """What an activation link's page shows (GET /activate/{token}): the token, if the
+    link is ours and still usable. Changes nothing: mail scanners open links."""
+    secret = tokens.verify(TokenAction.ACTIVATION, link_token)
+    return _token_by_secret(secret, TokenAction.ACTIVATION)
+
+
+def recovery_confirm(*, link_token: str, code: str) -> tuple[Account, str]:
+    """A new key for the account; every other key of it is revoked."""
+    secret, mac = tokens.decode(link_token)
+    if not tokens.signature_valid(TokenAction.KEY_RECOVERY, secret, mac, str(code)):
+        # The MAC covers the code, so it cannot tell a wrong code from a forged link.
+        # Count it against the token the secret names, if any: a forged secret names none.
+        token = Token.objects.filter(secret_hash=tokens.secret_hash(secret), action=TokenAction.KEY_RECOVERY).first()
+        if token is not None and token_usable(token):
+            raise _wrong_code(token)
+        raise tokens.BadSignature("This link or code is not valid.")
+    token = _token_by_secret(secret, TokenAction.KEY_RECOVERY)
+    with transaction.atomic():
+        _consume(token)
+        account = Account.objects.select_for_update().get(id=token.account_id)
+        if account.status != AccountStatus.ACTIVE:
+            raise Gone(TOKEN_GONE)
+        ApiKey.objects.filter(account=account, revoked_at=None).update(revoked_at=timezone.now())
+        _, key = api_key_create(account=account)
+    logger.info("account %s recovered its key; its other keys are revoked", account.login)
+    return account, key
+
+
+# --- sign-up and recovery requests -------------------------------------------------------
+def _valid_login(login: str) -> str:
+    login = (login or "").strip().lower()
+    if not re.fullmatch(LOGIN_PATTERN, login):
+        raise InvalidRequest("A login is 3 to 32 of a-z, 0-9, '_' and '-'.", field="login")
+    return login
+
+
+def _email_taken(email: str) -> Account | None:
+    return Account.objects.filter(email__iexact=email).first()
+
+
+def account_sign_up(*, email: str, login: str) -> IssuedToken | None:
+    """A new provisioned account and its activation token; call inside the transaction
+    that queues the mail. An email that already has an account gets no second one: if
+    that account is still waiting for activation it gets a fresh token (the first mail
+    may be lost), otherwise None, and the caller answers the same either way."""
+    login = _valid_login(login)
+    existing = _email_taken(email)
+    if existing is None:
+        if Account.objects.filter(login=login).exists():
+            raise Conflict("That login is taken.")
+        try:
+            with transaction.atomic():
+                account = Account.objects.create(email=email, login=login)
+                issued = token_issue(account=account, action=TokenAction.ACTIVATION)
+            logger.info("account %s signed up", login)
+            return issued
+        except IntegrityError:
+            # A concurrent sign-up took the email or the login first.
+            existing = _email_taken(email)
+            if existing is None:
+                raise Conflict("That login is taken.") from None
+    if existing.status == AccountStatus.PROVISIONED:
+        return token_issue(account=existing, action=TokenAction.ACTIVATION)
+    return None
+
+
+def recovery_request(*, email: str) -> IssuedToken | None:
+    """A recovery token for the active account with `email`, or None if there is none
+    (the caller answers the same either way)."""
+    account = Account.objects.filter(email__iexact=email, status=AccountStatus.ACTIVE).first()
+    if account is None:
+        return None
+    logger.info("account %s asked to recover its key", account.login)
+    return token_issue(account=account, action=TokenAction.KEY_RECOVERY)

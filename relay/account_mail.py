@@ -1,0 +1,59 @@
+"""The mails accounts cause (SPEC §8): a sign-up queues an activation mail, a recovery
+request a recovery mail, each in the transaction that makes its token, so an account is
+never left with a token and no mail, nor a mail with no token."""
+from django.conf import settings
+from django.db import transaction
+from django.template.loader import render_to_string
+
+from accounts import services
+from accounts.models import TokenAction
+from relay.models import OutboxKind
+from relay.outbox import mail_queue
+
+SUBJECTS = {
+    TokenAction.ACTIVATION: "Activate your Relay account",
+    TokenAction.KEY_RECOVERY: "Recover your Relay API key",
+}
+KINDS = {TokenAction.ACTIVATION: OutboxKind.ACTIVATION, TokenAction.KEY_RECOVERY: OutboxKind.RECOVERY}
+LINK_PATHS = {TokenAction.ACTIVATION: "/activate/", TokenAction.KEY_RECOVERY: "/recover/"}
+
+
+def _lifetime(seconds: int) -> str:
+    minutes, rest = divmod(seconds, 60)
+    if rest:
+        return f"{seconds} seconds"
+    if minutes % 60 == 0:
+        hours = minutes // 60
+        return "1 hour" if hours == 1 else f"{hours} hours"
+    return "1 minute" if minutes == 1 else f"{minutes} minutes"
+
+
+def _queue_token_mail(issued: services.IssuedToken) -> None:
+    token = issued.token
+    context = {
+        "login": token.account.login,
+        "link": settings.RELAY_PUBLIC_URL + LINK_PATHS[token.action] + issued.link_token,
+        "code": issued.code,
+        "lifetime": _lifetime(settings.RELAY_TOKEN_TTL_SECONDS),
+    }
+    name = "activation" if token.action == TokenAction.ACTIVATION else "recovery"
+    mail_queue(kind=KINDS[token.action], token=token, to=[token.account.email], subject=SUBJECTS[token.action],
+               text=render_to_string(f"relay/mail/{name}.txt", context),
+               html=render_to_string(f"relay/mail/{name}.html", context))
+
+
+def account_sign_up(*, email: str, login: str) -> None:
+    """POST /accounts. Says nothing back: whether the email had an account stays unknown
+    to the caller (a taken login is a Conflict, raised before anything is written)."""
+    with transaction.atomic():
+        issued = services.account_sign_up(email=email, login=login)
+        if issued is not None:
+            _queue_token_mail(issued)
+
+
+def account_recovery_request(*, email: str) -> None:
+    """POST /accounts/recover: a recovery mail if an active account has that email."""
+    with transaction.atomic():
+        issued = services.recovery_request(email=email)
+        if issued is not None:
+            _queue_token_mail(issued)

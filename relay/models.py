@@ -1,0 +1,75 @@
+"""The outbox: every mail Relay sends, one row each, written in the transaction that
+causes it (a sign-up, a recovery request, a send request). `runmailer` claims rows in
+batches and a worker sends each batch over one SMTP connection (relay/outbox.py)."""
+from django.db import models
+from django.db.models import Q
+
+
+class OutboxKind(models.TextChoices):
+    """What the mail is. The order is the claim order: a person waiting to get back into
+    their account comes first, a new account next, mailbox sends last."""
+
+    RECOVERY = "recovery"
+    ACTIVATION = "activation"
+    SEND = "send"
+
+
+# The claim order of each kind (lower first), stored on the row so that the claim's
+# ORDER BY is an index scan.
+KIND_PRIORITY = {OutboxKind.RECOVERY: 0, OutboxKind.ACTIVATION: 1, OutboxKind.SEND: 2}
+
+
+class OutboxStatus(models.TextChoices):
+    """queued: waiting for a mailer to claim it; sending: claimed, in a worker's hands
+    until `lease_until`; sent: the relay answered 250; failed: given up (a dead letter,
+    requeued from the admin); skipped: a token mail whose token could no longer be used
+    when its turn came, so there was nothing worth sending."""
+
+    QUEUED = "queued"
+    SENDING = "sending"
+    SENT = "sent"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+
+
+class OutboxMail(models.Model):
+    kind = models.CharField(max_length=10, choices=OutboxKind.choices, default=OutboxKind.SEND)
+    priority = models.PositiveSmallIntegerField(default=KIND_PRIORITY[OutboxKind.SEND])
+    # The mailbox a send comes from (its address is the From); null for token mails.
+    mailbox = models.ForeignKey("mailboxes.Mailbox", null=True, blank=True, on_delete=models.CASCADE,
+                                related_name="outbound")
+    # The token an activation or recovery mail carries: checked again just before sending.
+    token = models.ForeignKey("accounts.Token", null=True, blank=True, on_delete=models.CASCADE,
+                              related_name="mails")
+    from_email = models.CharField(max_length=320, blank=True, default="")
+    to = models.JSONField()
+    subject = models.CharField(max_length=998)
+    text = models.TextField()
+    html = models.TextField(blank=True, default="")
+    status = models.CharField(max_length=8, choices=OutboxStatus.choices, default=OutboxStatus.QUEUED)
+    attempts = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    # Set by each claim: which batch holds the row, since when, and until when that batch
+    # is trusted to finish. A row whose lease lapsed is claimed again by any mailer.
+    claim = models.UUIDField(null=True, blank=True)
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    lease_until = models.DateTimeField(null=True, blank=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "relay_outboxmail"
+        verbose_name = "outbox mail"
+        verbose_name_plural = "outbox"
+        indexes = [
+            models.Index(fields=["mailbox", "-created_at"], name="outbound_mailbox_list"),
+            # The mailer's claim: queued rows in claim order; only they are in it.
+            models.Index(fields=["priority", "id"], condition=Q(status="queued"), name="outbox_queued"),
+            # The mailer's "batches whose lease lapsed".
+            models.Index(fields=["lease_until"], condition=Q(status="sending"), name="outbox_sending_lease"),
+            # Dead letters.
+            models.Index(fields=["status", "-created_at"], name="outbox_status"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} mail {self.id} to {', '.join(self.to)}"

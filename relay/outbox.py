@@ -1,0 +1,219 @@
+"""The outbox (SPEC §8): every mail Relay sends is a row first.
+
+The shape is the one cleanups have: a row records what is owed; a claim with a lease
+takes it (relay.mailer claims batches with FOR UPDATE SKIP LOCKED); a Celery task sends
+the batch over one SMTP connection and records each mail's outcome with a
+compare-and-set on the claim; a batch whose task was lost is claimed again when its
+lease lapses; a mail that cannot be sent is a dead letter (`failed`) an operator
+requeues from the admin.
+
+Delivery is at least once, like every mail system's: a worker killed between the
+relay's 250 and the row's update sends that one mail again after the lease."""
+import logging
+import smtplib
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.conf import settings
+from django.core.cache import cache
+from django.core.mail import EmailMultiAlternatives, get_connection
+from django.db import connection, transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from accounts.services import token_usable
+from mailboxes.models import MailboxStatus
+from relay.models import KIND_PRIORITY, OutboxKind, OutboxMail, OutboxStatus
+
+logger = logging.getLogger(__name__)
+
+
+def mail_queue(*, kind: str, to: list[str], subject: str, text: str, html: str = "", from_email: str = "",
+               mailbox=None, token=None) -> OutboxMail:
+    """Write one mail into the outbox. Call inside the transaction that causes it: the
+    mail exists exactly when what caused it does. On PostgreSQL a trigger NOTIFYs the
+    mailers when that transaction commits."""
+    return OutboxMail.objects.create(kind=kind, priority=KIND_PRIORITY[kind], to=to, subject=subject, text=text,
+                                     html=html, from_email=from_email or settings.DEFAULT_FROM_EMAIL,
+                                     mailbox=mailbox, token=token)
+
+
+# --- claiming (the mailer) ---------------------------------------------------------------
+def _claimable(now) -> Q:
+    """Queued rows, and rows whose batch's lease lapsed (its task was lost)."""
+    return Q(status=OutboxStatus.QUEUED) | Q(status=OutboxStatus.SENDING, lease_until__lte=now)
+
+
+def batch_claim(*, limit: int, queued_before=None) -> tuple[uuid.UUID, list[int]]:
+    """Claim up to `limit` owed mails for one batch: recovery first, then activation, then
+    the rest, oldest first within each. `queued_before`: only rows queued before then
+    (and lapsed ones), for the idle tick that picks up mails whose NOTIFY was missed.
+
+    FOR UPDATE SKIP LOCKED lets any number of mailers claim at once without taking a row
+    twice or waiting on each other; where the database has no SKIP LOCKED (SQLite, one
+    writer at a time) the conditional UPDATE below is the guard."""
+    now = timezone.now()
+    claim = uuid.uuid4()
+    owed = _claimable(now)
+    if queued_before is not None:
+        owed = (Q(status=OutboxStatus.QUEUED, created_at__lt=queued_before)
+                | Q(status=OutboxStatus.SENDING, lease_until__lte=now))
+    with transaction.atomic(durable=True):
+        rows = OutboxMail.objects.filter(owed).order_by("priority", "id")
+        if connection.features.has_select_for_update_skip_locked:
+            rows = rows.select_for_update(skip_locked=True)
+        ids = list(rows.values_list("id", flat=True)[:limit])
+        if ids:
+            taken = OutboxMail.objects.filter(_claimable(now), id__in=ids).update(
+                status=OutboxStatus.SENDING, claim=claim, claimed_at=now,
+                lease_until=now + timedelta(seconds=settings.RELAY_MAILER_LEASE_SECONDS))
+            if taken != len(ids):  # only without SKIP LOCKED: another mailer won some
+                ids = list(OutboxMail.objects.filter(claim=claim).values_list("id", flat=True))
+    return claim, ids
+
+
+# --- sending (the Celery task) -----------------------------------------------------------
+class RetryableBatch(Exception):
+    """Some mails of a batch got a 4xx or no connection and have attempts left."""
+
+
+@dataclass
+class Outcome:
+    status: str  # an OutboxStatus, or "retry"
+    error: str = ""
+
+
+def _retryable(exc: Exception) -> bool:
+    """The relay was down, slow, or answered 4xx ("try later"). A 5xx, or a message
+    Django cannot build, fails the same way every time."""
+    if isinstance(exc, smtplib.SMTPRecipientsRefused):
+        return all(400 <= code < 500 for code, _ in exc.recipients.values())
+    if isinstance(exc, smtplib.SMTPResponseException):
+        return 400 <= exc.smtp_code < 500
+    return isinstance(exc, (smtplib.SMTPServerDisconnected, OSError))
+
+
+def attempt_limit() -> int:
+    return settings.RELAY_SEND_MAX_RETRIES + 1
+
+
+def _why_not_send(mail: OutboxMail) -> str:
+    """Why this mail should no longer go out, or "" if it should."""
+    if mail.token_id is not None and not token_usable(mail.token):
+        return "its token was used or expired before the mail left"
+    if mail.mailbox_id is not None:
+        mailbox = mail.mailbox
+        if mailbox.status != MailboxStatus.ACTIVE or mailbox.expires_at <= timezone.now():
+            return "the mailbox expired or was deleted before the message left"
+    return ""
+
+
+def _take_send_slot() -> None:
+    """RELAY_MAILER_MAX_PER_SECOND across every worker: a counter per second in the
+    shared cache (atomic INCR on Redis). Over the cap, wait for the next second."""
+    cap = settings.RELAY_MAILER_MAX_PER_SECOND
+    if not cap:
+        return
+    while True:
+        second = int(time.time())
+        key = f"relay:mailer:sent:{second}"
+        cache.add(key, 0, timeout=5)
+        try:
+            taken = cache.incr(key)
+        except ValueError:  # the key expired between add and incr
+            continue
+        if taken <= cap:
+            return
+        time.sleep(max(0.0, second + 1 - time.time()))
+
+
+def _record(mail: OutboxMail, claim: uuid.UUID, outcome: Outcome) -> None:
+    """Write one mail's outcome, if this batch still holds it (a lapsed lease may have
+    handed it to another batch, whose outcome then counts)."""
+    held = OutboxMail.objects.filter(id=mail.id, claim=claim, status=OutboxStatus.SENDING)
+    now = timezone.now()
+    if outcome.status == OutboxStatus.SENT:
+        held.update(status=OutboxStatus.SENT, sent_at=now, last_error="", lease_until=None)
+    elif outcome.status == "retry":
+        # Still held, for as long as the retry may take; a lost retry lapses back to any mailer.
+        held.update(last_error=outcome.error, lease_until=now + timedelta(seconds=settings.RELAY_MAILER_LEASE_SECONDS))
+    else:
+        held.update(status=outcome.status, last_error=outcome.error, lease_until=None)
+    if mail.token_id is not None and outcome.status in (OutboxStatus.SENT, OutboxStatus.SKIPPED):
+        # The link is a credential: once the mail is out (or pointless), its text goes.
+        OutboxMail.objects.filter(id=mail.id).update(text="", html="")
+
+
+def _message(mail: OutboxMail, smtp) -> EmailMultiAlternatives:
+    email = EmailMultiAlternatives(subject=mail.subject, body=mail.text, from_email=mail.from_email, to=mail.to,
+                                   connection=smtp)
+    if mail.html:
+        email.attach_alternative(mail.html, "text/html")
+    return email
+
+
+def batch_send(*, claim: uuid.UUID, mail_ids: list[int]) -> dict[str, int]:
+    """Send the mails of one batch that this claim still holds, over one connection
+    (EMAIL_URL). Each mail has its own outcome: sent; skipped; retried after a 4xx or a
+    lost connection while attempts remain; failed on a 5xx or when none remain. Raises
+    RetryableBatch if any mail is to be retried (the task retries the batch with
+    backoff; mails already sent are no longer held, so they are not sent again)."""
+    mails = list(OutboxMail.objects.select_related("mailbox", "token")
+                 .filter(id__in=mail_ids, claim=claim, status=OutboxStatus.SENDING).order_by("priority", "id"))
+    counts: dict[str, int] = {}
+    smtp = None
+    try:
+        for mail in mails:
+            reason = _why_not_send(mail)
+            if not reason and mail.attempts >= attempt_limit():
+                # Reclaimed after a lapsed lease with its attempts already spent.
+                outcome = Outcome(OutboxStatus.FAILED, mail.last_error or "no attempts left")
+            elif reason:
+                outcome = Outcome(OutboxStatus.SKIPPED if mail.token_id else OutboxStatus.FAILED, reason)
+            else:
+                OutboxMail.objects.filter(id=mail.id, claim=claim).update(attempts=F("attempts") + 1)
+                attempts = mail.attempts + 1
+                _take_send_slot()
+                try:
+                    if smtp is None:
+                        smtp = get_connection(fail_silently=False)
+                        smtp.open()
+                    _message(mail, smtp).send(fail_silently=False)
+                    outcome = Outcome(OutboxStatus.SENT)
+                except Exception as exc:
+                    error = f"{type(exc).__name__}: {exc}"[:2000]
+                    retry = _retryable(exc) and attempts < attempt_limit()
+                    outcome = Outcome("retry" if retry else OutboxStatus.FAILED, error)
+                    if isinstance(exc, (smtplib.SMTPServerDisconnected, OSError)) and smtp is not None:
+                        smtp.close()  # the next mail opens a fresh connection
+                        smtp = None
+            _record(mail, claim, outcome)
+            counts[outcome.status] = counts.get(outcome.status, 0) + 1
+            _log(mail, outcome)
+    finally:
+        if smtp is not None:
+            smtp.close()
+    if counts.get("retry"):
+        raise RetryableBatch(f"{counts['retry']} of {len(mails)} mail(s) to retry")
+    return counts
+
+
+def _log(mail: OutboxMail, outcome: Outcome) -> None:
+    if outcome.status == OutboxStatus.SENT:
+        logger.info("sent %s mail %s to %d recipient(s)", mail.kind, mail.id, len(mail.to))
+    elif outcome.status == "retry":
+        logger.warning("%s mail %s not sent, will retry: %s", mail.kind, mail.id, outcome.error)
+    elif outcome.status == OutboxStatus.SKIPPED:
+        logger.info("skipped %s mail %s: %s", mail.kind, mail.id, outcome.error)
+    else:
+        logger.error("%s mail %s failed for good (a dead letter in the admin): %s", mail.kind, mail.id, outcome.error)
+
+
+# --- operators ---------------------------------------------------------------------------
+def mails_requeue(*, mail_ids) -> int:
+    """Dead letters back to queued, with a fresh set of attempts; the trigger wakes the
+    mailers. Returns how many were requeued."""
+    return OutboxMail.objects.filter(id__in=mail_ids, status=OutboxStatus.FAILED).update(
+        status=OutboxStatus.QUEUED, attempts=0, claim=None, lease_until=None)
