@@ -181,7 +181,7 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": "WARNING"},
     "loggers": {
         **{name: {"handlers": ["console"], "level": LOG_LEVEL, "propagate": False}
-           for name in ("mailboxes", "expiry", "relay", "api")},
+           for name in ("accounts", "mailboxes", "expiry", "relay", "api")},
         # A client's 4xx is the client's business (the response says what was wrong);
         # server errors are still logged, with their traceback.
         "django.request": {"handlers": ["console"], "level": "ERROR", "propagate": False},

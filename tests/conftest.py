@@ -157,6 +157,11 @@ class Processes:
         return self._spawn(name, [*CELERY, "beat", "-l", "INFO", "--pidfile", str(self.tmp_path / f"{name}.pid"),
                                   "-s", str(self.tmp_path / f"{name}-schedule")], ready_text="beat: Starting")
 
+    def mailer(self, name: str, env: dict | None = None) -> subprocess.Popen:
+        """`manage.py runmailer`, the outbox's collector."""
+        return self._spawn(name, [sys.executable, "manage.py", "runmailer"], ready_text="connected; listening",
+                           env=env)
+
     def web(self, name: str, port: int, env: dict | None = None, workers: int = 1) -> subprocess.Popen:
         """The API under gunicorn, as docker-compose runs it."""
         return self._spawn(name, [sys.executable, "-m", "gunicorn", "config.wsgi", "-w", str(workers),

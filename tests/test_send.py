@@ -44,6 +44,7 @@ def sink():
 def sending_worker(processes, sink):
     processes.env["EMAIL_URL"] = f"smtp://127.0.0.1:{sink[1]}"
     processes.worker("sender")
+    processes.mailer("mailer")
     processes.wait_ready()
     return processes
 

@@ -1,5 +1,3 @@
-import logging
-
 from django.core.management.base import BaseCommand
 
 from relay.mailer import Mailer
@@ -18,5 +16,4 @@ class Command(BaseCommand):
             if value is not None and value < 1:
                 self.stderr.write(f"{name} must be at least 1")
                 raise SystemExit(2)
-        logging.getLogger("relay").setLevel(logging.INFO)
         Mailer(limit=batch_limit, timeout_ms=batch_timeout_ms).run()
