@@ -10,6 +10,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 import redis
+from aiosmtpd.controller import Controller
 from django.conf import settings
 from rest_framework.test import APIClient
 
@@ -108,6 +109,33 @@ def smtp_server(transactional_db):
     server = SmtpServerThread().start()
     yield server
     server.stop()
+
+
+# --- an SMTP sink for outbound mail ----------------------------------------------------------
+class Sink:
+    """An SMTP server that keeps what it receives, or refuses as told."""
+
+    def __init__(self) -> None:
+        self.received: list = []
+        self.refuse: list[str] = []  # replies to DATA, used up one by one
+        self.lock = threading.Lock()
+
+    async def handle_DATA(self, server, session, envelope):
+        with self.lock:
+            if self.refuse:
+                return self.refuse.pop(0)
+            self.received.append(envelope)
+        return "250 OK"
+
+
+@pytest.fixture
+def sink():
+    """(handler, port) of a running SMTP sink."""
+    handler = Sink()
+    controller = Controller(handler, hostname="127.0.0.1", port=free_port())
+    controller.start()
+    yield handler, controller.port
+    controller.stop()
 
 
 # --- Celery worker processes -----------------------------------------------------------------

@@ -1,43 +1,11 @@
 """POST /mailboxes/{id}/messages: queued, sent by a real worker through Django's SMTP
 email backend to a real SMTP sink, status visible to the owner."""
-import socket
-
 import pytest
-from aiosmtpd.controller import Controller
 
 from mailboxes.models import Mailbox
 from tests.helpers import wait_until
 
 pytestmark = pytest.mark.workers
-
-
-class Sink:
-    """An SMTP server that keeps what it receives, or refuses as told."""
-
-    def __init__(self) -> None:
-        self.received: list = []
-        self.refuse: list[str] = []  # replies to DATA, used up one by one
-
-    async def handle_DATA(self, server, session, envelope):
-        if self.refuse:
-            return self.refuse.pop(0)
-        self.received.append(envelope)
-        return "250 OK"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-@pytest.fixture
-def sink():
-    handler = Sink()
-    controller = Controller(handler, hostname="127.0.0.1", port=free_port())
-    controller.start()
-    yield handler, controller.port
-    controller.stop()
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
 from django.core.management.base import BaseCommand
+from django.db import connection
 
 from relay.mailer import Mailer
 
@@ -16,4 +17,7 @@ class Command(BaseCommand):
             if value is not None and value < 1:
                 self.stderr.write(f"{name} must be at least 1")
                 raise SystemExit(2)
+        if connection.vendor == "postgresql":
+            # Named in pg_stat_activity, so an operator sees which connections are mailers'.
+            connection.settings_dict.setdefault("OPTIONS", {})["application_name"] = "relay-mailer"
         Mailer(limit=batch_limit, timeout_ms=batch_timeout_ms).run()
