@@ -107,6 +107,23 @@ def rss_mb(pid: int) -> float:
     return total / 1024
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) of a process and all its live descendants, in seconds."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total, stack = 0.0, [pid]
+    while stack:
+        current = stack.pop()
+        try:
+            with open(f"/proc/{current}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / ticks
+            with open(f"/proc/{current}/task/{current}/children") as children:
+                stack += [int(child) for child in children.read().split()]
+        except (FileNotFoundError, IndexError, ProcessLookupError):
+            pass
+    return total
+
+
 def machine() -> str:
     with open("/proc/meminfo") as meminfo:
         mem_kib = int(re.search(r"MemTotal:\s+(\d+)", meminfo.read()).group(1))

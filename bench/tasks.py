@@ -15,3 +15,12 @@ def fan_out(count: int) -> None:
         for _ in range(count):
             noop.apply_async(producer=producer)
         producer.channel.client.set("bench:published", count)
+
+
+@shared_task(acks_late=True)
+def send_one_mail(to: list[str], subject: str, text: str, html: str) -> None:
+    """The per-task baseline of the mailer benchmark: one mail, one task, sent with
+    Django's send_mail, which opens and closes an SMTP connection for it."""
+    from django.core.mail import send_mail
+
+    send_mail(subject, text, None, to, html_message=html or None)

@@ -3,7 +3,7 @@
 # PostgreSQL and Redis as for the tests (services.sh); a scratch database relay_bench.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-name=${1:?usage: scripts/bench.sh expiry_burst|expiry_lag|api|smtp_ingest [ARGS]}
+name=${1:?usage: scripts/bench.sh expiry_burst|expiry_lag|api|smtp_ingest|mailer [ARGS]}
 shift
 . scripts/services.sh
 export DATABASE_URL="postgres://postgres@127.0.0.1:$PG_PORT/relay_bench"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Starts Relay's processes (web, worker, beat, smtp) in the foreground, each line of
+# Starts Relay's processes (web, worker, beat, smtp, mailer) in the foreground, each line of
 # output prefixed with the process's name; Ctrl-C stops them all and exits 0.
 # Defaults: SQLite at var/relay.sqlite3, the filesystem broker under var/broker.
 # Set DATABASE_URL / CELERY_BROKER_URL to use PostgreSQL and Redis instead.
@@ -15,6 +15,8 @@ fi
 WEB_PORT=${RELAY_WEB_PORT:-8000}
 SMTP_PORT=${RELAY_SMTP_PORT:-2525}
 VAR=${RELAY_VAR_DIR:-var}
+# The links in activation and recovery mails lead to this web process.
+export RELAY_PUBLIC_URL=${RELAY_PUBLIC_URL:-http://127.0.0.1:$WEB_PORT}
 mkdir -p "$VAR/broker/queue" "$VAR/broker/control" "$VAR/static"
 
 # Development values for this checkout (DEBUG on, a random secret key), kept in a file
@@ -62,6 +64,7 @@ start web    $BIN/python manage.py runserver "127.0.0.1:$WEB_PORT" --noreload
 start worker $BIN/celery -A config worker --loglevel=INFO --concurrency=2 --hostname "worker@%h"
 start beat   $BIN/celery -A config beat --loglevel=INFO
 start smtp   $BIN/python manage.py runsmtp --port "$SMTP_PORT"
+start mailer $BIN/python manage.py runmailer
 
 cat <<MSG
 
@@ -70,8 +73,9 @@ Relay is starting:
   API docs   http://127.0.0.1:$WEB_PORT/api/docs/
   admin      http://127.0.0.1:$WEB_PORT/admin/   (create a login: .venv/bin/python manage.py createsuperuser)
   SMTP       127.0.0.1:$SMTP_PORT
-  API key    .venv/bin/python manage.py createapikey NAME
-Logs: every line below names its process (web, worker, beat, smtp). Press Ctrl-C to stop.
+  API key    .venv/bin/python manage.py createapikey NAME   (or sign up: POST /api/v1/accounts)
+  Mail out   printed in the worker's log (set EMAIL_URL=smtp://host:port to really send)
+Logs: every line below names its process (web, worker, beat, smtp, mailer). Press Ctrl-C to stop.
 
 MSG
 # If any process dies on its own, stop the others rather than run half a service.
