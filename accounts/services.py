@@ -111,6 +111,8 @@ def api_key_touch(*, api_key: ApiKey) -> None:
 def account_create_with_key(*, login: str, plan: str = Plan.FREE, email: str | None = None) -> tuple[Account, str]:
     """`createapikey`: the account `login` (created active if new, its plan set) and a
     new key for it."""
+    if email and Account.objects.filter(email__iexact=email).exclude(login=login).exists():
+        raise Conflict(f"Another account has the email {email}.")
     with transaction.atomic():
         account, created = Account.objects.get_or_create(login=login, defaults={"plan": plan, "email": email})
         if created:

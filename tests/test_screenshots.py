@@ -109,3 +109,61 @@ def test_the_api_docs_show_the_operations_and_authorize_offline(browser, live_se
     sources = browser.execute_script(
         "return [...document.querySelectorAll('script[src], link[href]')].map(e => e.src || e.href)")
     assert sources and all(source.startswith(live_server.url) for source in sources)
+
+
+def _mailed_link(email: str) -> tuple[str, str]:
+    """The path and code an account's latest mail carries, as its reader sees them."""
+    import re
+
+    from relay.models import OutboxMail
+
+    text = OutboxMail.objects.filter(to=[email]).latest("id").text
+    path = re.search(r"https?://[^/\s]+(/(?:activate|recover)/[A-Za-z0-9_-]{86})", text).group(1)
+    return path, re.search(r"\b(\d{5})\b", text).group(1)
+
+
+def test_the_activation_page_activates_on_the_button_and_shows_the_key_once(browser, live_server, transactional_db):
+    from selenium.webdriver.common.by import By
+
+    from accounts.models import Account, ApiKey
+    from relay.account_mail import account_sign_up
+
+    account_sign_up(email="ann@example.com", login="ann")
+    path, _ = _mailed_link("ann@example.com")
+    browser.get(live_server.url + path)
+    shot(browser, "activate-page")
+    assert "Activate your Relay account" in browser.title and "ann" in text_of(browser)
+    assert Account.objects.get(login="ann").status == "provisioned"  # opening it changed nothing
+    assert not browser.find_elements(By.CSS_SELECTOR, "script[src]")  # no script from anywhere else
+    browser.find_element(By.ID, "go").click()
+    key = wait_until(lambda: browser.find_element(By.ID, "key").text, timeout=10, message="the key to show")
+    shot(browser, "activate-done")
+    assert key.startswith("rk_") and browser.find_element(By.ID, "copy").is_displayed()
+    assert Account.objects.get(login="ann").status == "active"
+    assert ApiKey.objects.filter(account__login="ann").count() == 1
+    browser.get(live_server.url + path)  # the link a second time: used up, said plainly
+    assert "cannot be used" in text_of(browser)
+
+
+def test_the_recovery_page_takes_the_code_and_shows_a_new_key(browser, live_server, transactional_db):
+    from selenium.webdriver.common.by import By
+
+    from accounts.services import account_create_with_key
+    from relay.account_mail import account_recovery_request
+
+    account_create_with_key(login="bob", email="bob@example.com")
+    account_recovery_request(email="bob@example.com")
+    path, code = _mailed_link("bob@example.com")
+    browser.get(live_server.url + path)
+    wrong = f"{(int(code) + 1) % 100000:05d}"
+    browser.find_element(By.ID, "code").send_keys(wrong)
+    browser.find_element(By.ID, "go").click()
+    wait_until(lambda: browser.find_element(By.ID, "error").text, timeout=10, message="the wrong code refused")
+    assert "not right" in browser.find_element(By.ID, "error").text
+    field = browser.find_element(By.ID, "code")
+    field.clear()
+    field.send_keys(code)
+    browser.find_element(By.ID, "go").click()
+    key = wait_until(lambda: browser.find_element(By.ID, "key").text, timeout=10, message="the new key to show")
+    shot(browser, "recover-done")
+    assert key.startswith("rk_")

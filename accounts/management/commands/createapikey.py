@@ -1,5 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
+from accounts.errors import RelayError
 from accounts.models import Plan
 from accounts.services import account_create_with_key
 
@@ -17,6 +18,9 @@ class Command(BaseCommand):
         name = name.strip()
         if not name or len(name) > 100:
             raise CommandError("NAME must be 1 to 100 characters.", returncode=2)
-        account, key = account_create_with_key(login=name, plan=plan, email=email)
+        try:
+            account, key = account_create_with_key(login=name, plan=plan, email=email)
+        except RelayError as exc:
+            raise CommandError(exc.message) from None
         self.stdout.write(f"API key for {account.login} (plan {account.plan}); it is shown only now:")
         self.stdout.write(key)
