@@ -6,8 +6,9 @@ from django.http import JsonResponse
 
 from api.errors import MESSAGES, error_body
 
-# Pages for people, which keep Django's own HTML.
-HTML_PREFIXES = ("/admin/",)
+# Pages for people, which keep their own HTML: the admin, and the pages the links in
+# activation and recovery mails open (their 400 and 410 say what went wrong, in words).
+HTML_PREFIXES = ("/admin/", "/activate/", "/recover/")
 
 
 class JsonErrorsMiddleware:

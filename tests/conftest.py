@@ -5,6 +5,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -117,6 +118,7 @@ class Sink:
 
     def __init__(self) -> None:
         self.received: list = []
+        self.received_at: list[float] = []  # time.time() of each accepted message
         self.refuse: list[str] = []  # replies to DATA, used up one by one
         self.lock = threading.Lock()
 
@@ -125,6 +127,7 @@ class Sink:
             if self.refuse:
                 return self.refuse.pop(0)
             self.received.append(envelope)
+            self.received_at.append(time.time())
         return "250 OK"
 
 

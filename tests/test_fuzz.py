@@ -18,9 +18,13 @@ SCHEMATHESIS = str(Path(sys.executable).parent / "schemathesis")
 
 
 def fuzz(port: int, *headers: str, seconds: int) -> subprocess.CompletedProcess:
+    # One worker thread: with two, schemathesis parses Python source (ast) in both threads
+    # at once, and CPython 3.11 keeps the AST builder's recursion depth per interpreter,
+    # not per thread, so it crashes now and then with "AST constructor recursion depth
+    # mismatch" (a tool crash, not a finding; seen on GET /keys).
     args = [SCHEMATHESIS, "--config-file", str(ROOT / "tests" / "schemathesis.toml"), "run",
             f"http://127.0.0.1:{port}/api/schema/", "--checks", "all",
-            "--max-time", str(seconds), "--workers", "2", "--no-color", "--seed", "1"]
+            "--max-time", str(seconds), "--workers", "1", "--no-color", "--seed", "1"]
     for header in headers:
         args += ["-H", header]
     return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=seconds * 4 + 120)
