@@ -2,9 +2,9 @@
 below, which call accounts.services (the timestamp rules live there)."""
 from django.contrib import admin, messages
 
+from accounts.errors import RelayError
 from accounts.models import Account, ApiKey, Token
 from accounts.services import account_suspend, account_unsuspend
-from accounts.errors import RelayError
 
 
 class ApiKeyInline(admin.TabularInline):
@@ -28,6 +28,11 @@ class AccountAdmin(admin.ModelAdmin):
                        "unsuspended_at", "live_mailboxes"]
     inlines = [ApiKeyInline]
     actions = ["suspend", "unsuspend"]
+
+    def has_add_permission(self, request) -> bool:
+        # An account is made with its activation token and mail (sign-up) or active with
+        # a key (`createapikey`), never bare.
+        return False
 
     def has_delete_permission(self, request, obj=None) -> bool:
         return False  # it would delete its mailboxes' rows without deprovisioning them

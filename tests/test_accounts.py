@@ -116,6 +116,7 @@ def test_status_is_read_only_in_the_admin_and_changes_by_its_actions(admin_clien
     account = Account.objects.create(login="ggg", status=AccountStatus.ACTIVE, activated_at=T0)
     page = admin_client.get(f"/admin/accounts/account/{account.id}/change/")
     assert page.status_code == 200 and b'name="status"' not in page.content
+    assert admin_client.get("/admin/accounts/account/add/").status_code == 403
     admin_client.post("/admin/accounts/account/", {"action": "suspend", "_selected_action": [account.id]})
     account.refresh_from_db()
     assert account.status == "suspended" and account.suspended_at is not None
