@@ -85,6 +85,20 @@ def _domain_response(exc: domain.RelayError) -> Response:
     return response
 
 
+def json_error_response(exc) -> JsonResponse:
+    """The same error body for the async views, which DRF does not run: a domain error
+    or a DRF validation error as a plain JsonResponse."""
+    if isinstance(exc, domain.RelayError):
+        drf = _domain_response(exc)
+        response = JsonResponse(drf.data, status=drf.status_code)
+        if "Retry-After" in drf:
+            response["Retry-After"] = drf["Retry-After"]
+        return response
+    detail = exc.detail if isinstance(exc.detail, dict) else {"non_field_errors": exc.detail}
+    return JsonResponse(error_body(400, "The request is not valid.",
+                                   fields={name: _messages(messages) for name, messages in detail.items()}), status=400)
+
+
 def exception_handler(exc, context):
     if isinstance(exc, domain.RelayError):
         return _domain_response(exc)

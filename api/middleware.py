@@ -1,8 +1,17 @@
-"""Django answers some errors before any view runs (an unknown route, a body over
-DATA_UPLOAD_MAX_MEMORY_SIZE, a method on a bare Django view) with an HTML page, and in
-DEBUG it ignores handler404. Clients of an API want JSON: this turns every such 4xx
-outside the admin into Relay's error format, with the codes of api.errors."""
+"""Middleware that runs under ASGI without a thread per request (SPEC §9: a held
+`?wait=` request or an event stream must cost a coroutine, not a blocked thread). Each
+is both sync- and async-capable, as Django's own are: one sync-only middleware in the
+chain would park a thread for every request for its whole life.
+
+- JsonErrorsMiddleware: Django answers some errors before any view runs (an unknown
+  route, a body over DATA_UPLOAD_MAX_MEMORY_SIZE, a method on a bare Django view) with an
+  HTML page, and in DEBUG it ignores handler404. Clients of an API want JSON: this turns
+  every such 4xx outside the pages for people into Relay's error format.
+- StaticFilesMiddleware: WhiteNoise (sync only) with an async path that serves static
+  files in a worker thread and passes everything else straight through."""
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.http import JsonResponse
+from whitenoise.middleware import WhiteNoiseMiddleware
 
 from api.errors import MESSAGES, error_body
 
@@ -12,13 +21,47 @@ HTML_PREFIXES = ("/admin/", "/activate/", "/recover/")
 
 
 class JsonErrorsMiddleware:
+    async_capable = True
+    sync_capable = True
+
     def __init__(self, get_response):
         self.get_response = get_response
+        if iscoroutinefunction(self.get_response):
+            markcoroutinefunction(self)
 
     def __call__(self, request):
-        response = self.get_response(request)
+        if iscoroutinefunction(self):
+            return self.__acall__(request)
+        return self.as_json(request, self.get_response(request))
+
+    async def __acall__(self, request):
+        return self.as_json(request, await self.get_response(request))
+
+    @staticmethod
+    def as_json(request, response):
         if (400 <= response.status_code < 500 and not request.path.startswith(HTML_PREFIXES)
                 and not response.get("Content-Type", "").startswith("application/json")):
             message = MESSAGES.get(response.status_code, "The request could not be handled.")
             return JsonResponse(error_body(response.status_code, message), status=response.status_code)
         return response
+
+
+class StaticFilesMiddleware(WhiteNoiseMiddleware):
+    async_capable = True
+    sync_capable = True
+
+    def __init__(self, get_response=None):
+        super().__init__(get_response)
+        if iscoroutinefunction(self.get_response):
+            markcoroutinefunction(self)
+
+    def __call__(self, request):
+        if iscoroutinefunction(self):
+            return self.__acall__(request)
+        return super().__call__(request)
+
+    async def __acall__(self, request):
+        static_file = self.find_file(request.path_info) if self.autorefresh else self.files.get(request.path_info)
+        if static_file is not None:
+            return await sync_to_async(self.serve, thread_sensitive=False)(static_file, request)
+        return await self.get_response(request)

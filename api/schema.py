@@ -7,18 +7,21 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter
 from rest_framework import serializers
 
-from api.errors import STATUS_CODES
+from api.errors import DOMAIN_CODES, STATUS_CODES
 from mailboxes.models import Plan
 from mailboxes.services import plan_ttl_cap_ms
 
 # The errors any operation may answer (SPEC §5): bad input, credentials, another owner's
 # or a missing mailbox, an expired one, a body too large or not JSON, a rate or a quota.
 COMMON_ERRORS = (400, 401, 403, 404, 405, 406, 410, 413, 415, 429)
+# And those only some operations answer: a taken address or login, a backend that
+# cannot provision.
+EXTRA_ERRORS = {("/api/v1/mailboxes", "post"): [409, 503], ("/api/v1/accounts", "post"): [409]}
 ERROR_SCHEMA = {
     "type": "object",
     "required": ["code", "message"],
     "properties": {
-        "code": {"type": "string", "enum": sorted(set(STATUS_CODES.values()) | {"quota_exceeded"})},
+        "code": {"type": "string", "enum": sorted(set(STATUS_CODES.values()) | set(DOMAIN_CODES.values()))},
         "message": {"type": "string"},
         "fields": {"type": "object", "additionalProperties": {"type": "array", "items": {"type": "string"}},
                    "description": "For validation errors: the messages of each field or parameter."},
@@ -30,6 +33,13 @@ PAGE_PARAMETERS = [
                      description="Page number, from 1."),
     OpenApiParameter("page_size", {"type": "integer", "minimum": 1, "maximum": 200},
                      description="Results per page (default 50)."),
+]
+WAIT_PARAMETERS = [
+    OpenApiParameter("wait", {"type": "integer", "minimum": 0, "maximum": 60},
+                     description="Seconds to hold the request until a message (after `after`) arrives; "
+                                 "answered within 1 s of its arrival. 410 if the mailbox expires meanwhile."),
+    OpenApiParameter("after", {"type": "integer", "minimum": 1, "maximum": 10 ** 18 - 1},
+                     description="With `wait`: only messages after this message id."),
 ]
 INCLUDE_EXPIRED = OpenApiParameter("include_expired", {"type": "string", "enum": ["true", "false"]},
                                    description="Also list expired mailboxes.")
@@ -73,8 +83,7 @@ def add_error_responses(result: dict, generator, request, public) -> dict:
                 operation["responses"]["202"]["headers"] = {"Location": {
                     "schema": {"type": "string"}, "description": "The outbox entry of this send."}}
             responses = operation.setdefault("responses", {})
-            creates = (path, method) == ("/api/v1/mailboxes", "post")
-            statuses = list(COMMON_ERRORS) + ([409, 503] if creates else [])
+            statuses = list(COMMON_ERRORS) + EXTRA_ERRORS.get((path, method), [])
             for status in statuses:
                 responses.setdefault(str(status), {"description": STATUS_CODES[status], **error})
             # A request line longer than the HTTP server takes is refused before Relay sees it.

@@ -11,6 +11,7 @@ from drf_spectacular.utils import extend_schema_field
 from api.schema import domain_schema, local_part_schema, ttl_bounds
 from accounts.models import LOGIN_PATTERN, Account, ApiKey
 from mailboxes.models import Mailbox
+from relay.extraction import find_codes, find_links, text_of_html
 from relay.models import OutboxMail
 
 # A dot-atom of [a-z0-9._-]: no leading, trailing or doubled dot.
@@ -119,6 +120,20 @@ class MailboxListQuerySerializer(serializers.Serializer):
     include_expired = StrictBooleanField(required=False, default=False)
 
 
+class WaitQuerySerializer(serializers.Serializer):
+    """`?wait=S&after=MID` on the message list (SPEC §9). Query values are text, so
+    these are DRF's usual integer fields, with the bounds the schema states."""
+
+    wait = serializers.IntegerField(min_value=0, max_value=60)
+    after = serializers.IntegerField(min_value=1, max_value=10 ** 18 - 1, required=False)
+    page = serializers.IntegerField(min_value=1, max_value=1, required=False)
+    page_size = serializers.IntegerField(min_value=1, max_value=200, required=False)
+
+
+class EventsQuerySerializer(serializers.Serializer):
+    pass
+
+
 class MailboxSerializer(serializers.ModelSerializer):
     class Meta:
         model = Mailbox
@@ -155,11 +170,27 @@ class AttachmentSerializer(serializers.Serializer):
     content_id = serializers.CharField(allow_null=True)
 
 
+class LinkSerializer(serializers.Serializer):
+    url = serializers.CharField()
+    text = serializers.CharField()
+
+
 class MessageDetailSerializer(MessageSummarySerializer):
     text = serializers.CharField(source="content.text")
     html = serializers.CharField(source="content.html")
     headers = serializers.ListField(source="content.headers", child=serializers.ListField(child=serializers.CharField()))
     attachments = AttachmentSerializer(source="content.attachments", many=True)
+    codes = serializers.SerializerMethodField(help_text="One-time codes found in the subject and text, most likely first.")
+    links = serializers.SerializerMethodField(help_text="Links from the HTML and the text, in order, each once.")
+
+    @extend_schema_field(serializers.ListField(child=serializers.CharField()))
+    def get_codes(self, message) -> list[str]:
+        content = message.content
+        return find_codes(message.subject, content.text or text_of_html(content.html))
+
+    @extend_schema_field(LinkSerializer(many=True))
+    def get_links(self, message) -> list[dict]:
+        return find_links(message.content.text, message.content.html)
 
 
 # What `to` takes: an address whose local part is RFC 5322 atext and dots, and whose

@@ -1,6 +1,8 @@
+from asgiref.sync import sync_to_async
 from django.urls import path, register_converter
+from django.views.decorators.csrf import csrf_exempt
 
-from api import account_views, views
+from api import account_views, views, waiting
 
 
 class RowIdConverter:
@@ -17,6 +19,21 @@ class RowIdConverter:
 
 register_converter(RowIdConverter, "rowid")
 
+_messages = views.MessageCollectionView.as_view()
+
+
+@csrf_exempt
+async def message_collection(request, mailbox_id):
+    """The message list and send (DRF), except a GET with `wait`, which is held without
+    a thread (api/waiting.py)."""
+    if request.method == "GET" and "wait" in request.GET:
+        return await waiting.wait_for_messages(request, mailbox_id)
+    return await sync_to_async(_messages)(request, mailbox_id=mailbox_id)
+
+
+# drf-spectacular documents the DRF view behind it.
+message_collection.cls, message_collection.initkwargs = _messages.cls, _messages.initkwargs
+
 urlpatterns = [
     path("", views.IndexView.as_view(), name="index"),
     path("whoami", views.WhoAmIView.as_view(), name="whoami"),
@@ -30,7 +47,8 @@ urlpatterns = [
     path("mailboxes", views.MailboxCollectionView.as_view(), name="mailbox-list"),
     path("mailboxes/<uuid:mailbox_id>", views.MailboxDetailView.as_view(), name="mailbox-detail"),
     path("mailboxes/<uuid:mailbox_id>/renew", views.MailboxRenewView.as_view(), name="mailbox-renew"),
-    path("mailboxes/<uuid:mailbox_id>/messages", views.MessageCollectionView.as_view(), name="message-list"),
+    path("mailboxes/<uuid:mailbox_id>/messages", message_collection, name="message-list"),
+    path("mailboxes/<uuid:mailbox_id>/events", waiting.mailbox_events, name="mailbox-events"),
     path("mailboxes/<uuid:mailbox_id>/messages/<rowid:message_id>", views.MessageDetailView.as_view(), name="message-detail"),
     path("mailboxes/<uuid:mailbox_id>/messages/<rowid:message_id>/raw", views.MessageRawView.as_view(), name="message-raw"),
     path("mailboxes/<uuid:mailbox_id>/outbox", views.OutboundCollectionView.as_view(), name="outbound-list"),

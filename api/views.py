@@ -10,7 +10,7 @@ from rest_framework.views import APIView
 
 from api.authentication import AnonymousCreateThrottle, caller_of
 from api.pagination import RelayPagination
-from api.schema import INCLUDE_EXPIRED, PAGE_PARAMETERS, paginated
+from api.schema import INCLUDE_EXPIRED, PAGE_PARAMETERS, WAIT_PARAMETERS, paginated
 from api.serializers import (
     MailboxCreatedSerializer,
     MailboxCreateSerializer,
@@ -163,8 +163,10 @@ class MailboxRowsView(APIView):
         return _paginated(request, self, self.rows(mailbox), self.serializer_class)
 
 
-@extend_schema_view(get=extend_schema(operation_id="messages_list", summary="List received messages, newest first",
-                                      parameters=PAGE_PARAMETERS, responses=paginated(MessageSummarySerializer)))
+@extend_schema_view(get=extend_schema(
+    operation_id="messages_list",
+    summary="List received messages, newest first; with `wait`, hold the request until one arrives",
+    parameters=[*PAGE_PARAMETERS, *WAIT_PARAMETERS], responses=paginated(MessageSummarySerializer)))
 class MessageCollectionView(MailboxRowsView):
     serializer_class = MessageSummarySerializer
     live_only = True

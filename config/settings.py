@@ -94,7 +94,7 @@ MIDDLEWARE = [
     "api.middleware.JsonErrorsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # Serves the admin's and the API docs' static files under gunicorn too.
-    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "api.middleware.StaticFilesMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -157,6 +157,15 @@ elif _broker_url.startswith(("redis://", "rediss://")):
                           "OPTIONS": {"socket_timeout": 5, "socket_connect_timeout": 5}}}
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.db.DatabaseCache", "LOCATION": "relay_cache"}}
+
+# Where new-message and mailbox-ended events are published for waiting clients
+# (relay/events.py, api/waiting.py): Redis, from CACHE_URL or the broker. Without one,
+# waiters poll the database.
+_cache_url = env.str("CACHE_URL", default="")
+RELAY_EVENTS_REDIS_URL = env.str(
+    "RELAY_EVENTS_REDIS_URL",
+    default=(_cache_url.replace("rediscache://", "redis://", 1) if _cache_url.startswith(("redis", "rediscache"))
+             else _broker_url if _broker_url.startswith(("redis://", "rediss://")) else ""))
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

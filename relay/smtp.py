@@ -19,6 +19,7 @@ from accounts.models import AccountStatus
 from mailboxes.ending import mailbox_lazy_expire
 from mailboxes.models import Mailbox, MailboxStatus, Message, MessageContent, Plan
 from mailboxes.quotas import stored_bytes_limit
+from relay import events
 from relay.parsing import parse_message
 
 logger = logging.getLogger(__name__)
@@ -97,6 +98,7 @@ def deliver_message(*, raw: bytes, mail_from: str, recipients: list[Recipient]) 
             )
             for recipient in recipients if recipient.mailbox_id in live
         ])
+        events.publish_after_commit(live, "message")
     logger.info("stored a %d-byte message from %s for %d mailbox(es)", len(raw), mail_from or "<>", len(messages))
     return [message.id for message in messages]
 

@@ -60,7 +60,7 @@ start() {
   "$@" > >(sed -u "s/^/$(printf '%-6s' "$name")| /") 2>&1 &
   pids+=($!)
 }
-start web    $BIN/python manage.py runserver "127.0.0.1:$WEB_PORT" --noreload
+start web    $BIN/uvicorn config.asgi:application --host 127.0.0.1 --port "$WEB_PORT" --lifespan off
 start worker $BIN/celery -A config worker --loglevel=INFO --concurrency=2 --hostname "worker@%h"
 start beat   $BIN/celery -A config beat --loglevel=INFO
 start smtp   $BIN/python manage.py runsmtp --port "$SMTP_PORT"

@@ -194,8 +194,9 @@ class Processes:
                            env=env)
 
     def web(self, name: str, port: int, env: dict | None = None, workers: int = 1) -> subprocess.Popen:
-        """The API under gunicorn, as docker-compose runs it."""
-        return self._spawn(name, [sys.executable, "-m", "gunicorn", "config.wsgi", "-w", str(workers),
+        """The API under gunicorn with uvicorn workers (ASGI), as docker-compose runs it."""
+        return self._spawn(name, [sys.executable, "-m", "gunicorn", "config.asgi", "-k", "uvicorn_worker.UvicornWorker",
+                                  "-w", str(workers),
                                   "-b", f"127.0.0.1:{port}", "--timeout", "60", *GUNICORN_LIMITS],
                            ready_text="Booting worker", env=env)
 

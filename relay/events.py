@@ -1,0 +1,63 @@
+"""Wake-ups for clients waiting on a mailbox (SPEC §9: `?wait=`, the event stream).
+
+After a message commits, or a mailbox ends, one Redis PUBLISH on `relay:mailbox:<id>`
+says so; every web process holds one subscription for all of its waiters
+(api/waiting.py). The message is only a nudge: a woken waiter reads the database, which
+stays the record. A publish that fails costs latency, not correctness, because waiters
+look at the database again every few seconds anyway.
+
+Without Redis (`make run`'s embedded defaults) nothing is published and waiters poll."""
+import logging
+import time
+
+import redis
+from django.conf import settings
+from django.db import transaction
+
+logger = logging.getLogger(__name__)
+
+CHANNEL_PREFIX = "relay:mailbox:"
+_client: redis.Redis | None = None
+_last_warning = 0.0
+
+
+def channel(mailbox_id) -> str:
+    return f"{CHANNEL_PREFIX}{mailbox_id}"
+
+
+def _redis() -> redis.Redis | None:
+    global _client
+    if not settings.RELAY_EVENTS_REDIS_URL:
+        return None
+    if _client is None:
+        _client = redis.Redis.from_url(settings.RELAY_EVENTS_REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
+    return _client
+
+
+def publish(mailbox_ids, event: str) -> None:
+    """PUBLISH `event` for each mailbox now (call after commit)."""
+    global _last_warning
+    client = _redis()
+    if client is None or not mailbox_ids:
+        return
+    try:
+        with client.pipeline(transaction=False) as pipe:
+            for mailbox_id in mailbox_ids:
+                pipe.publish(channel(mailbox_id), event)
+            pipe.execute()
+    except redis.RedisError as exc:
+        # Once a minute at most: waiters still see the change on their next look.
+        if time.monotonic() - _last_warning > 60:
+            _last_warning = time.monotonic()
+            logger.warning("could not publish mailbox events (%s); waiters fall back to looking every few seconds",
+                           exc)
+
+
+def publish_after_commit(mailbox_ids, event: str) -> None:
+    ids = list(mailbox_ids)
+    transaction.on_commit(lambda: publish(ids, event))
+
+
+def on_cleanups_owed(sender, mailbox_ids, **kwargs) -> None:
+    """A mailbox ended (expired, deleted, or never provisioned): wake its waiters."""
+    publish(mailbox_ids, "ended")

@@ -1,0 +1,105 @@
+"""Codes and links (SPEC §9) over a corpus of real-shaped mails, parsed the way ingest
+parses them, and shown on message detail."""
+import base64
+import quopri
+
+import pytest
+
+from relay.extraction import find_codes, find_links, text_of_html
+from relay.parsing import parse_message
+from tests.helpers import create_via_api, deliver
+
+
+def mail(subject: str, body: str, *, html: str = "", encoding: str = "8bit", charset: str = "utf-8") -> bytes:
+    """A mail as senders write them: plain, HTML-only, or both; quoted-printable or base64."""
+    def part(content: str, subtype: str) -> str:
+        data = content.encode(charset)
+        if encoding == "quoted-printable":
+            data = quopri.encodestring(data)
+        elif encoding == "base64":
+            data = base64.encodebytes(data)
+        return (f"Content-Type: text/{subtype}; charset={charset}\r\nContent-Transfer-Encoding: {encoding}\r\n\r\n"
+                + data.decode("ascii" if encoding != "8bit" else charset))
+
+    head = f"From: Acme <no-reply@acme.example>\r\nTo: box@relay.localhost\r\nSubject: {subject}\r\nMIME-Version: 1.0\r\n"
+    if body and html:
+        return (head + 'Content-Type: multipart/alternative; boundary="b1"\r\n\r\n--b1\r\n' + part(body, "plain")
+                + "\r\n--b1\r\n" + part(html, "html") + "\r\n--b1--\r\n").encode(charset)
+    return (head + (part(html, "html") if html else part(body, "plain"))).encode(charset)
+
+
+CORPUS = {
+    "sign-up": (mail("Confirm your Acme account",
+                     "Welcome to Acme!\r\n\r\nYour verification code is 482913.\r\n\r\n"
+                     "Or confirm here: https://acme.example/confirm?t=abc123\r\n\r\nCall us at +1 (555) 010-2030.\r\n"
+                     "(c) 2025 Acme Inc.\r\n"),
+                "482913", ["https://acme.example/confirm?t=abc123"]),
+    "otp": (mail("Your one-time passcode", "Use 7301 to log in. It expires in 10 minutes.\r\n"),
+            "7301", []),
+    "magic-link": (mail("Sign in to Acme", "",
+                        html='<p>Click <a href="https://acme.example/magic?token=Zx9&amp;u=1">Sign in</a> to continue.</p>'
+                             '<p>Sent on 12/03/2026.</p>'),
+                   None, ["https://acme.example/magic?token=Zx9&u=1"]),
+    "password-reset": (mail("Reset your password",
+                            "We got a request to reset your password.\r\n"
+                            "Reset it: https://acme.example/reset/8f2a\r\nSecurity code: K7Q2M9\r\n",
+                            html='<a href="https://acme.example/reset/8f2a">Reset password</a> Security code: <b>K7Q2M9</b>'),
+                       "K7Q2M9", ["https://acme.example/reset/8f2a"]),
+    "two-factor": (mail("Acme two-factor authentication", "Your 2FA code: 193-847\r\nDo not share it.\r\n"),
+                   "193847", []),
+    "html-only": (mail("Your login code", "", html="<html><head><style>.x{color:#123456}</style></head><body>"
+                                                   "<h1>Login</h1><p>Your code is <strong>905512</strong></p>"
+                                                   '<a href="https://acme.example/help">Help</a></body></html>'),
+                  "905512", ["https://acme.example/help"]),
+    "quoted-printable": (mail("Verify your e-mail", "Hello José,\r\n\r\nYour verification code: 661204\r\n"
+                              "Details: https://acme.example/verify?id=" + "x" * 90 + "\r\n", encoding="quoted-printable"),
+                         "661204", ["https://acme.example/verify?id=" + "x" * 90]),
+    "base64": (mail("Verification", "Bonjour, votre code de vérification est 250781.\r\n", encoding="base64"),
+               "250781", []),
+    "non-english": (mail("Ihr Bestätigungscode", "Hallo,\r\n\r\nIhr Bestätigungscode lautet 314159.\r\n"
+                         "Bei Fragen: Tel. +49 30 1234567, oder am 24.12.2026.\r\n", encoding="quoted-printable"),
+                    "314159", []),
+    "tracking-redirect": (mail("Confirm your subscription", "",
+                               html='<a href="https://click.mail.example/ls/click?upn=abc%3D%3D&amp;r=https%3A%2F%2Facme.example%2Fok">'
+                                    'Confirm subscription</a><a href="https://acme.example/unsubscribe">Unsubscribe</a>'),
+                          None, ["https://click.mail.example/ls/click?upn=abc%3D%3D&r=https%3A%2F%2Facme.example%2Fok",
+                                 "https://acme.example/unsubscribe"]),
+    "no-code": (mail("Your receipt", "Thanks for your order #20260 of 2026-11-22. Total $1299. Call 555-123-4567.\r\n"),
+                None, []),
+}
+
+
+def extracted(raw: bytes) -> tuple[list[str], list[str]]:
+    parsed = parse_message(raw)
+    codes = find_codes(parsed.subject, parsed.text or text_of_html(parsed.html))
+    return codes, [link["url"] for link in find_links(parsed.text, parsed.html)]
+
+
+@pytest.mark.parametrize("name", CORPUS)
+def test_the_corpus_gives_the_expected_first_code_and_links(name):
+    raw, first_code, links = CORPUS[name]
+    codes, urls = extracted(raw)
+    assert (codes[0] if codes else None) == first_code, codes
+    assert urls == links
+
+
+@pytest.mark.parametrize("text", ["Call +1 415 555 0134 today", "Meeting on 2026-11-22", "Copyright 2024 code inc",
+                                  "Invoice code dated 03/04/2025", "Your PIN is in the 1990 letter"])
+def test_phone_numbers_dates_and_years_are_not_codes(text):
+    assert find_codes("", text) == []
+
+
+def test_links_keep_their_order_and_appear_once():
+    html = '<a href="https://a.example/1">one</a><a href="https://a.example/2">two</a><a href="https://a.example/1">x</a>'
+    links = find_links("see https://a.example/2 and https://a.example/3.", html)
+    assert links == [{"url": "https://a.example/1", "text": "one"}, {"url": "https://a.example/2", "text": "two"},
+                     {"url": "https://a.example/3", "text": "https://a.example/3"}]
+
+
+def test_message_detail_shows_codes_and_links(client_pro):
+    box = create_via_api(client_pro, local_part="codes").json()
+    deliver(CORPUS["password-reset"][0], box["address"])
+    listed = client_pro.get(f"/api/v1/mailboxes/{box['id']}/messages").json()["results"]
+    detail = client_pro.get(f"/api/v1/mailboxes/{box['id']}/messages/{listed[0]['id']}").json()
+    assert detail["codes"][0] == "K7Q2M9"
+    assert detail["links"] == [{"url": "https://acme.example/reset/8f2a", "text": "Reset password"}]
