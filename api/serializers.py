@@ -126,8 +126,8 @@ class WaitQuerySerializer(serializers.Serializer):
 
     wait = serializers.IntegerField(min_value=0, max_value=60)
     after = serializers.IntegerField(min_value=1, max_value=10 ** 18 - 1, required=False)
-    page = serializers.IntegerField(min_value=1, max_value=1, required=False)
-    page_size = serializers.IntegerField(min_value=1, max_value=200, required=False)
+    page = serializers.IntegerField(min_value=1, max_value=999_999_999, required=False, default=1)
+    page_size = serializers.IntegerField(min_value=1, max_value=200, required=False, default=50)
 
 
 class EventsQuerySerializer(serializers.Serializer):

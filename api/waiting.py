@@ -109,18 +109,23 @@ def _authenticate(request) -> Principal:
     return result[0]
 
 
-def _new_messages(mailbox, after: int, *, ascending: bool) -> list[dict]:
+def _new_messages(mailbox, after: int, *, ascending: bool, page: int = 1, size: int = MAX_RESULTS) -> list[dict]:
     rows = selectors.message_list(mailbox=mailbox).filter(id__gt=after)
     rows = rows.order_by("id") if ascending else rows
-    return MessageSummarySerializer(list(rows[:MAX_RESULTS]), many=True).data
+    start = (page - 1) * size
+    return MessageSummarySerializer(list(rows[start:start + size]), many=True).data
 
 
-def _look(caller, mailbox_id, after: int, ascending: bool):
+def _count_after(mailbox, after: int) -> int:
+    return selectors.message_list(mailbox=mailbox).filter(id__gt=after).count()
+
+
+def _look(caller, mailbox_id, after: int, ascending: bool, page: int = 1, size: int = MAX_RESULTS):
     """The mailbox as it is now (expired on the spot if due: raises MailboxExpired) and
-    its messages after `after`."""
+    one page of its messages after `after`."""
     close_old_connections()
     mailbox = selectors.mailbox_get_active(caller=caller, mailbox_id=mailbox_id)
-    return mailbox, _new_messages(mailbox, after, ascending=ascending)
+    return mailbox, _new_messages(mailbox, after, ascending=ascending, page=page, size=size)
 
 
 async def _start(request, mailbox_id, query_serializer) -> tuple[Principal, dict]:
@@ -148,10 +153,12 @@ async def wait_for_messages(request, mailbox_id):
         event = hub.register(mailbox_id)
         try:
             while True:
-                mailbox, results = await sync_to_async(_look)(caller, mailbox_id, after, False)
+                mailbox, results = await sync_to_async(_look)(caller, mailbox_id, after, False, query["page"],
+                                                               query["page_size"])
                 left = deadline - time.monotonic()
                 if results or left <= 0:
-                    return JsonResponse({"count": len(results), "next": None, "previous": None, "results": results})
+                    count = await sync_to_async(_count_after)(mailbox, after)
+                    return JsonResponse({"count": count, "next": None, "previous": None, "results": results})
                 until_expiry = (mailbox.expires_at.timestamp() - time.time()) + 0.05
                 await hub.wait(event, min(left, max(until_expiry, 0.0)))
         finally:

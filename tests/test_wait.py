@@ -7,6 +7,7 @@ from datetime import timedelta
 
 import pytest
 import requests
+from django.db import connection
 from django.utils import timezone
 
 from accounts.services import account_create_with_key
@@ -43,7 +44,15 @@ def api(processes):
 
 
 def later(seconds: float, action) -> threading.Thread:
-    thread = threading.Thread(target=lambda: (time.sleep(seconds), action()))
+    """Run `action` in a thread after `seconds` (a message arriving while a client waits)."""
+    def run() -> None:
+        time.sleep(seconds)
+        try:
+            action()
+        finally:
+            connection.close()  # this thread's own database connection
+
+    thread = threading.Thread(target=run)
     thread.start()
     return thread
 
