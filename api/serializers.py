@@ -13,6 +13,7 @@ from accounts.models import LOGIN_PATTERN, Account, ApiKey
 from mailboxes.models import Mailbox
 from relay.extraction import find_codes, find_links, text_of_html
 from relay.models import OutboxMail
+from webhooks.models import Webhook, WebhookDelivery, WebhookEvent
 
 # A dot-atom of [a-z0-9._-]: no leading, trailing or doubled dot.
 LOCAL_PART_RE = re.compile(r"[a-z0-9_-]+(\.[a-z0-9_-]+)*")
@@ -334,3 +335,46 @@ class RecoveredSerializer(serializers.Serializer):
 
 class EmptySerializer(StrictSerializer):
     pass
+
+
+# --- webhooks (SPEC §9) -------------------------------------------------------------------
+@extend_schema_field({"type": "string", "format": "uri", "maxLength": 2000, "pattern": "^https?://"})
+class WebhookUrlField(StrictCharField):
+    def __init__(self, **kwargs):
+        super().__init__(max_length=2000, **kwargs)
+
+    def to_internal_value(self, data):
+        value = super().to_internal_value(data)
+        serializers.URLField().run_validators(value)
+        if not value.lower().startswith(("http://", "https://")):
+            raise serializers.ValidationError("The URL must be http:// or https://.")
+        return value
+
+
+class WebhookCreateSerializer(StrictSerializer):
+    url = WebhookUrlField()
+    events = serializers.ListField(child=serializers.ChoiceField(choices=WebhookEvent.values), min_length=1,
+                                   max_length=len(WebhookEvent.values))
+    mailbox_id = serializers.UUIDField(required=False, allow_null=True,
+                                       help_text="Only this mailbox's events; all of yours when absent.")
+
+
+class WebhookSerializer(serializers.ModelSerializer):
+    mailbox_id = serializers.UUIDField(allow_null=True)
+
+    class Meta:
+        model = Webhook
+        fields = ["id", "url", "events", "mailbox_id", "created_at", "disabled_at", "disabled_reason"]
+
+
+class WebhookCreatedSerializer(WebhookSerializer):
+    secret = serializers.CharField(help_text="The signing secret (whsec_…), shown only now.")
+
+    class Meta(WebhookSerializer.Meta):
+        fields = [*WebhookSerializer.Meta.fields, "secret"]
+
+
+class WebhookDeliverySerializer(serializers.ModelSerializer):
+    class Meta:
+        model = WebhookDelivery
+        fields = ["id", "event", "status", "attempts", "last_status_code", "last_error", "created_at", "delivered_at"]

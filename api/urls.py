@@ -2,7 +2,7 @@ from asgiref.sync import sync_to_async
 from django.urls import path, register_converter
 from django.views.decorators.csrf import csrf_exempt
 
-from api import account_views, views, waiting
+from api import account_views, views, waiting, webhook_views
 
 
 class RowIdConverter:
@@ -44,6 +44,10 @@ urlpatterns = [
     path("account", account_views.AccountView.as_view(), name="account"),
     path("keys", account_views.KeyCollectionView.as_view(), name="key-list"),
     path("keys/<rowid:key_id>", account_views.KeyDetailView.as_view(), name="key-detail"),
+    path("webhooks", webhook_views.WebhookCollectionView.as_view(), name="webhook-list"),
+    path("webhooks/<rowid:webhook_id>", webhook_views.WebhookDetailView.as_view(), name="webhook-detail"),
+    path("webhooks/<rowid:webhook_id>/deliveries", webhook_views.WebhookDeliveriesView.as_view(),
+         name="webhook-deliveries"),
     path("mailboxes", views.MailboxCollectionView.as_view(), name="mailbox-list"),
     path("mailboxes/<uuid:mailbox_id>", views.MailboxDetailView.as_view(), name="mailbox-detail"),
     path("mailboxes/<uuid:mailbox_id>/renew", views.MailboxRenewView.as_view(), name="mailbox-renew"),

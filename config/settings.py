@@ -87,6 +87,7 @@ INSTALLED_APPS = [
     "mailboxes",
     "relay",
     "expiry",
+    "webhooks",
     "api",
 ]
 
@@ -358,6 +359,15 @@ RELAY_SEND_RETRY_BACKOFF_SECONDS = _int("RELAY_SEND_RETRY_BACKOFF_SECONDS", 30, 
 # The From of the mails Relay sends for itself (activation, recovery).
 DEFAULT_FROM_EMAIL = env.str("RELAY_MAIL_FROM", default=f"Relay <noreply@{RELAY_DOMAINS[0]}>")
 
+# --- Webhooks (SPEC §9) ------------------------------------------------------------------
+RELAY_WEBHOOK_TIMEOUT_SECONDS = _int("RELAY_WEBHOOK_TIMEOUT_SECONDS", 10, minimum=1)
+RELAY_WEBHOOK_ALLOW_PRIVATE = _bool("RELAY_WEBHOOK_ALLOW_PRIVATE", False)
+RELAY_WEBHOOK_MAX_RETRIES = _int("RELAY_WEBHOOK_MAX_RETRIES", 3)
+RELAY_WEBHOOK_RETRY_BACKOFF_SECONDS = _int("RELAY_WEBHOOK_RETRY_BACKOFF_SECONDS", 30, minimum=1)
+RELAY_WEBHOOK_RETRY_BACKOFF_MAX_SECONDS = _int("RELAY_WEBHOOK_RETRY_BACKOFF_MAX_SECONDS", 600, minimum=1)
+# How long a queued delivery is trusted to its task before the sweep queues it again.
+RELAY_WEBHOOK_LEASE_SECONDS = _int("RELAY_WEBHOOK_LEASE_SECONDS", 60, minimum=1)
+
 # --- Accounts and the mailer (SPEC §8) -------------------------------------------------
 RELAY_PUBLIC_URL = env.str("RELAY_PUBLIC_URL", default="http://127.0.0.1:8000").rstrip("/")
 if not RELAY_PUBLIC_URL.startswith(("http://", "https://")):
@@ -437,7 +447,8 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_QUEUES = [Queue("celery", Exchange(""), routing_key="celery"), Queue("sweep", Exchange(""), routing_key="sweep")]
 CELERY_TASK_DEFAULT_QUEUE = "celery"
 CELERY_TASK_ROUTES = {"expiry.tasks.sweep": {"queue": "sweep"}, "expiry.tasks.purge_retained": {"queue": "sweep"},
-                      "relay.tasks.reconcile_report": {"queue": "sweep"}}
+                      "relay.tasks.reconcile_report": {"queue": "sweep"},
+                      "webhooks.tasks.sweep_deliveries": {"queue": "sweep"}}
 # Relay keeps every outcome in its own tables; Celery results would only pile up.
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_RESULT_BACKEND = None

@@ -10,11 +10,11 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from mailboxes.ending import cleanup_lease_until, mailboxes_expire_due
+from mailboxes.ending import cleanup_dead, cleanup_lease_until, mailboxes_expire_due
 from mailboxes.models import CleanupState, Mailbox, MailboxStatus
 from relay.backends import PermanentBackendError, TransientBackendError, get_backend
 
@@ -126,7 +126,11 @@ def _record_outcome(mailbox_id, claim: uuid.UUID, state: CleanupState, *, error:
         changes["cleanup_last_error"] = error[:2000]
     # Only the runner still holding the cleanup records the outcome: if its lease lapsed
     # mid-call and a sweep handed the cleanup to another task, that one's outcome counts.
-    Mailbox.objects.filter(id=mailbox_id, cleanup_state=CleanupState.RUNNING, cleanup_claim=claim).update(**changes)
+    with transaction.atomic():
+        recorded = Mailbox.objects.filter(id=mailbox_id, cleanup_state=CleanupState.RUNNING,
+                                          cleanup_claim=claim).update(**changes)
+        if recorded and state == CleanupState.DEAD:
+            cleanup_dead.send(sender=Mailbox, mailbox_id=mailbox_id)
     if state == CleanupState.DEAD:
         logger.error("cleanup of %s is a dead letter: %s", mailbox_id, error)
     else:

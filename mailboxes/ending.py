@@ -26,6 +26,11 @@ logger = logging.getLogger(__name__)
 # Sent after commit with `mailbox_ids` (and `not_before`, a datetime or None): those
 # mailboxes' cleanups became pending, to run no earlier than `not_before`.
 cleanups_owed = Signal()
+# Sent inside the transaction that ends mailboxes (`mailbox_ids`, `event`: "expired" or
+# "deleted"), and that makes a cleanup a dead letter (`mailbox_id`): webhooks/ records
+# its deliveries in that same transaction, so an event is owed exactly when it happened.
+mailboxes_ended = Signal()
+cleanup_dead = Signal()
 
 
 def cleanup_lease_until(now: datetime, *, extra_seconds: float = 0) -> datetime:
@@ -73,6 +78,7 @@ def mailboxes_expire_due(*, mailbox_ids: list, now: datetime | None = None, publ
         else:
             return []
         give_back_mailbox_slots(expired)
+        mailboxes_ended.send(sender=Mailbox, mailbox_ids=expired, event="expired")
         if publish:
             publish_after_commit(expired)
     logger.info("expired %d mailbox(es)", len(expired))
@@ -119,8 +125,10 @@ def mailbox_delete(*, mailbox: Mailbox, now: datetime | None = None) -> None:
             publish_after_commit([mailbox.id])
         else:
             # Expired already: its cleanup is under way or finished; leave that as it is.
-            Mailbox.objects.filter(id=mailbox.id, status=MailboxStatus.EXPIRED).update(
+            owes_cleanup = Mailbox.objects.filter(id=mailbox.id, status=MailboxStatus.EXPIRED).update(
                 status=MailboxStatus.DELETED, deleted_at=now)
+        if owes_cleanup:
+            mailboxes_ended.send(sender=Mailbox, mailbox_ids=[mailbox.id], event="deleted")
     logger.info("deleted mailbox %s (%s)", mailbox.id, mailbox.address)
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from aiosmtpd.smtp import SMTP, Envelope, Session
 from django.conf import settings
 from django.db import close_old_connections, connection, connections, transaction
+from django.dispatch import Signal
 
 from accounts.models import AccountStatus
 from mailboxes.ending import mailbox_lazy_expire
@@ -23,6 +24,10 @@ from relay import events
 from relay.parsing import parse_message
 
 logger = logging.getLogger(__name__)
+
+# Sent inside the transaction that stores a DATA's messages (`messages`: the new Message
+# rows): webhooks/ records its deliveries in that same transaction.
+messages_stored = Signal()
 
 
 # --- the plain functions ----------------------------------------------------------------
@@ -98,6 +103,7 @@ def deliver_message(*, raw: bytes, mail_from: str, recipients: list[Recipient]) 
             )
             for recipient in recipients if recipient.mailbox_id in live
         ])
+        messages_stored.send(sender=Message, messages=messages)
         events.publish_after_commit(live, "message")
     logger.info("stored a %d-byte message from %s for %d mailbox(es)", len(raw), mail_from or "<>", len(messages))
     return [message.id for message in messages]

@@ -1,0 +1,95 @@
+"""Turning what happened into owed deliveries, inside the transaction that made it
+happen (the signals of relay.smtp and mailboxes.ending), and queueing each delivery's
+task once that transaction commits."""
+import uuid
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from mailboxes.models import Mailbox
+from webhooks.models import Webhook, WebhookDelivery, WebhookEvent
+
+
+def _iso(value) -> str | None:
+    return value.isoformat().replace("+00:00", "Z") if value else None
+
+
+def _mailbox_data(mailbox: Mailbox) -> dict:
+    return {"id": str(mailbox.id), "address": mailbox.address, "status": mailbox.status,
+            "created_at": _iso(mailbox.created_at), "expires_at": _iso(mailbox.expires_at),
+            "expired_at": _iso(mailbox.expired_at), "deleted_at": _iso(mailbox.deleted_at)}
+
+
+def _message_data(message) -> dict:
+    return {"id": message.id, "mailbox_id": str(message.mailbox_id), "from": message.from_header,
+            "to": message.to_header, "envelope_from": message.envelope_from, "envelope_to": message.envelope_to,
+            "subject": message.subject, "received_at": _iso(message.received_at or timezone.now()),
+            "size": message.size, "has_attachments": message.has_attachments}
+
+
+def _subscribers(event: str, mailboxes: dict) -> list[tuple[Webhook, Mailbox]]:
+    """(webhook, mailbox) for every enabled webhook of the mailboxes' owners that wants
+    `event` for that mailbox. One query, however many mailboxes."""
+    owners = {mailbox.owner_id for mailbox in mailboxes.values() if mailbox.owner_id}
+    if not owners:
+        return []
+    pairs = []
+    for webhook in Webhook.objects.filter(owner_id__in=owners, disabled_at=None):
+        if event not in webhook.events:
+            continue
+        for mailbox in mailboxes.values():
+            if mailbox.owner_id == webhook.owner_id and webhook.mailbox_id in (None, mailbox.id):
+                pairs.append((webhook, mailbox))
+    return pairs
+
+
+def record(event: str, deliveries: list[tuple[Webhook, dict]]) -> None:
+    """Write the deliveries, and queue their tasks once the transaction commits. Each is
+    leased from the start: the sweep leaves it to its task unless that task is lost."""
+    if not deliveries:
+        return
+    now = timezone.now()
+    rows = WebhookDelivery.objects.bulk_create([
+        WebhookDelivery(webhook=webhook, event=event, message_id=f"msg_{uuid.uuid4().hex}",
+                        payload={"type": event, "timestamp": _iso(now), "data": data},
+                        lease_until=now + timedelta(seconds=settings.RELAY_WEBHOOK_LEASE_SECONDS))
+        for webhook, data in deliveries
+    ])
+    ids = [row.id for row in rows]
+
+    def publish() -> None:
+        from webhooks.tasks import deliver_webhook, publish_quietly
+
+        publish_quietly(deliver_webhook, ids)
+
+    transaction.on_commit(publish)
+
+
+def on_messages_stored(sender, messages, **kwargs) -> None:
+    mailboxes = {mailbox.id: mailbox for mailbox in Mailbox.objects.filter(
+        id__in={message.mailbox_id for message in messages}).only("id", "owner_id")}
+    by_mailbox = {}
+    for message in messages:
+        by_mailbox.setdefault(message.mailbox_id, []).append(message)
+    record(WebhookEvent.MESSAGE_RECEIVED, [
+        (webhook, _message_data(message))
+        for webhook, mailbox in _subscribers(WebhookEvent.MESSAGE_RECEIVED, mailboxes)
+        for message in by_mailbox[mailbox.id]
+    ])
+
+
+def on_mailboxes_ended(sender, mailbox_ids, event, **kwargs) -> None:
+    name = WebhookEvent.MAILBOX_EXPIRED if event == "expired" else WebhookEvent.MAILBOX_DELETED
+    mailboxes = {mailbox.id: mailbox for mailbox in Mailbox.objects.filter(id__in=mailbox_ids, owner__isnull=False)}
+    record(name, [(webhook, {"mailbox": _mailbox_data(mailbox)}) for webhook, mailbox in _subscribers(name, mailboxes)])
+
+
+def on_cleanup_dead(sender, mailbox_id, **kwargs) -> None:
+    mailboxes = {mailbox.id: mailbox for mailbox in Mailbox.objects.filter(id=mailbox_id, owner__isnull=False)}
+    record(WebhookEvent.CLEANUP_DEAD, [
+        (webhook, {"mailbox": _mailbox_data(mailbox), "attempts": mailbox.cleanup_attempts,
+                   "last_error": mailbox.cleanup_last_error})
+        for webhook, mailbox in _subscribers(WebhookEvent.CLEANUP_DEAD, mailboxes)
+    ])
