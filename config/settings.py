@@ -137,7 +137,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         {"timeout": 30, "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"}
     )
 else:
-    DATABASES["default"]["CONN_MAX_AGE"] = _int("DATABASE_CONN_MAX_AGE", 60)
+    # Kept open for reuse in workers, beat, smtp and mailer; closed after each request in
+    # the ASGI web process (see config/asgi.py), where connections belong to per-request threads.
+    DATABASES["default"]["CONN_MAX_AGE"] = 0 if env.bool("RELAY_SERVING_ASGI", default=False) else _int(
+        "DATABASE_CONN_MAX_AGE", 60)
     DATABASES["default"].setdefault("OPTIONS", {}).setdefault("connect_timeout", 5)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

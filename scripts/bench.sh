@@ -3,9 +3,15 @@
 # PostgreSQL and Redis as for the tests (services.sh); a scratch database relay_bench.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-name=${1:?usage: scripts/bench.sh expiry_burst|expiry_lag|api|smtp_ingest|mailer [ARGS]}
+name=${1:?usage: scripts/bench.sh expiry_burst|expiry_lag|api|smtp_ingest|mailer|waiting [ARGS]}
 shift
 . scripts/services.sh
+# The HTTP benchmarks drive load with wrk; install it when missing and this user may.
+if ! command -v wrk >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  echo "installing wrk for the HTTP benchmarks" >&2
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk) >/dev/null \
+    || echo "warning: could not install wrk" >&2
+fi
 export DATABASE_URL="postgres://postgres@127.0.0.1:$PG_PORT/relay_bench"
 export CELERY_BROKER_URL="redis://127.0.0.1:$REDIS_PORT/14"
 mkdir -p var/static

@@ -176,3 +176,21 @@ def test_the_event_stream_of_another_owners_mailbox_is_404(api):
     response = requests.get(f"{api.base}/mailboxes/{box['id']}/events", headers={"Authorization": f"Bearer {other}"},
                             timeout=10)
     assert response.status_code == 404
+
+
+def test_a_waiter_that_disconnects_is_let_go(api, broker):
+    """The web process holds one Redis pattern subscription while anyone waits on it
+    (api/waiting.py); once the only waiter hangs up, it must be dropped and the
+    subscription with it."""
+    import socket
+    from urllib.parse import urlsplit
+
+    box = api.mailbox("hangsup")
+    parts = urlsplit(api.base)
+    client = socket.create_connection((parts.hostname, parts.port), timeout=10)
+    client.sendall(f"GET {parts.path}/mailboxes/{box['id']}/messages?wait=60 HTTP/1.1\r\nHost: x\r\n"
+                   f"Authorization: {api.session.headers['Authorization']}\r\n\r\n".encode())
+    wait_until(lambda: broker.execute_command("PUBSUB", "NUMPAT") >= 1, timeout=10, message="the waiter held")
+    client.close()
+    wait_until(lambda: broker.execute_command("PUBSUB", "NUMPAT") == 0, timeout=15,
+               message="the subscription dropped with its last waiter")

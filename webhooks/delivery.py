@@ -31,6 +31,17 @@ logger = logging.getLogger(__name__)
 
 MAX_BODY = 4096
 RETRY_STATUSES = {408, 429}
+# One HTTP session per worker process: deliveries to the same receiver reuse its
+# keep-alive connection instead of opening one each (bench/waiting.py).
+_session: requests.Session | None = None
+
+
+def _http() -> requests.Session:
+    global _session
+    if _session is None:
+        _session = requests.Session()
+        _session.trust_env = False  # no proxy or netrc from the environment: the URL is the receiver
+    return _session
 
 
 class RetryableDelivery(Exception):
@@ -99,7 +110,7 @@ def deliver(*, delivery_id: int) -> str:
     try:
         check_url(webhook.url)
         timestamp = int(time.time())
-        response = requests.post(webhook.url, data=body, allow_redirects=False, stream=True,
+        response = _http().post(webhook.url, data=body, allow_redirects=False, stream=True,
                                  timeout=(min(5, settings.RELAY_WEBHOOK_TIMEOUT_SECONDS),
                                           settings.RELAY_WEBHOOK_TIMEOUT_SECONDS),
                                  headers={"Content-Type": "application/json", "User-Agent": "Relay-Webhooks",
@@ -130,7 +141,7 @@ def _record(delivery: WebhookDelivery, claim: uuid.UUID, status_code: int | None
         logger.warning("webhook %s answered 410 Gone: disabled", delivery.webhook_id)
     retryable = not error.startswith("refused:") and (
         status_code is None or status_code in RETRY_STATUSES or status_code >= 500)
-    attempts = WebhookDelivery.objects.filter(id=delivery.id).values_list("attempts", flat=True).first()
+    attempts = delivery.attempts  # read after the claim counted this attempt
     if retryable and attempts <= settings.RELAY_WEBHOOK_MAX_RETRIES:
         # Released for the retry, and leased for as long as the retry may wait: a retry the
         # broker loses lapses back to the sweep.
