@@ -188,7 +188,7 @@ def test_a_waiter_that_disconnects_is_let_go(api, broker):
     box = api.mailbox("hangsup")
     parts = urlsplit(api.base)
     client = socket.create_connection((parts.hostname, parts.port), timeout=10)
-    client.sendall(f"GET {parts.path}/mailboxes/{box['id']}/messages?wait=60 HTTP/1.1\r\nHost: x\r\n"
+    client.sendall(f"GET {parts.path}/mailboxes/{box['id']}/messages?wait=60 HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                    f"Authorization: {api.session.headers['Authorization']}\r\n\r\n".encode())
     wait_until(lambda: broker.execute_command("PUBSUB", "NUMPAT") >= 1, timeout=10, message="the waiter held")
     client.close()

@@ -19,7 +19,8 @@ def webhook_create(*, owner, url: str, events: list[str], mailbox_id=None) -> We
     if mailbox_id is not None:
         mailbox = Mailbox.objects.visible().filter(id=mailbox_id, owner=owner).first()
         if mailbox is None:
-            raise InvalidRequest("No such mailbox of yours.", field="mailbox_id")
+            # Like every route: another owner's mailbox is not found, exactly as a missing one.
+            raise NotFound("No such mailbox.")
     webhook = Webhook.objects.create(owner=owner, url=url, events=sorted(set(events)), mailbox=mailbox,
                                      secret=signing.new_secret())
     logger.info("account %s added webhook %s for %s", owner.login, webhook.id, ", ".join(webhook.events))
