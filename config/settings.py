@@ -362,6 +362,14 @@ RELAY_SEND_RETRY_BACKOFF_SECONDS = _int("RELAY_SEND_RETRY_BACKOFF_SECONDS", 30, 
 # The From of the mails Relay sends for itself (activation, recovery).
 DEFAULT_FROM_EMAIL = env.str("RELAY_MAIL_FROM", default=f"Relay <noreply@{RELAY_DOMAINS[0]}>")
 
+# --- Calls to the mail backend, from all workers together (SPEC §10; relay/limiter.py) ----
+RELAY_BACKEND_MAX_PER_MINUTE = _int("RELAY_BACKEND_MAX_PER_MINUTE", 1000, minimum=1)
+RELAY_BACKEND_MAX_CONCURRENT = _int("RELAY_BACKEND_MAX_CONCURRENT", 4, minimum=1)
+# How long a call may wait for a slot before its task steps aside (a cleanup comes back
+# later, unattempted), and how long a slot a killed worker held stays taken.
+RELAY_BACKEND_SLOT_WAIT_SECONDS = _int("RELAY_BACKEND_SLOT_WAIT_SECONDS", 2)
+RELAY_BACKEND_SLOT_HOLD_SECONDS = _int("RELAY_BACKEND_SLOT_HOLD_SECONDS", 60, minimum=1)
+
 # --- Webhooks (SPEC §9) ------------------------------------------------------------------
 RELAY_WEBHOOK_TIMEOUT_SECONDS = _int("RELAY_WEBHOOK_TIMEOUT_SECONDS", 10, minimum=1)
 RELAY_WEBHOOK_ALLOW_PRIVATE = _bool("RELAY_WEBHOOK_ALLOW_PRIVATE", False)

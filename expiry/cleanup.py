@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from mailboxes.ending import cleanup_dead, cleanup_lease_until, mailboxes_expire_due
 from mailboxes.models import CleanupState, Mailbox, MailboxStatus
-from relay.backends import PermanentBackendError, TransientBackendError, get_backend
+from relay.backends import NoBackendSlot, PermanentBackendError, TransientBackendError, get_backend
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +67,13 @@ def mailbox_cleanup(*, mailbox_id, retry_wait_max_seconds: float) -> CleanupOutc
 
     try:
         get_backend().deprovision(mailbox)
+    except NoBackendSlot:
+        # Not an attempt: no call was made. Back to pending with the attempt given back,
+        # leased past the task's return, which the caller schedules.
+        Mailbox.objects.filter(id=mailbox_id, cleanup_state=CleanupState.RUNNING, cleanup_claim=claim).update(
+            cleanup_state=CleanupState.PENDING, cleanup_attempts=F("cleanup_attempts") - 1,
+            cleanup_lease_until=cleanup_lease_until(timezone.now(), extra_seconds=retry_wait_max_seconds))
+        raise
     except TransientBackendError as exc:
         if mailbox.cleanup_attempts >= limit:
             _record_outcome(mailbox_id, claim, CleanupState.DEAD, error=str(exc))
@@ -78,7 +85,8 @@ def mailbox_cleanup(*, mailbox_id, retry_wait_max_seconds: float) -> CleanupOutc
             cleanup_state=CleanupState.PENDING,
             cleanup_last_error=str(exc)[:2000],
             cleanup_queued_at=failed_at,
-            cleanup_lease_until=cleanup_lease_until(failed_at, extra_seconds=retry_wait_max_seconds),
+            cleanup_lease_until=cleanup_lease_until(
+                failed_at, extra_seconds=max(retry_wait_max_seconds, exc.retry_after or 0)),
         )
         logger.warning("cleanup of %s failed (attempt %d of %d), will retry: %s",
                        mailbox.address, mailbox.cleanup_attempts, limit, exc)

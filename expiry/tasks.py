@@ -5,7 +5,7 @@ from celery import shared_task
 from django.conf import settings
 
 from expiry import cleanup, purge, sweep as sweeping
-from relay.backends import TransientBackendError, retry_wait_max_seconds
+from relay.backends import NoBackendSlot, TransientBackendError, retry_wait_max_seconds
 
 # The cleanup's lease must outlive the task: if the hard time limit could exceed the
 # lease, a sweep might hand the cleanup to a second worker while the first still runs.
@@ -27,9 +27,21 @@ EARLY_RETRY_SECONDS = 0.05
     time_limit=_LEASE * 3 // 4,
 )
 def expire_mailbox(self, mailbox_id: str) -> str:
-    """Deprovision one expired or deleted mailbox; see expiry.cleanup.mailbox_cleanup."""
-    outcome = cleanup.mailbox_cleanup(mailbox_id=uuid.UUID(mailbox_id),
-                                      retry_wait_max_seconds=retry_wait_max_seconds(self.request.retries))
+    """Deprovision one expired or deleted mailbox; see expiry.cleanup.mailbox_cleanup.
+
+    With no slot free under the backend limit, the cleanup steps aside unattempted and a
+    fresh copy of the task comes back later: a wait, not a retry, so it spends none of
+    max_retries. A backend that answered with Retry-After is retried no sooner than that."""
+    try:
+        outcome = cleanup.mailbox_cleanup(mailbox_id=uuid.UUID(mailbox_id),
+                                          retry_wait_max_seconds=retry_wait_max_seconds(self.request.retries))
+    except NoBackendSlot as exc:
+        self.apply_async(args=(mailbox_id,), countdown=exc.retry_after)
+        return "waiting"
+    except TransientBackendError as exc:
+        if exc.retry_after and self.request.retries < self.max_retries:
+            raise self.retry(exc=exc, countdown=max(exc.retry_after, retry_wait_max_seconds(self.request.retries)))
+        raise
     if outcome == cleanup.CleanupOutcome.EARLY:
         self.apply_async(args=(mailbox_id,), countdown=EARLY_RETRY_SECONDS)
     return outcome.value

@@ -88,6 +88,11 @@ class FakeStalwart:
             self.discovery_delay = 0.0
             self.create_delay = 0.0
             self.max_in_flight = 0
+            # Stalwart's per-minute limit, enforced when set (requests in a sliding minute),
+            # and how many calls either limit refused.
+            self.per_minute = None
+            self.started_at: list[float] = []
+            self.refused_over_limit = 0
             self.discoveries_started = self.creates_started = 0
 
     # --- test controls --------------------------------------------------------------------
@@ -151,11 +156,22 @@ class FakeStalwart:
                     fake.in_flight += 1
                     fake.max_in_flight = max(fake.max_in_flight, fake.in_flight)
                     over_limit = fake.in_flight > MAX_CONCURRENT
+                    over_rate = False
+                    if fake.per_minute is not None:
+                        now = time.monotonic()
+                        fake.started_at = [t for t in fake.started_at if t > now - 60]
+                        over_rate = len(fake.started_at) >= fake.per_minute
+                        if not over_rate:
+                            fake.started_at.append(now)
+                    if over_limit or over_rate:
+                        fake.refused_over_limit += 1
                     kind = fake._take(fake.failure_all)
                 if fake.latency:
                     time.sleep(fake.latency)
                 if over_limit:
                     return CONCURRENCY
+                if over_rate:
+                    return RATE_LIMITED
                 if self.headers.get("Authorization") != f"Bearer {TOKEN}":
                     return UNAUTHORIZED
                 return kind

@@ -17,7 +17,18 @@ class BackendError(Exception):
 
 
 class TransientBackendError(BackendError):
-    """A retry may fix it: a timeout, a 5xx, a rate limit."""
+    """A retry may fix it: a timeout, a 5xx, a rate limit. `retry_after`: seconds the
+    backend asked us to wait (its Retry-After), if it said."""
+
+    def __init__(self, message: str = "", *, retry_after: float | None = None):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class NoBackendSlot(TransientBackendError):
+    """Relay's own limiter (relay/limiter.py) had no slot for a call within the wait it
+    allows: the call was not made. Waiting for a slot is not a retry: a cleanup that
+    meets this is put back unattempted and comes back after `retry_after` seconds."""
 
 
 class PermanentBackendError(BackendError):

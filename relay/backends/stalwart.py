@@ -8,6 +8,7 @@ not just its status.
 import threading
 
 import requests
+from django.conf import settings
 
 from relay.backends import PermanentBackendError, TransientBackendError
 
@@ -153,8 +154,12 @@ class StalwartBackend:
         return result
 
     def _send(self, verb: str, url: str, **kwargs) -> requests.Response:
+        from relay.limiter import backend_limiter
+
         try:
-            response = self.http.request(verb, url, timeout=self.timeout, **kwargs)
+            # Every call takes a slot of the limit all workers share (relay/limiter.py).
+            with backend_limiter().slot(max_wait=settings.RELAY_BACKEND_SLOT_WAIT_SECONDS):
+                response = self.http.request(verb, url, timeout=self.timeout, **kwargs)
         except requests.Timeout as exc:
             raise TransientBackendError(f"Stalwart timed out: {exc}") from exc
         except requests.RequestException as exc:
@@ -163,13 +168,19 @@ class StalwartBackend:
         if status in (401, 403):
             raise PermanentBackendError(f"Stalwart rejected the credentials (HTTP {status})")
         if status == 429 or status >= 500:
-            raise TransientBackendError(f"Stalwart answered HTTP {status}")
+            raise TransientBackendError(f"Stalwart answered HTTP {status}", retry_after=_retry_after(response))
         if status >= 400:
             problem = _json(response, strict=False)
             if problem.get("limit") in TRANSIENT_LIMITS:
                 raise TransientBackendError(f"Stalwart limit reached: {problem.get('limit')}")
             raise PermanentBackendError(f"Stalwart answered HTTP {status}: {_describe(problem)}")
         return response
+
+
+def _retry_after(response: requests.Response) -> float | None:
+    """Retry-After in seconds, when given as a number (the form Stalwart uses)."""
+    value = response.headers.get("Retry-After", "").strip()
+    return float(value) if value.isdigit() else None
 
 
 def _json(response: requests.Response, *, strict: bool = True) -> dict:

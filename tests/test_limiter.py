@@ -1,0 +1,88 @@
+"""The limit on backend calls shared by all workers (relay/limiter.py, SPEC §10): on its
+own against real Redis, then with real workers against the Stalwart stand-in enforcing
+Stalwart's limits."""
+import threading
+import time
+
+import pytest
+import redis
+from django.conf import settings
+
+from mailboxes.models import CleanupState, Mailbox
+from relay.backends import NoBackendSlot
+from relay.limiter import KEY_HOLDERS, KEY_STARTS, BackendLimiter
+from tests.helpers import make_mailbox, wait_until
+
+
+@pytest.fixture
+def fresh_limits():
+    client = redis.Redis.from_url(settings.RELAY_EVENTS_REDIS_URL)
+    client.delete(KEY_HOLDERS, KEY_STARTS)
+    yield
+    client.delete(KEY_HOLDERS, KEY_STARTS)
+
+
+def limiter(**limits) -> BackendLimiter:
+    return BackendLimiter(settings.RELAY_EVENTS_REDIS_URL, **{"max_concurrent": 4, "max_per_minute": 1000,
+                                                              "hold_seconds": 30, **limits})
+
+
+def test_threads_never_exceed_the_concurrency(fresh_limits):
+    shared = limiter()
+    lock, state = threading.Lock(), {"now": 0, "most": 0, "done": 0}
+
+    def call() -> None:
+        with shared.slot(max_wait=30):
+            with lock:
+                state["now"] += 1
+                state["most"] = max(state["most"], state["now"])
+            time.sleep(0.05)
+            with lock:
+                state["now"] -= 1
+                state["done"] += 1
+
+    threads = [threading.Thread(target=call) for _ in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert state["done"] == 16 and state["most"] == 4
+
+
+def test_the_per_minute_count_holds_over_its_window(fresh_limits):
+    shared = limiter(max_per_minute=5)
+    for _ in range(5):
+        with shared.slot(max_wait=1):
+            pass
+    with pytest.raises(NoBackendSlot) as refused:
+        with shared.slot(max_wait=0.2):
+            pass
+    assert 50 <= refused.value.retry_after <= 60  # the oldest call leaves the window in about a minute
+
+
+def test_a_slot_held_by_a_killed_worker_comes_back_after_its_hold(fresh_limits):
+    shared = limiter(max_concurrent=1, hold_seconds=1)
+    # A worker that took the slot and died: taken, never released.
+    shared.take(keys=[KEY_HOLDERS, KEY_STARTS], args=["dead-worker", 1000, 1, 1000])
+    started = time.monotonic()
+    with shared.slot(max_wait=5):
+        waited = time.monotonic() - started
+    assert 0.5 <= waited < 3
+
+
+@pytest.mark.workers
+def test_a_burst_against_stalwarts_limits_ends_with_no_dead_letter_and_no_refusal(processes, stalwart):
+    stalwart.per_minute = 600
+    stalwart.latency = 0.02
+    processes.env.update({"RELAY_BACKEND_MAX_PER_MINUTE": "600", "RELAY_BACKEND_MAX_CONCURRENT": "4"})
+    redis.Redis.from_url(settings.RELAY_EVENTS_REDIS_URL).delete(KEY_HOLDERS, KEY_STARTS)
+    for i in range(300):
+        make_mailbox(f"burst{i}", due=True, stalwart=stalwart)
+    for name in ("w1", "w2", "w3"):
+        processes.worker(name, concurrency=4)
+    processes.beat("beat")
+    processes.wait_ready()
+    wait_until(lambda: Mailbox.objects.filter(cleanup_state=CleanupState.DONE).count() == 300, timeout=120,
+               message="300 cleanups done")
+    assert not Mailbox.objects.filter(cleanup_state=CleanupState.DEAD).exists()
+    assert stalwart.refused_over_limit == 0 and stalwart.max_in_flight <= 4
