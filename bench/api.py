@@ -1,8 +1,8 @@
-"""API: gunicorn on this machine, load from wrk in another process. Prints requests/s
+"""API: gunicorn (uvicorn workers, or sync ones with --server wsgi) on this machine, load from wrk in another process. Prints requests/s
 and p99 latency of GET /api/v1/mailboxes/{id} and POST /api/v1/mailboxes, and their
 ratio to GET /api/v1/whoami (a trivial authenticated DRF endpoint) in the same run.
 
-    scripts/bench.sh api [--seconds 15] [--connections 16] [--workers 2]
+    scripts/bench.sh api [--seconds 15] [--connections 16] [--workers 2] [--server asgi|wsgi]
 """
 import argparse
 import re
@@ -37,6 +37,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=15)
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--server", choices=["asgi", "wsgi"], default="asgi",
+                        help="asgi: uvicorn workers, as Relay is served (default); wsgi: sync workers, as before")
     args = parser.parse_args()
     if not shutil.which("wrk"):
         raise SystemExit("wrk is not installed: apt-get install wrk")
@@ -48,7 +50,8 @@ def main() -> None:
 
     owner, key = account_create_with_key(login="bench", plan="enterprise")  # 100,000 active mailboxes: the POST run makes thousands
     mailbox, _ = mailbox_create(caller=Caller(owner=owner), local_part=None, domain=None, ttl_ms=3_600_000)
-    web = spawn("gunicorn", [sys.executable, "-m", "gunicorn", "config.wsgi", "-w", str(args.workers),
+    server = (["config.asgi", "-k", "uvicorn_worker.UvicornWorker"] if args.server == "asgi" else ["config.wsgi"])
+    web = spawn("gunicorn", [sys.executable, "-m", "gunicorn", *server, "-w", str(args.workers),
                              "-b", f"127.0.0.1:{PORT}", "--access-logfile", "-"], env={"RELAY_LOG_LEVEL": "WARNING"})
     wait_until(lambda: _answers(f"http://127.0.0.1:{PORT}/api/schema/"), 60, "gunicorn")
     load = dict(key=key, seconds=args.seconds, connections=args.connections)
@@ -61,7 +64,7 @@ def main() -> None:
         stop(web)
     for name, result in [("whoami", baseline), ("GET mailbox", get), ("POST mailboxes", post)]:
         print(f"{name}: {result['rps']:.0f} req/s, p99 {result['p99_ms']:.1f} ms, errors {result['errors']}")
-    figures = (f"gunicorn -w {args.workers}, wrk -c {args.connections}: GET mailbox {get['rps']:.0f} req/s "
+    figures = (f"gunicorn ({args.server}) -w {args.workers}, wrk -c {args.connections}: GET mailbox {get['rps']:.0f} req/s "
                f"(p99 {get['p99_ms']:.1f} ms) = ratio **{get['rps'] / baseline['rps']:.2f}** to whoami "
                f"{baseline['rps']:.0f} req/s (p99 {baseline['p99_ms']:.1f} ms); POST mailboxes {post['rps']:.0f} req/s "
                f"(p99 {post['p99_ms']:.1f} ms) = ratio {post['rps'] / baseline['rps']:.2f}; errors "
