@@ -1,8 +1,8 @@
-from asgiref.sync import sync_to_async
 from django.urls import path, register_converter
 from django.views.decorators.csrf import csrf_exempt
 
 from api import account_views, views, waiting, webhook_views
+from api.pooling import in_pool, pooled
 
 
 class RowIdConverter:
@@ -20,6 +20,7 @@ class RowIdConverter:
 register_converter(RowIdConverter, "rowid")
 
 _messages = views.MessageCollectionView.as_view()
+_messages_in_pool = in_pool(_messages)
 
 
 @csrf_exempt
@@ -28,33 +29,33 @@ async def message_collection(request, mailbox_id):
     a thread (api/waiting.py)."""
     if request.method == "GET" and "wait" in request.GET:
         return await waiting.wait_for_messages(request, mailbox_id)
-    return await sync_to_async(_messages)(request, mailbox_id=mailbox_id)
+    return await _messages_in_pool(request, mailbox_id=mailbox_id)
 
 
 # drf-spectacular documents the DRF view behind it.
 message_collection.cls, message_collection.initkwargs = _messages.cls, _messages.initkwargs
 
 urlpatterns = [
-    path("", views.IndexView.as_view(), name="index"),
-    path("whoami", views.WhoAmIView.as_view(), name="whoami"),
-    path("accounts", account_views.SignUpView.as_view(), name="account-signup"),
-    path("accounts/activate", account_views.ActivateView.as_view(), name="account-activate"),
-    path("accounts/recover", account_views.RecoverView.as_view(), name="account-recover"),
-    path("accounts/recover/confirm", account_views.RecoverConfirmView.as_view(), name="account-recover-confirm"),
-    path("account", account_views.AccountView.as_view(), name="account"),
-    path("keys", account_views.KeyCollectionView.as_view(), name="key-list"),
-    path("keys/<rowid:key_id>", account_views.KeyDetailView.as_view(), name="key-detail"),
-    path("webhooks", webhook_views.WebhookCollectionView.as_view(), name="webhook-list"),
-    path("webhooks/<rowid:webhook_id>", webhook_views.WebhookDetailView.as_view(), name="webhook-detail"),
-    path("webhooks/<rowid:webhook_id>/deliveries", webhook_views.WebhookDeliveriesView.as_view(),
+    path("", pooled(views.IndexView.as_view()), name="index"),
+    path("whoami", pooled(views.WhoAmIView.as_view()), name="whoami"),
+    path("accounts", pooled(account_views.SignUpView.as_view()), name="account-signup"),
+    path("accounts/activate", pooled(account_views.ActivateView.as_view()), name="account-activate"),
+    path("accounts/recover", pooled(account_views.RecoverView.as_view()), name="account-recover"),
+    path("accounts/recover/confirm", pooled(account_views.RecoverConfirmView.as_view()), name="account-recover-confirm"),
+    path("account", pooled(account_views.AccountView.as_view()), name="account"),
+    path("keys", pooled(account_views.KeyCollectionView.as_view()), name="key-list"),
+    path("keys/<rowid:key_id>", pooled(account_views.KeyDetailView.as_view()), name="key-detail"),
+    path("webhooks", pooled(webhook_views.WebhookCollectionView.as_view()), name="webhook-list"),
+    path("webhooks/<rowid:webhook_id>", pooled(webhook_views.WebhookDetailView.as_view()), name="webhook-detail"),
+    path("webhooks/<rowid:webhook_id>/deliveries", pooled(webhook_views.WebhookDeliveriesView.as_view()),
          name="webhook-deliveries"),
-    path("mailboxes", views.MailboxCollectionView.as_view(), name="mailbox-list"),
-    path("mailboxes/<uuid:mailbox_id>", views.MailboxDetailView.as_view(), name="mailbox-detail"),
-    path("mailboxes/<uuid:mailbox_id>/renew", views.MailboxRenewView.as_view(), name="mailbox-renew"),
+    path("mailboxes", pooled(views.MailboxCollectionView.as_view()), name="mailbox-list"),
+    path("mailboxes/<uuid:mailbox_id>", pooled(views.MailboxDetailView.as_view()), name="mailbox-detail"),
+    path("mailboxes/<uuid:mailbox_id>/renew", pooled(views.MailboxRenewView.as_view()), name="mailbox-renew"),
     path("mailboxes/<uuid:mailbox_id>/messages", message_collection, name="message-list"),
     path("mailboxes/<uuid:mailbox_id>/events", waiting.mailbox_events, name="mailbox-events"),
-    path("mailboxes/<uuid:mailbox_id>/messages/<rowid:message_id>", views.MessageDetailView.as_view(), name="message-detail"),
-    path("mailboxes/<uuid:mailbox_id>/messages/<rowid:message_id>/raw", views.MessageRawView.as_view(), name="message-raw"),
-    path("mailboxes/<uuid:mailbox_id>/outbox", views.OutboundCollectionView.as_view(), name="outbound-list"),
-    path("mailboxes/<uuid:mailbox_id>/outbox/<rowid:outbound_id>", views.OutboundDetailView.as_view(), name="outbound-detail"),
+    path("mailboxes/<uuid:mailbox_id>/messages/<rowid:message_id>", pooled(views.MessageDetailView.as_view()), name="message-detail"),
+    path("mailboxes/<uuid:mailbox_id>/messages/<rowid:message_id>/raw", pooled(views.MessageRawView.as_view()), name="message-raw"),
+    path("mailboxes/<uuid:mailbox_id>/outbox", pooled(views.OutboundCollectionView.as_view()), name="outbound-list"),
+    path("mailboxes/<uuid:mailbox_id>/outbox/<rowid:outbound_id>", pooled(views.OutboundDetailView.as_view()), name="outbound-detail"),
 ]

@@ -14,14 +14,13 @@ import time
 from collections import defaultdict
 
 import redis.asyncio as aioredis
-from asgiref.sync import sync_to_async as _sync_to_async
 from django.conf import settings
-from django.db import close_old_connections
 from django.http import HttpResponseNotAllowed, JsonResponse, StreamingHttpResponse
 from rest_framework import exceptions
 
 from api.authentication import BearerAuthentication, Principal
 from api.errors import error_body, json_error_response
+from api.pooling import in_pool
 from api.serializers import EventsQuerySerializer, MessageSummarySerializer, WaitQuerySerializer
 from mailboxes import selectors
 from mailboxes.errors import RelayError
@@ -34,8 +33,8 @@ logger = logging.getLogger(__name__)
 def sync_to_async(function):
     """Database work of a waiter, in the event loop's shared thread pool rather than a
     thread of the request's own: hundreds of waiters share a few threads and a few
-    database connections, instead of holding one each."""
-    return _sync_to_async(function, thread_sensitive=False)
+    database connections, instead of holding one each (api/pooling.py)."""
+    return in_pool(function)
 
 
 POLL_SECONDS = 0.5
@@ -111,7 +110,6 @@ hub = Hub()
 
 # --- the shared steps -------------------------------------------------------------------------
 def _authenticate(request) -> Principal:
-    close_old_connections()
     result = BearerAuthentication().authenticate(request)
     if result is None:
         raise exceptions.NotAuthenticated("Authentication credentials were not provided.")
@@ -132,7 +130,6 @@ def _count_after(mailbox, after: int) -> int:
 def _look(caller, mailbox_id, after: int, ascending: bool, page: int = 1, size: int = MAX_RESULTS):
     """The mailbox as it is now (expired on the spot if due: raises MailboxExpired) and
     one page of its messages after `after`."""
-    close_old_connections()
     mailbox = selectors.mailbox_get_active(caller=caller, mailbox_id=mailbox_id)
     return mailbox, _new_messages(mailbox, after, ascending=ascending, page=page, size=size)
 
