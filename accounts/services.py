@@ -117,11 +117,12 @@ def account_create_with_key(*, login: str, plan: str = Plan.FREE, email: str | N
         account, created = Account.objects.get_or_create(login=login, defaults={"plan": plan, "email": email})
         if created:
             account = account_set_status(account=account, status=AccountStatus.ACTIVE)
-        changed = [name for name, value in (("plan", plan), ("email", email)) if value and getattr(account, name) != value]
-        for name in changed:
-            setattr(account, name, plan if name == "plan" else email)
-        if changed:
-            account.save(update_fields=changed)
+        changes = {name: value for name, value in (("plan", plan), ("email", email))
+                   if value and getattr(account, name) != value}
+        if changes:
+            for name, value in changes.items():
+                setattr(account, name, value)
+            account.save(update_fields=list(changes))
         _, key = api_key_create(account=account)
     return account, key
 

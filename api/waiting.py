@@ -141,11 +141,15 @@ async def _start(request, mailbox_id, query_serializer) -> tuple[Principal, dict
     return caller, query.validated_data
 
 
-def _unauthorized(exc: exceptions.APIException) -> JsonResponse:
-    response = JsonResponse(error_body(exc.status_code, str(exc.detail)), status=exc.status_code)
-    if exc.status_code == 401:
-        response["WWW-Authenticate"] = BearerAuthentication().authenticate_header(None)
-    return response
+def _error_response(exc: Exception) -> JsonResponse:
+    """The §5 error body for what the async views can meet: bad credentials (401/403),
+    a bad query (400) or a domain error (404, 410)."""
+    if isinstance(exc, exceptions.APIException) and not isinstance(exc, exceptions.ValidationError):
+        response = JsonResponse(error_body(exc.status_code, str(exc.detail)), status=exc.status_code)
+        if exc.status_code == 401:
+            response["WWW-Authenticate"] = BearerAuthentication().authenticate_header(None)
+        return response
+    return json_error_response(exc)
 
 
 # --- GET /mailboxes/{id}/messages?wait=S&after=MID -----------------------------------------------
@@ -170,9 +174,7 @@ async def wait_for_messages(request, mailbox_id):
         finally:
             hub.unregister(mailbox_id, event)
     except (exceptions.APIException, RelayError) as exc:
-        if isinstance(exc, exceptions.APIException) and not isinstance(exc, exceptions.ValidationError):
-            return _unauthorized(exc)
-        return json_error_response(exc)
+        return _error_response(exc)
 
 
 # --- GET /mailboxes/{id}/events ----------------------------------------------------------------------
@@ -210,9 +212,7 @@ async def mailbox_events(request, mailbox_id):
         # Checked before the stream starts, so a wrong id is a plain 404/410.
         await sync_to_async(selectors.mailbox_get_active)(caller=caller, mailbox_id=mailbox_id)
     except (exceptions.APIException, RelayError) as exc:
-        if isinstance(exc, exceptions.APIException) and not isinstance(exc, exceptions.ValidationError):
-            return _unauthorized(exc)
-        return json_error_response(exc)
+        return _error_response(exc)
 
     async def stream():
         nonlocal after

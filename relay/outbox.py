@@ -157,6 +157,7 @@ def _record_sent(claim: uuid.UUID, mail_ids: list[int]) -> None:
     them to another batch). A token mail's text goes with it: the link is a credential."""
     if not mail_ids:
         return
+
     def drop_if_token(field: str) -> Case:
         return Case(When(token__isnull=False, then=Value("")), default=F(field), output_field=TextField())
 

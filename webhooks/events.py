@@ -29,6 +29,12 @@ def _message_data(message) -> dict:
             "size": message.size, "has_attachments": message.has_attachments}
 
 
+def _any_webhooks() -> bool:
+    """Whether any webhook is enabled at all: most deployments have none, and then the
+    hot paths that record events (SMTP ingest, the sweep) skip their lookups."""
+    return Webhook.objects.filter(disabled_at=None).exists()
+
+
 def _subscribers(event: str, mailboxes: dict) -> list[tuple[Webhook, Mailbox]]:
     """(webhook, mailbox) for every enabled webhook of the mailboxes' owners that wants
     `event` for that mailbox. One query, however many mailboxes."""
@@ -68,6 +74,8 @@ def record(event: str, deliveries: list[tuple[Webhook, dict]]) -> None:
 
 
 def on_messages_stored(sender, messages, **kwargs) -> None:
+    if not _any_webhooks():
+        return
     mailboxes = {mailbox.id: mailbox for mailbox in Mailbox.objects.filter(
         id__in={message.mailbox_id for message in messages}).only("id", "owner_id")}
     by_mailbox = {}
@@ -81,12 +89,16 @@ def on_messages_stored(sender, messages, **kwargs) -> None:
 
 
 def on_mailboxes_ended(sender, mailbox_ids, event, **kwargs) -> None:
+    if not _any_webhooks():
+        return
     name = WebhookEvent.MAILBOX_EXPIRED if event == "expired" else WebhookEvent.MAILBOX_DELETED
     mailboxes = {mailbox.id: mailbox for mailbox in Mailbox.objects.filter(id__in=mailbox_ids, owner__isnull=False)}
     record(name, [(webhook, {"mailbox": _mailbox_data(mailbox)}) for webhook, mailbox in _subscribers(name, mailboxes)])
 
 
 def on_cleanup_dead(sender, mailbox_id, **kwargs) -> None:
+    if not _any_webhooks():
+        return
     mailboxes = {mailbox.id: mailbox for mailbox in Mailbox.objects.filter(id=mailbox_id, owner__isnull=False)}
     record(WebhookEvent.CLEANUP_DEAD, [
         (webhook, {"mailbox": _mailbox_data(mailbox), "attempts": mailbox.cleanup_attempts,
