@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.contrib.admin import apps as admin_apps
 
 
 class ApiConfig(AppConfig):
@@ -7,3 +8,11 @@ class ApiConfig(AppConfig):
 
     name = "api"
     default_auto_field = "django.db.models.BigAutoField"
+
+
+class RelayAdminConfig(admin_apps.AdminConfig):
+    """django.contrib.admin with Relay's site (api/admin_site.py) as the default one."""
+
+    default = False  # ApiConfig stays the default config of `api`
+
+    default_site = "api.admin_site.RelayAdminSite"

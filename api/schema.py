@@ -1,5 +1,6 @@
 """What the OpenAPI schema says beyond what drf-spectacular infers: the error format on
 every operation, and list responses as the paginated envelope they are."""
+import functools
 import re
 
 from django.conf import settings
@@ -41,8 +42,6 @@ WAIT_PARAMETERS = [
     OpenApiParameter("after", {"type": "integer", "minimum": 1, "maximum": 10 ** 18 - 1},
                      description="With `wait`: only messages after this message id."),
 ]
-INCLUDE_EXPIRED = OpenApiParameter("include_expired", {"type": "string", "enum": ["true", "false"]},
-                                   description="Also list expired mailboxes.")
 
 # Sending answers 202 with the outbox entry's id: say where it can be read, so that no
 # client (or fuzzer) takes it for a received message's id.
@@ -50,8 +49,10 @@ SEND_LINKS = {"outbox": {"operationId": "outbox_get", "parameters": {
     "mailbox_id": "$request.path.mailbox_id", "outbound_id": "$response.body#/id"}}}
 
 
+@functools.cache
 def paginated(serializer_class: type[serializers.Serializer]) -> type[serializers.Serializer]:
-    """The response serializer of a list: {"count", "next", "previous", "results"}."""
+    """The response serializer of a list: {"count", "next", "previous", "results"}; one
+    class per item serializer, however many routes list it."""
     return type(f"Paginated{serializer_class.__name__.removesuffix('Serializer')}List", (serializers.Serializer,), {
         "count": serializers.IntegerField(),
         "next": serializers.URLField(allow_null=True),

@@ -1,5 +1,6 @@
 """Input and output shapes of the API. Input serializers check the format; the rules of
 the domain (TTL bounds per plan, addresses never reused) are the services' to enforce."""
+import json
 import re
 
 from django.conf import settings
@@ -11,6 +12,7 @@ from drf_spectacular.utils import extend_schema_field
 from api.schema import domain_schema, local_part_schema, ttl_bounds
 from accounts.models import LOGIN_PATTERN, Account, ApiKey
 from mailboxes.models import Mailbox
+from mailboxes.selectors import MAILBOX_ORDERINGS
 from relay.extraction import find_codes, find_links, text_of_html
 from relay.models import OutboxMail
 from webhooks.models import Webhook, WebhookDelivery, WebhookEvent
@@ -62,20 +64,35 @@ class StrictIntegerField(serializers.IntegerField):
         return super().to_internal_value(data)
 
 
-class StrictBooleanField(serializers.BooleanField):
-    """A query-string boolean: true/false/1/0 only, so `include_expired=banana` is a 400."""
+class PresentEmptyIsAValue:
+    """DRF takes a present but empty query parameter for an absent one; `?status=` or
+    `?until=` is a malformed value, not a default, and gets its 400."""
+
+    def get_value(self, dictionary):
+        if self.field_name in dictionary and dictionary.get(self.field_name) == "":
+            return ""
+        return super().get_value(dictionary)
+
+
+class StrictBooleanField(PresentEmptyIsAValue, serializers.BooleanField):
+    """A query-string boolean: true or false only, so `include_expired=banana` is a 400."""
 
     # The bools are what DRF passes for an absent parameter.
     TRUE_VALUES = {"true", True}
     FALSE_VALUES = {"false", False}
     NULL_VALUES = set()
 
-    def get_value(self, dictionary):
-        # DRF takes a present but empty parameter for an absent one; `?include_expired=`
-        # is a malformed value, not a default.
-        if self.field_name in dictionary and dictionary.get(self.field_name) == "":
-            return ""
-        return super().get_value(dictionary)
+
+class QueryChoiceField(PresentEmptyIsAValue, serializers.ChoiceField):
+    pass
+
+
+class QueryDateTimeField(PresentEmptyIsAValue, serializers.DateTimeField):
+    pass
+
+
+class QueryTextField(PresentEmptyIsAValue, OneLineField):
+    pass
 
 
 @extend_schema_field(local_part_schema())
@@ -88,7 +105,63 @@ class DomainField(StrictCharField):
     pass
 
 
-class MailboxCreateSerializer(StrictSerializer):
+# --- labels (SPEC §11) ------------------------------------------------------------------
+TAG_PATTERN = r"^[a-z0-9_-]{1,32}$"
+METADATA_MAX_BYTES = 4096
+
+
+@extend_schema_field({"type": "string", "pattern": TAG_PATTERN})
+class TagField(StrictCharField):
+    def __init__(self, **kwargs):
+        super().__init__(max_length=32, **kwargs)
+        self.validators.append(RegexValidator(TAG_PATTERN, "A tag is 1 to 32 of a-z, 0-9, '_' and '-'."))
+
+
+class TagListField(serializers.ListField):
+    """Up to 10 tags; a repeated tag counts once, and the order given is kept. The limit
+    holds for the list as sent (the schema's maxItems), repeats included."""
+
+    def __init__(self, **kwargs):
+        super().__init__(child=TagField(), max_length=10, **kwargs)
+
+    def to_internal_value(self, data):
+        # DRF checks max_length on the value returned here; the repeats must count.
+        if isinstance(data, list) and len(data) > self.max_length:
+            self.fail("max_length", max_length=self.max_length)
+        return list(dict.fromkeys(super().to_internal_value(data)))
+
+
+@extend_schema_field({"type": "object", "additionalProperties": True,
+                      "description": f"Any JSON object, at most {METADATA_MAX_BYTES} bytes serialized."})
+class MetadataField(serializers.JSONField):
+    """A JSON object, taken in as its compact JSON text (what Mailbox.metadata keeps)."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, dict):
+            raise serializers.ValidationError("metadata must be a JSON object.")
+        text = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+        size = len(text.encode())
+        if size > METADATA_MAX_BYTES:
+            raise serializers.ValidationError(f"metadata must be at most {METADATA_MAX_BYTES} bytes as JSON; "
+                                              f"this is {size}.")
+        return text
+
+    def to_representation(self, value):
+        return json.loads(value) if isinstance(value, str) else value
+
+
+class LabelsSerializer(StrictSerializer):
+    name = OneLineField(required=False, max_length=100, allow_blank=True, trim_whitespace=False,
+                        help_text="A name for the mailbox, up to 100 characters.")
+    tags = TagListField(required=False, help_text="Up to 10 tags of a-z, 0-9, '_' and '-', each at most 32.")
+    metadata = MetadataField(required=False, help_text=f"A JSON object, at most {METADATA_MAX_BYTES} bytes.")
+
+
+class MailboxPatchSerializer(LabelsSerializer):
+    pass
+
+
+class MailboxCreateSerializer(LabelsSerializer):
     local_part = LocalPartField(required=False, min_length=1, max_length=64, trim_whitespace=False,
                                 help_text="a-z, 0-9, '.', '_', '-' as a dot-atom, not a role name; random when absent.")
     domain = DomainField(required=False, min_length=1, max_length=253,
@@ -118,12 +191,38 @@ class MailboxRenewSerializer(StrictSerializer):
 
 
 class MailboxListQuerySerializer(serializers.Serializer):
-    include_expired = StrictBooleanField(required=False, default=False)
+    include_expired = StrictBooleanField(required=False, default=False, help_text="Also list expired mailboxes.")
+    status = QueryChoiceField(choices=["active", "expired"], required=False,
+                                     help_text="Only mailboxes in this status (include_expired then does not apply).")
+    tag = serializers.ListField(child=TagField(), required=False, max_length=10,
+                                help_text="Repeatable: mailboxes with every one of these tags.")
+    q = QueryTextField(required=False, max_length=100, help_text="Text found in the address or the name.")
+    created_after = QueryDateTimeField(required=False, help_text="ISO 8601.")
+    created_before = QueryDateTimeField(required=False, help_text="ISO 8601.")
+    ordering = QueryChoiceField(choices=MAILBOX_ORDERINGS, required=False, default="-created_at")
 
 
-class WaitQuerySerializer(serializers.Serializer):
-    """`?wait=S&after=MID` on the message list (SPEC §9). Query values are text, so
-    these are DRF's usual integer fields, with the bounds the schema states."""
+class MessageSearchQuerySerializer(serializers.Serializer):
+    q = QueryTextField(required=False, max_length=200,
+                       help_text='Words in the subject or text, all of them ("a phrase", or, -word work too).')
+    vars()["from"] = QueryTextField(required=False, max_length=320, source="sender",
+                                    help_text="Text in the From header or the envelope sender.")
+    subject = QueryTextField(required=False, max_length=200, help_text="Text in the subject.")
+    since = QueryDateTimeField(required=False, help_text="Received at or after this (ISO 8601).")
+    until = QueryDateTimeField(required=False, help_text="Received before this (ISO 8601).")
+    unread = StrictBooleanField(required=False, default=False, help_text="true: only messages not yet read.")
+
+    @staticmethod
+    def filters(query: dict) -> dict:
+        """The validated query as mailboxes.selectors.message_search's keywords."""
+        return {"words": query.get("q", ""), "sender": query.get("sender", ""), "subject": query.get("subject", ""),
+                "since": query.get("since"), "until": query.get("until"), "unread": query["unread"]}
+
+
+class WaitQuerySerializer(MessageSearchQuerySerializer):
+    """`?wait=S&after=MID` on the message list (SPEC §9), with the list's search filters
+    (waiting for the first new message that matches). Query values are text, so these
+    are DRF's usual integer fields, with the bounds the schema states."""
 
     wait = serializers.IntegerField(min_value=0, max_value=60)
     after = serializers.IntegerField(min_value=1, max_value=10 ** 18 - 1, required=False)
@@ -136,9 +235,13 @@ class EventsQuerySerializer(serializers.Serializer):
 
 
 class MailboxSerializer(serializers.ModelSerializer):
+    tags = serializers.ListField(child=serializers.CharField())
+    metadata = MetadataField()
+
     class Meta:
         model = Mailbox
-        fields = ["id", "address", "status", "created_at", "expires_at", "expired_at", "message_count"]
+        fields = ["id", "address", "status", "created_at", "expires_at", "expired_at", "message_count", "name", "tags",
+                  "metadata"]
 
 
 class MailboxCreatedSerializer(MailboxSerializer):
@@ -152,6 +255,7 @@ class MailboxCreatedSerializer(MailboxSerializer):
 
 class MessageSummarySerializer(serializers.Serializer):
     id = serializers.IntegerField()
+    mailbox_id = serializers.UUIDField()
     # "from" is a Python keyword, so it is declared through the class namespace.
     vars()["from"] = serializers.CharField(source="from_header")
     to = serializers.CharField(source="to_header")
@@ -338,16 +442,27 @@ class EmptySerializer(StrictSerializer):
 
 
 # --- webhooks (SPEC §9) -------------------------------------------------------------------
-@extend_schema_field({"type": "string", "format": "uri", "maxLength": 2000, "pattern": "^https?://"})
+# A webhook URL, as a pattern a client (or a fuzzer) can read and the server checks as is:
+# http(s), optional credentials, a host that is localhost, an IPv4 address or names
+# ending in a top-level domain of 2 to 63 letters, an optional port, and no whitespace.
+_OCTET = r"(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
+WEBHOOK_URL_PATTERN = (r"^[Hh][Tt][Tt][Pp][Ss]?://([^\s:@/]+(:[^\s:@/]*)?@)?"
+                       rf"(localhost|{_OCTET}(\.{_OCTET}){{3}}|([A-Za-z0-9]([A-Za-z0-9-]{{0,61}}[A-Za-z0-9])?\.)+[A-Za-z]{{2,63}}\.?)"
+                       r"(:[0-9]{1,5})?([/?#][^\s]*)?$")
+
+
+@extend_schema_field({"type": "string", "format": "uri", "maxLength": 2000, "pattern": WEBHOOK_URL_PATTERN})
 class WebhookUrlField(StrictCharField):
     def __init__(self, **kwargs):
         super().__init__(max_length=2000, **kwargs)
 
     def to_internal_value(self, data):
         value = super().to_internal_value(data)
-        serializers.URLField().run_validators(value)
-        if not value.lower().startswith(("http://", "https://")):
-            raise serializers.ValidationError("The URL must be http:// or https://.")
+        # The schema's pattern is the rule, so a client and the server never disagree.
+        if not re.fullmatch(WEBHOOK_URL_PATTERN, value):
+            raise serializers.ValidationError(
+                "Enter an http:// or https:// URL whose host is a name with a top-level domain, an IPv4 address "
+                "or localhost.")
         return value
 
 

@@ -50,6 +50,7 @@ urlpatterns = [
     path("webhooks/<rowid:webhook_id>/deliveries", pooled(webhook_views.WebhookDeliveriesView.as_view()),
          name="webhook-deliveries"),
     path("mailboxes", pooled(views.MailboxCollectionView.as_view()), name="mailbox-list"),
+    path("messages", pooled(views.MessageSearchView.as_view()), name="message-search"),
     path("mailboxes/<uuid:mailbox_id>", pooled(views.MailboxDetailView.as_view()), name="mailbox-detail"),
     path("mailboxes/<uuid:mailbox_id>/renew", pooled(views.MailboxRenewView.as_view()), name="mailbox-renew"),
     path("mailboxes/<uuid:mailbox_id>/messages", message_collection, name="message-list"),

@@ -10,14 +10,16 @@ from rest_framework.views import APIView
 
 from api.authentication import AnonymousCreateThrottle, caller_of
 from api.pagination import RelayPagination
-from api.schema import INCLUDE_EXPIRED, PAGE_PARAMETERS, WAIT_PARAMETERS, paginated
+from api.schema import PAGE_PARAMETERS, WAIT_PARAMETERS, paginated
 from api.serializers import (
     MailboxCreatedSerializer,
     MailboxCreateSerializer,
     MailboxListQuerySerializer,
+    MailboxPatchSerializer,
     MailboxRenewSerializer,
     MailboxSerializer,
     MessageDetailSerializer,
+    MessageSearchQuerySerializer,
     MessageSummarySerializer,
     OutboundSerializer,
     SendAcceptedSerializer,
@@ -26,6 +28,7 @@ from api.serializers import (
 from mailboxes import selectors, services
 from mailboxes.ending import mailbox_delete
 from mailboxes.errors import NotFound
+from mailboxes.services import LABEL_FIELDS
 from relay.outbound import outbound_get, outbound_list, outbound_queue
 from relay.provisioning import mailbox_create
 
@@ -57,6 +60,7 @@ class IndexView(APIView):
             "schema": link(reverse("schema")),
             "routes": {
                 "mailboxes": link(reverse("mailbox-list")),
+                "search": link(reverse("message-search")),
                 "mailbox": link("/api/v1/mailboxes/{mailbox_id}"),
                 "renew": link("/api/v1/mailboxes/{mailbox_id}/renew"),
                 "messages": link("/api/v1/mailboxes/{mailbox_id}/messages"),
@@ -100,13 +104,16 @@ class MailboxCollectionView(APIView):
         return []
 
     @extend_schema(
-        operation_id="mailboxes_list", summary="List your mailboxes, newest first",
-        parameters=[INCLUDE_EXPIRED, *PAGE_PARAMETERS],
+        operation_id="mailboxes_list", summary="List your mailboxes, filtered; newest first unless ordered otherwise",
+        parameters=[MailboxListQuerySerializer, *PAGE_PARAMETERS],
         responses=paginated(MailboxSerializer),
     )
     def get(self, request):
         query = _valid(MailboxListQuerySerializer, request.query_params)
-        mailboxes = selectors.mailbox_list(caller=request.user, include_expired=query["include_expired"])
+        mailboxes = selectors.mailbox_list(
+            caller=request.user, include_expired=query["include_expired"], status=query.get("status"),
+            tags=query.get("tag", []), text=query.get("q", ""), created_after=query.get("created_after"),
+            created_before=query.get("created_before"), ordering=query["ordering"])
         return _paginated(request, self, mailboxes, MailboxSerializer)
 
     @extend_schema(operation_id="mailboxes_create", summary="Create a mailbox (anonymously: free plan, returns a token)",
@@ -117,7 +124,8 @@ class MailboxCollectionView(APIView):
         # A mailbox token does not make its holder an owner: it creates anonymously.
         mailbox, token = mailbox_create(caller=caller if caller and not caller.is_anonymous else None,
                                         local_part=body.get("local_part"), domain=body.get("domain"),
-                                        ttl_ms=body.get("ttl_ms"))
+                                        ttl_ms=body.get("ttl_ms"),
+                                        labels={field: body[field] for field in LABEL_FIELDS if field in body})
         data = MailboxSerializer(mailbox).data
         if token:
             data["token"] = token
@@ -129,6 +137,13 @@ class MailboxDetailView(APIView):
     def get(self, request, mailbox_id):
         mailbox = selectors.mailbox_get(caller=request.user, mailbox_id=mailbox_id)
         return Response(MailboxSerializer(mailbox).data)
+
+    @extend_schema(operation_id="mailboxes_update", summary="Set the name, tags or metadata (each given field replaced)",
+                   request=MailboxPatchSerializer, responses=MailboxSerializer)
+    def patch(self, request, mailbox_id):
+        mailbox = selectors.mailbox_get_active(caller=request.user, mailbox_id=mailbox_id)
+        labels = _valid(MailboxPatchSerializer, request.data)
+        return Response(MailboxSerializer(services.mailbox_label(mailbox=mailbox, labels=labels)).data)
 
     @extend_schema(operation_id="mailboxes_delete", summary="Delete a mailbox: it stops receiving and is deprovisioned", responses={204: None})
     def delete(self, request, mailbox_id):
@@ -163,16 +178,34 @@ class MailboxRowsView(APIView):
         return _paginated(request, self, self.rows(mailbox), self.serializer_class)
 
 
+def _message_search(request, view, mailbox=None) -> Response:
+    search = MessageSearchQuerySerializer.filters(_valid(MessageSearchQuerySerializer, request.query_params))
+    messages = selectors.message_search(caller=request.user, mailbox=mailbox, **search)
+    with selectors.words_search_plan(search["words"]):
+        return _paginated(request, view, messages, MessageSummarySerializer)
+
+
+class MessageSearchView(APIView):
+    @extend_schema(operation_id="messages_search",
+                   summary="Search the messages of all your mailboxes (expired ones too, while kept), newest first",
+                   parameters=[MessageSearchQuerySerializer, *PAGE_PARAMETERS],
+                   responses=paginated(MessageSummarySerializer))
+    def get(self, request):
+        return _message_search(request, self)
+
+
 @extend_schema_view(get=extend_schema(
     operation_id="messages_list",
-    summary="List received messages, newest first; with `wait`, hold the request until one arrives",
-    parameters=[*PAGE_PARAMETERS, *WAIT_PARAMETERS], responses=paginated(MessageSummarySerializer)))
+    summary="List received messages, filtered, newest first; with `wait`, hold the request until one arrives",
+    parameters=[MessageSearchQuerySerializer, *PAGE_PARAMETERS, *WAIT_PARAMETERS],
+    responses=paginated(MessageSummarySerializer)))
 class MessageCollectionView(MailboxRowsView):
     serializer_class = MessageSummarySerializer
     live_only = True
 
-    def rows(self, mailbox):
-        return selectors.message_list(mailbox=mailbox)
+    def get(self, request, mailbox_id):
+        mailbox = selectors.mailbox_get_active(caller=request.user, mailbox_id=mailbox_id)
+        return _message_search(request, self, mailbox)
 
     @extend_schema(operation_id="messages_send", summary="Send a message from this mailbox (needs an API key)",
                    request=SendSerializer, responses={202: SendAcceptedSerializer})

@@ -116,22 +116,31 @@ def _authenticate(request) -> Principal:
     return result[0]
 
 
-def _new_messages(mailbox, after: int, *, ascending: bool, page: int = 1, size: int = MAX_RESULTS) -> list[dict]:
-    rows = selectors.message_list(mailbox=mailbox).filter(id__gt=after)
+def _messages_after(mailbox, after: int, search: dict):
+    return selectors.message_search(caller=None, mailbox=mailbox, **search).filter(id__gt=after)
+
+
+def _new_messages(mailbox, after: int, *, ascending: bool, page: int = 1, size: int = MAX_RESULTS,
+                  search: dict | None = None) -> list[dict]:
+    search = search or {}
+    rows = _messages_after(mailbox, after, search)
     rows = rows.order_by("id") if ascending else rows
     start = (page - 1) * size
-    return MessageSummarySerializer(list(rows[start:start + size]), many=True).data
+    with selectors.words_search_plan(search.get("words", "")):
+        return MessageSummarySerializer(list(rows[start:start + size]), many=True).data
 
 
-def _count_after(mailbox, after: int) -> int:
-    return selectors.message_list(mailbox=mailbox).filter(id__gt=after).count()
+def _count_after(mailbox, after: int, search: dict) -> int:
+    with selectors.words_search_plan(search.get("words", "")):
+        return _messages_after(mailbox, after, search).count()
 
 
-def _look(caller, mailbox_id, after: int, ascending: bool, page: int = 1, size: int = MAX_RESULTS):
+def _look(caller, mailbox_id, after: int, ascending: bool, page: int = 1, size: int = MAX_RESULTS,
+          search: dict | None = None):
     """The mailbox as it is now (expired on the spot if due: raises MailboxExpired) and
-    one page of its messages after `after`."""
+    one page of its messages after `after` that match `search` (message_search's filters)."""
     mailbox = selectors.mailbox_get_active(caller=caller, mailbox_id=mailbox_id)
-    return mailbox, _new_messages(mailbox, after, ascending=ascending, page=page, size=size)
+    return mailbox, _new_messages(mailbox, after, ascending=ascending, page=page, size=size, search=search)
 
 
 async def _start(request, mailbox_id, query_serializer) -> tuple[Principal, dict]:
@@ -154,20 +163,22 @@ def _error_response(exc: Exception) -> JsonResponse:
 
 # --- GET /mailboxes/{id}/messages?wait=S&after=MID -----------------------------------------------
 async def wait_for_messages(request, mailbox_id):
-    """Messages after `after` (all when absent), newest first, held up to `wait` seconds
-    until there is one. 410 if the mailbox expires meanwhile, 404 if it is deleted."""
+    """Messages after `after` (all when absent) that match the search filters, newest
+    first, held up to `wait` seconds until there is one. 410 if the mailbox expires
+    meanwhile, 404 if it is deleted."""
     try:
         caller, query = await _start(request, mailbox_id, WaitQuerySerializer)
         after = query.get("after") or 0
+        search = WaitQuerySerializer.filters(query)
         deadline = time.monotonic() + query["wait"]
         event = hub.register(mailbox_id)
         try:
             while True:
                 mailbox, results = await sync_to_async(_look)(caller, mailbox_id, after, False, query["page"],
-                                                               query["page_size"])
+                                                               query["page_size"], search)
                 left = deadline - time.monotonic()
                 if results or left <= 0:
-                    count = await sync_to_async(_count_after)(mailbox, after)
+                    count = await sync_to_async(_count_after)(mailbox, after, search)
                     return JsonResponse({"count": count, "next": None, "previous": None, "results": results})
                 until_expiry = (mailbox.expires_at.timestamp() - time.time()) + 0.05
                 await hub.wait(event, min(left, max(until_expiry, 0.0)))

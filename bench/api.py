@@ -17,7 +17,8 @@ PORT = 8765
 
 
 def wrk(path: str, *, key: str, seconds: int, connections: int, script: str | None = None) -> dict:
-    args = ["wrk", "-t", "2", "-c", str(connections), "-d", f"{seconds}s", "--latency",
+    # wrk wants at least one connection per thread.
+    args = ["wrk", "-t", str(min(2, connections)), "-c", str(connections), "-d", f"{seconds}s", "--latency",
             "-H", f"Authorization: Bearer {key}"]
     if script:
         args += ["-s", script]

@@ -3,9 +3,10 @@ Prints messages per second stored (each readable through the API once DATA is an
 250), and the ratio to a bare aiosmtpd server that discards every message, measured in
 the same run. Also the SMTP process's RSS before and after.
 
-    scripts/bench.sh smtp_ingest [--messages 4000] [--connections 8]
+    scripts/bench.sh smtp_ingest [--messages 4000] [--connections 8] [--processes N]
 """
 import argparse
+import os
 import smtplib
 import sys
 import threading
@@ -71,6 +72,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=4000)
     parser.add_argument("--connections", type=int, default=8)
+    parser.add_argument("--processes", type=int, default=None,
+                        help="runsmtp --processes (default: runsmtp's own, one per core)")
     args = parser.parse_args()
     fresh_database()
     setup_django()
@@ -84,7 +87,8 @@ def main() -> None:
                                 ttl_ms=3_600_000)[0].address for _ in range(50)]
 
     bare = spawn("smtp-bare", [sys.executable, "-c", BARE_SERVER], ready="ready")
-    relay = spawn("smtp-relay", [sys.executable, "manage.py", "runsmtp", "--port", str(RELAY_PORT)],
+    processes = ["--processes", str(args.processes)] if args.processes else []
+    relay = spawn("smtp-relay", [sys.executable, "manage.py", "runsmtp", "--port", str(RELAY_PORT), *processes],
                   env={"RELAY_LOG_LEVEL": "WARNING"}, ready="Relay SMTP on")
     wait_until(lambda: _answers(RELAY_PORT), 30, "runsmtp")
     try:
@@ -99,7 +103,9 @@ def main() -> None:
         stop(relay, bare)
     expected = 200 + args.messages // args.connections * args.connections
     assert stored == expected, f"{stored} messages stored, {expected} accepted"
-    figures = (f"{args.messages:,} × 10 KB over {args.connections} connections: runsmtp {relay_rate:.0f} msg/s stored vs "
+    figures = (f"{args.messages:,} × 10 KB over {args.connections} connections: runsmtp "
+               f"({args.processes or os.cpu_count()} process{'es' if (args.processes or os.cpu_count()) > 1 else ''}) "
+               f"{relay_rate:.0f} msg/s stored vs "
                f"bare aiosmtpd {bare_rate:.0f} msg/s = ratio **{relay_rate / bare_rate:.2f}**; "
                f"SMTP RSS {rss_before:.0f} → {rss_after:.0f} MiB")
     record("smtp_ingest", command_line(), figures)

@@ -4,7 +4,7 @@ import os
 import time
 
 from celery import Celery
-from celery.signals import after_setup_logger
+from celery.signals import after_setup_logger, task_failure, task_retry, task_success
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
@@ -26,6 +26,23 @@ def _quieter_task_logs(logger=None, loglevel=None, **kwargs) -> None:
     if not settings.RELAY_LOG_TASKS:
         for name in ("celery.app.trace", "celery.worker.strategy"):
             logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def _count_task(outcome: str):
+    def count(sender=None, **kwargs) -> None:
+        from relay.metrics import TASKS
+
+        name = getattr(sender, "name", None) or getattr(kwargs.get("request"), "task", None) or "unknown"
+        TASKS.labels(name, outcome).inc()
+    return count
+
+
+# Task runs by outcome for /metrics: success, failure (gave up or raised), retry (will
+# run again). The receivers are kept referenced: signals hold them weakly.
+_task_counters = {signal: _count_task(outcome) for signal, outcome in
+                  ((task_success, "success"), (task_failure, "failure"), (task_retry, "retry"))}
+for _signal, _receiver in _task_counters.items():
+    _signal.connect(_receiver)
 
 
 # A broker that cannot say how long a queue is gets one warning a minute, not one a sweep.

@@ -4,6 +4,7 @@ Each value is parsed strictly: a value that cannot be used stops start-up with a
 ImproperlyConfigured error that names the variable, instead of a confusing failure later.
 """
 import hashlib
+import os
 from datetime import timedelta
 from pathlib import Path
 
@@ -72,7 +73,8 @@ if not DEBUG and (SECRET_KEY == DEV_SECRET_KEY or len(SECRET_KEY) < 50 or len(se
 ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]", "testserver"])
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    # django.contrib.admin, with the operator's first screen as its index (api/admin_site.py).
+    "api.apps.RelayAdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -369,6 +371,20 @@ RELAY_BACKEND_MAX_CONCURRENT = _int("RELAY_BACKEND_MAX_CONCURRENT", 4, minimum=1
 # later, unattempted), and how long a slot a killed worker held stays taken.
 RELAY_BACKEND_SLOT_WAIT_SECONDS = _int("RELAY_BACKEND_SLOT_WAIT_SECONDS", 2)
 RELAY_BACKEND_SLOT_HOLD_SECONDS = _int("RELAY_BACKEND_SLOT_HOLD_SECONDS", 60, minimum=1)
+
+# --- Health and metrics (SPEC §10; api/health.py, api/metrics.py) --------------------------
+# prometheus_client's multiprocess mode: every process of one host writes its counters to
+# files in this directory and /metrics sums them. Empty it when the host's processes
+# start (run.sh does; docker-compose mounts a tmpfs). Unset: each process counts alone.
+PROMETHEUS_MULTIPROC_DIR = env.str("PROMETHEUS_MULTIPROC_DIR", default="")
+if PROMETHEUS_MULTIPROC_DIR and not os.path.isdir(PROMETHEUS_MULTIPROC_DIR):
+    raise ImproperlyConfigured(
+        f"PROMETHEUS_MULTIPROC_DIR={PROMETHEUS_MULTIPROC_DIR!r} is not a directory; create it before starting Relay")
+# The gauges read from the database (and the admin's first screen) are this many seconds
+# old at most: one scrape in that time pays for the counts, the rest read the cache.
+RELAY_METRICS_CACHE_SECONDS = _int("RELAY_METRICS_CACHE_SECONDS", 15)
+# When set, /metrics wants "Authorization: Bearer <this>" (Prometheus' bearer_token).
+RELAY_METRICS_TOKEN = env.str("RELAY_METRICS_TOKEN", default="")
 
 # --- Webhooks (SPEC §9) ------------------------------------------------------------------
 RELAY_WEBHOOK_TIMEOUT_SECONDS = _int("RELAY_WEBHOOK_TIMEOUT_SECONDS", 10, minimum=1)

@@ -3,12 +3,7 @@ from django.urls import include, path
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from api import health, pages
-
-# The operator's admin: titled, and without the side navigation, so that the lists (the
-# dead letters above all) fit a 1280 px window without scrolling sideways.
-admin.site.site_header = admin.site.site_title = "Relay administration"
-admin.site.enable_nav_sidebar = False
+from api import health, metrics, pages
 
 urlpatterns = [
     # The site root (and the admin's "View site") shows the API docs.
@@ -16,6 +11,7 @@ urlpatterns = [
     path("api/", RedirectView.as_view(pattern_name="docs")),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
+    path("metrics", metrics.metrics, name="metrics"),
     path("api/v1/", include("api.urls")),
     # The links in activation and recovery mails (site root, short, as mailed).
     path("activate/<str:link_token>", pages.activate_page, name="activate-page"),

@@ -52,10 +52,16 @@ class CleanupStateFilter(admin.SimpleListFilter):
     title = "cleanup state"
     parameter_name = "cleanup_state"
 
+    # Pending and running together: every cleanup still owed (the first screen links here).
+    OWED = "owed"
+
     def lookups(self, request, model_admin):
-        return [(state.value, state.label) for state in CleanupState if state != CleanupState.NONE]
+        return [(self.OWED, "owed (pending or running)")] + [
+            (state.value, state.label) for state in CleanupState if state != CleanupState.NONE]
 
     def queryset(self, request, queryset):
+        if self.value() == self.OWED:
+            return queryset.filter(cleanup_state__in=(CleanupState.PENDING, CleanupState.RUNNING))
         return queryset.filter(cleanup_state=self.value()) if self.value() else queryset
 
 

@@ -130,6 +130,8 @@ def _record_outcome(mailbox_id, claim: uuid.UUID, state: CleanupState, *, error:
     changes = {"cleanup_state": state, "cleanup_lease_until": None, "cleanup_claim": None}
     if state == CleanupState.DONE:
         changes["cleanup_done_at"] = timezone.now()
+    elif state == CleanupState.DEAD:
+        changes["cleanup_dead_at"] = timezone.now()
     if error:
         changes["cleanup_last_error"] = error[:2000]
     # Only the runner still holding the cleanup records the outcome: if its lease lapsed

@@ -1,13 +1,17 @@
 """What an operator does to cleanups: requeue dead letters, count things."""
 import logging
 import uuid
+from collections import Counter
+from datetime import datetime, timedelta
 
 from django.db import transaction
-from django.db.models import Count
+from django.db.models import Count, Min
+from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
 from mailboxes.ending import cleanup_pending_fields, publish_after_commit
 from mailboxes.models import CleanupState, Mailbox, MailboxStatus
+from mailboxes.selectors import mailbox_counts
 
 logger = logging.getLogger(__name__)
 
@@ -32,15 +36,39 @@ def cleanup_requeue(*, mailbox_ids: list) -> list:
 
 
 def expiry_stats() -> dict:
-    statuses = dict(Mailbox.objects.values_list("status").annotate(n=Count("id")).order_by())
-    cleanups = dict(Mailbox.objects.exclude(cleanup_state=CleanupState.NONE)
-                    .values_list("cleanup_state").annotate(n=Count("id")).order_by())
+    """What `expirystats` prints: mailboxes by status, cleanups by state."""
+    statuses, cleanups = Counter(), Counter()
+    for (status, cleanup_state), n in mailbox_counts().items():
+        statuses[status] += n
+        cleanups[cleanup_state] += n
     return {
-        "mailboxes": {status.value: statuses.get(status, 0) for status in REPORTED_STATUSES},
+        "mailboxes": {status.value: statuses[status] for status in REPORTED_STATUSES},
         "cleanup": {
             # A running cleanup is still owed.
-            "pending": cleanups.get(CleanupState.PENDING, 0) + cleanups.get(CleanupState.RUNNING, 0),
-            "done": cleanups.get(CleanupState.DONE, 0),
-            "dead": cleanups.get(CleanupState.DEAD, 0),
+            "pending": cleanups[CleanupState.PENDING] + cleanups[CleanupState.RUNNING],
+            "done": cleanups[CleanupState.DONE],
+            "dead": cleanups[CleanupState.DEAD],
         },
     }
+
+
+def cleanup_oldest_owed_since() -> datetime | None:
+    """When the longest-waiting owed cleanup was last queued (None when none is owed):
+    read off the partial index of owed cleanups, however many have settled."""
+    owed = Mailbox.objects.filter(cleanup_state__in=(CleanupState.PENDING, CleanupState.RUNNING))
+    return owed.aggregate(oldest=Min("cleanup_queued_at"))["oldest"]
+
+
+def cleanups_per_minute(*, now: datetime, minutes: int = 60) -> list[dict]:
+    """Cleanups done and dead in each of the last `minutes` whole minutes, oldest first,
+    the current minute last (partial)."""
+    first = now.replace(second=0, microsecond=0) - timedelta(minutes=minutes - 1)
+
+    def per_minute(field: str) -> dict:
+        rows = (Mailbox.objects.filter(**{f"{field}__gte": first}).order_by()
+                .annotate(minute=TruncMinute(field)).values_list("minute").annotate(n=Count("id")))
+        return dict(rows)
+
+    done, dead = per_minute("cleanup_done_at"), per_minute("cleanup_dead_at")
+    minutes_shown = (first + timedelta(minutes=i) for i in range(minutes))
+    return [{"minute": minute, "done": done.get(minute, 0), "dead": dead.get(minute, 0)} for minute in minutes_shown]

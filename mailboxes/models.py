@@ -2,6 +2,7 @@
 what each plan allows them. Who owns them is accounts/."""
 import uuid
 
+from django.contrib.postgres.search import SearchVectorField
 from django.db import models
 from django.db.models import Q
 
@@ -76,6 +77,12 @@ class Mailbox(models.Model):
     # The bytes of the messages it holds (each counted in full, shared or not), kept in
     # step the same way: the plan's storage quota is checked against it.
     stored_bytes = models.PositiveBigIntegerField(default=0)
+    # The owner's labels (SPEC §11): set at creation or by PATCH, filtered on by the list.
+    name = models.CharField(max_length=100, blank=True, default="")
+    tags = models.JSONField(default=list, blank=True)
+    # A JSON object kept as its JSON text: PostgreSQL's jsonb cannot hold the NUL
+    # character that a JSON string may, and the owner's metadata is returned as given.
+    metadata = models.TextField(default="{}", blank=True)
     # The mail backend's id for this mailbox's principal (Stalwart account id).
     backend_id = models.CharField(max_length=100, blank=True, default="")
 
@@ -101,6 +108,8 @@ class Mailbox(models.Model):
     cleanup_attempts = models.PositiveIntegerField(default=0)
     cleanup_last_error = models.TextField(blank=True, default="")
     cleanup_done_at = models.DateTimeField(null=True, blank=True)
+    # When the cleanup last became a dead letter (the admin's chart counts them per minute).
+    cleanup_dead_at = models.DateTimeField(null=True, blank=True)
 
     objects = MailboxQuerySet.as_manager()
 
@@ -126,6 +135,11 @@ class Mailbox(models.Model):
             # The retention purge, one per way a mailbox ends.
             models.Index(fields=["expired_at"], condition=Q(status="expired"), name="mailbox_expired_at"),
             models.Index(fields=["deleted_at"], condition=Q(status="deleted"), name="mailbox_deleted_at"),
+            # The admin's chart of cleanups done and dead per minute over the last hour.
+            models.Index(fields=["cleanup_done_at"], condition=Q(cleanup_done_at__isnull=False),
+                         name="mailbox_cleanup_done_at"),
+            models.Index(fields=["cleanup_dead_at"], condition=Q(cleanup_dead_at__isnull=False),
+                         name="mailbox_cleanup_dead_at"),
         ]
 
     def __str__(self) -> str:
@@ -146,6 +160,14 @@ class MessageContent(models.Model):
     # are whole, the parsed fields hold what was read before the cap.
     parsed_fully = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # The words of the subject and text for `q` (SPEC §11): PostgreSQL's to_tsvector with
+    # the `simple` configuration, so codes and words of any language match as written.
+    # Here, not on each Message, because every recipient of one DATA has the same subject
+    # and text: 50 recipients share one word list, as they share the bytes. Written at
+    # ingest (mailboxes.services.content_index_words); null on SQLite, where `q` is a
+    # substring match. Its GIN index is made by migration on PostgreSQL only, so it is
+    # not declared here.
+    words = SearchVectorField(null=True, blank=True)
 
 
 class Message(models.Model):

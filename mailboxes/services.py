@@ -9,7 +9,8 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import F
+from django.contrib.postgres.search import SearchVector
+from django.db.models import F, Value
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
@@ -69,12 +70,14 @@ def _reserve_address(*, local_part: str | None, domain: str) -> str:
 
 
 def mailbox_insert(*, caller: Caller | None, local_part: str | None, domain: str | None,
-                          ttl_ms: int | None, lease_seconds: float, active: bool = False) -> tuple[Mailbox, str | None]:
+                   ttl_ms: int | None, lease_seconds: float, active: bool = False,
+                   labels: dict | None = None) -> tuple[Mailbox, str | None]:
     """The one way a mailbox row comes to be. Reserve the address and write the mailbox
     as `provisioning`, leased for
     `lease_seconds`, before anything is asked of the mail backend: whatever happens to
     the caller after this, the row is there to own (and clean up) what the backend makes.
     With `active`, for a backend that keeps no accounts, it is written active at once.
+    `labels`: its name, tags and metadata (SPEC §11), as the API validated them.
     Returns it and, for an anonymous caller, the token that authorizes it (shown once)."""
     owner = caller.owner if caller else None
     plan = caller.plan if caller else Plan.FREE
@@ -90,6 +93,7 @@ def mailbox_insert(*, caller: Caller | None, local_part: str | None, domain: str
             owner=owner, address=address, token_hash=token_hash, expires_at=now + timedelta(milliseconds=ttl_ms),
             status=MailboxStatus.ACTIVE if active else MailboxStatus.PROVISIONING,
             provision_lease_until=None if active else now + timedelta(seconds=lease_seconds),
+            **(labels or {}),
         )
     if active:
         logger.info("created mailbox %s (%s) expiring at %s", mailbox.id, address, mailbox.expires_at.isoformat())
@@ -150,3 +154,33 @@ def message_delete(*, mailbox: Mailbox, message_id: int) -> bool:
             message_count=F("message_count") - 1, stored_bytes=Greatest(F("stored_bytes") - message.size, 0))
         MessageContent.objects.filter(id=message.content_id, messages__isnull=True).delete()
     return True
+
+
+# The fields a PATCH may change (SPEC §11).
+LABEL_FIELDS = ("name", "tags", "metadata")
+
+
+def mailbox_label(*, mailbox: Mailbox, labels: dict) -> Mailbox:
+    """Set some of a mailbox's name, tags and metadata; each given field is replaced
+    whole. Only the given fields are written, so two PATCHes of different fields at once
+    both stand. Raises MailboxExpired if it stopped being active meanwhile."""
+    changes = {field: labels[field] for field in LABEL_FIELDS if field in labels}
+    if changes and not Mailbox.objects.filter(id=mailbox.id, status=MailboxStatus.ACTIVE).update(**changes):
+        raise MailboxExpired()
+    for field, value in changes.items():
+        setattr(mailbox, field, value)
+    return mailbox
+
+
+# The text a message's words are taken from stops here: a 10 MB body would make a
+# tsvector past PostgreSQL's 1 MB limit, and nobody searches that deep.
+WORDS_TEXT_MAX = 100_000
+
+
+def content_words(*, subject: str, text: str):
+    """What MessageContent.words is written as, in the content's own INSERT: the words of
+    the subject and text (which every recipient of one DATA shares), computed by
+    PostgreSQL. None on SQLite, which matches `q` as a substring."""
+    if connection.vendor != "postgresql":
+        return None
+    return SearchVector(Value(subject), Value(text[:WORDS_TEXT_MAX]), config="simple")

@@ -9,20 +9,31 @@ Two sorted sets in Redis, checked and taken in one Lua script (atomic, on Redis'
   (longer than any call's timeout) and the slot comes back.
 - starts: one member per call started in the last minute, scored by when it started.
 
-Without Redis (the embedded defaults, whose local backend makes no calls) there is no
-limit, and a warning says so when a backend that makes calls is configured."""
-import logging
+Without Redis the same two sets are rows of one table (BackendCallSlot), taken under a
+lock that serialises the takers: a PostgreSQL advisory lock, or SQLite's one writer.
+That costs a few round trips more than Redis, which no backend call notices.
+
+Waiting for a slot is not a retry (SPEC §10): `slot()` raises NoBackendSlot, and the
+callers give the attempt back."""
 import time
 import uuid
 from contextlib import contextmanager
+from datetime import timedelta
 
 import redis
 from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
 
+from relay import metrics
 from relay.backends import NoBackendSlot
+from relay.models import BackendCallSlot
 
-logger = logging.getLogger(__name__)
-
+# A call counts against the minute for a little more than a minute: the backend starts
+# its own minute when the request reaches it, a moment after the slot was taken here, so
+# a window of exactly 60 s would let the 1001st call in while the backend still counts
+# the first. Half a second costs under 1 % of the rate.
+WINDOW_MS = 60_500
 KEY_HOLDERS = "relay:backend:holders"
 KEY_STARTS = "relay:backend:starts"
 # Returns {1, 0} when a slot was taken, or {0, ms} with the wait until one might free.
@@ -30,31 +41,41 @@ TAKE_SLOT = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local token, hold_ms = ARGV[1], tonumber(ARGV[2])
-local max_concurrent, max_per_minute = tonumber(ARGV[3]), tonumber(ARGV[4])
+local max_concurrent, max_per_minute, window_ms = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local busy_wait_ms = tonumber(ARGV[6])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - 60000)
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - window_ms)
 if redis.call('ZCARD', KEYS[1]) >= max_concurrent then
-  return {0, 20}
+  return {0, busy_wait_ms}
 end
 if redis.call('ZCARD', KEYS[2]) >= max_per_minute then
   local oldest = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-  return {0, math.max(1, tonumber(oldest[2]) + 60000 - now)}
+  return {0, math.max(1, tonumber(oldest[2]) + window_ms - now)}
 end
 redis.call('ZADD', KEYS[1], now + hold_ms, token)
 redis.call('ZADD', KEYS[2], now, token)
 redis.call('PEXPIRE', KEYS[1], hold_ms + 60000)
-redis.call('PEXPIRE', KEYS[2], 120000)
+redis.call('PEXPIRE', KEYS[2], window_ms * 2)
 return {1, 0}
 """
 
 
-class BackendLimiter:
-    def __init__(self, url: str, *, max_concurrent: int, max_per_minute: int, hold_seconds: float) -> None:
-        self.client = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
-        self.take = self.client.register_script(TAKE_SLOT)
+class Limiter:
+    """What both forms share: wait for a slot up to a deadline, hold it for one call."""
+
+    # How long to wait before asking again when every slot is held (a call frees one).
+    BUSY_WAIT_MS = 20
+
+    def __init__(self, *, max_concurrent: int, max_per_minute: int, hold_seconds: float) -> None:
         self.max_concurrent, self.max_per_minute = max_concurrent, max_per_minute
         self.hold_ms = int(hold_seconds * 1000)
-        self.waits = 0  # how many times a call had to wait (for the logs and metrics)
+
+    def try_take(self, token: str) -> tuple[bool, int]:
+        """Take a slot for `token`, or say how many milliseconds until one might free."""
+        raise NotImplementedError
+
+    def release(self, token: str) -> None:
+        raise NotImplementedError
 
     @contextmanager
     def slot(self, *, max_wait: float):
@@ -63,45 +84,86 @@ class BackendLimiter:
         deadline = time.monotonic() + max_wait
         waited = False
         while True:
-            taken, wait_ms = self.take(keys=[KEY_HOLDERS, KEY_STARTS],
-                                       args=[token, self.hold_ms, self.max_concurrent, self.max_per_minute])
+            taken, wait_ms = self.try_take(token)
             if taken:
                 break
             if not waited:
                 waited = True
-                self.waits += 1
+                metrics.LIMITER_WAITS.inc()
             left = deadline - time.monotonic()
             if left <= 0 or wait_ms / 1000 > left:
+                metrics.LIMITER_GAVE_UP.inc()
                 raise NoBackendSlot("no backend call slot free (Relay's own limit)", retry_after=max(wait_ms / 1000, 0.5))
             time.sleep(min(wait_ms / 1000, left))
         try:
             yield
         finally:
-            try:
-                self.client.zrem(KEY_HOLDERS, token)
-            except redis.RedisError:
-                pass  # the hold expires by itself
+            self.release(token)
 
 
-class NoLimit:
-    @contextmanager
-    def slot(self, *, max_wait: float):
-        yield
+class RedisLimiter(Limiter):
+    def __init__(self, url: str, **limits) -> None:
+        super().__init__(**limits)
+        self.client = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+        self.take = self.client.register_script(TAKE_SLOT)
+
+    def try_take(self, token: str) -> tuple[bool, int]:
+        taken, wait_ms = self.take(keys=[KEY_HOLDERS, KEY_STARTS],
+                                   args=[token, self.hold_ms, self.max_concurrent, self.max_per_minute, WINDOW_MS,
+                                         self.BUSY_WAIT_MS])
+        return bool(taken), int(wait_ms)
+
+    def release(self, token: str) -> None:
+        try:
+            self.client.zrem(KEY_HOLDERS, token)
+        except redis.RedisError:
+            pass  # the hold expires by itself
+
+
+# Any constant unlikely to clash with another advisory lock on the same database.
+ADVISORY_LOCK_KEY = 0x52656C6179  # "Relay"
+WINDOW = timedelta(milliseconds=WINDOW_MS)
+
+
+class DatabaseLimiter(Limiter):
+    # Each ask is a transaction under one lock: poll less eagerly than Redis.
+    BUSY_WAIT_MS = 50
+
+    def try_take(self, token: str) -> tuple[bool, int]:
+        with transaction.atomic():
+            if connection.vendor == "postgresql":
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT pg_advisory_xact_lock(%s)", [ADVISORY_LOCK_KEY])
+            # On SQLite this write, first thing, takes the database's one write lock, so
+            # the counts below cannot change before the insert.
+            now = timezone.now()
+            BackendCallSlot.objects.filter(started_at__lte=now - WINDOW).exclude(hold_until__gt=now).delete()
+            if BackendCallSlot.objects.filter(hold_until__gt=now).count() >= self.max_concurrent:
+                return False, self.BUSY_WAIT_MS
+            in_window = BackendCallSlot.objects.filter(started_at__gt=now - WINDOW)
+            if in_window.count() >= self.max_per_minute:
+                oldest = in_window.order_by("started_at").values_list("started_at", flat=True).first()
+                return False, max(1, int((oldest + WINDOW - now).total_seconds() * 1000))
+            BackendCallSlot.objects.create(token=token, started_at=now,
+                                           hold_until=now + timedelta(milliseconds=self.hold_ms))
+        return True, 0
+
+    def release(self, token: str) -> None:
+        BackendCallSlot.objects.filter(token=token).update(hold_until=None)
 
 
 _limiter = None
 
 
-def backend_limiter():
-    """The process's limiter: Redis-backed when Redis is configured, else no limit."""
+def backend_limiter() -> Limiter:
+    """The process's limiter: in Redis when Redis is configured, else in the database."""
     global _limiter
     if _limiter is None:
+        limits = {"max_concurrent": settings.RELAY_BACKEND_MAX_CONCURRENT,
+                  "max_per_minute": settings.RELAY_BACKEND_MAX_PER_MINUTE,
+                  "hold_seconds": settings.RELAY_BACKEND_SLOT_HOLD_SECONDS}
         if settings.RELAY_EVENTS_REDIS_URL:
-            _limiter = BackendLimiter(settings.RELAY_EVENTS_REDIS_URL,
-                                      max_concurrent=settings.RELAY_BACKEND_MAX_CONCURRENT,
-                                      max_per_minute=settings.RELAY_BACKEND_MAX_PER_MINUTE,
-                                      hold_seconds=settings.RELAY_BACKEND_SLOT_HOLD_SECONDS)
+            _limiter = RedisLimiter(settings.RELAY_EVENTS_REDIS_URL, **limits)
         else:
-            logger.warning("no Redis configured: calls to the mail backend are not limited across workers")
-            _limiter = NoLimit()
+            _limiter = DatabaseLimiter(**limits)
     return _limiter

@@ -78,3 +78,18 @@ class OutboxMail(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} mail {self.id} to {', '.join(self.to)}"
+
+
+class BackendCallSlot(models.Model):
+    """One call to the mail backend, for the limiter's database form (relay/limiter.py),
+    used when there is no Redis: held while `hold_until` is ahead, counted in the
+    per-minute window while `started_at` is within the last minute."""
+
+    token = models.CharField(max_length=32, primary_key=True)
+    started_at = models.DateTimeField()
+    # Cleared when the call ends. A killed worker never clears it: the slot comes back
+    # when it passes.
+    hold_until = models.DateTimeField(null=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["started_at"], name="backend_slot_started")]

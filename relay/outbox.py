@@ -22,7 +22,7 @@ from django.core.cache import cache
 from django.core.mail import EmailMultiAlternatives, get_connection
 from django.core.mail.backends.smtp import EmailBackend as SmtpBackend
 from django.db import connection, transaction
-from django.db.models import BinaryField, Case, F, Q, TextField, Value, When
+from django.db.models import BinaryField, Case, Count, F, Q, TextField, Value, When
 from django.utils import timezone
 
 from accounts.services import token_usable
@@ -280,3 +280,8 @@ def mails_requeue(*, mail_ids) -> int:
     mailers. Returns how many were requeued."""
     return OutboxMail.objects.filter(id__in=mail_ids, status=OutboxStatus.FAILED).update(
         status=OutboxStatus.QUEUED, attempts=0, claim=None, lease_until=None)
+
+
+def outbox_counts() -> dict[str, int]:
+    """Mails by status, for the operator (/metrics, the admin's first screen)."""
+    return dict(OutboxMail.objects.order_by().values_list("status").annotate(n=Count("id")))

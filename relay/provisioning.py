@@ -30,7 +30,7 @@ def provision_lease_seconds(backend) -> float:
 
 
 def mailbox_create(*, caller: Caller | None, local_part: str | None, domain: str | None,
-                   ttl_ms: int | None) -> tuple[Mailbox, str | None]:
+                   ttl_ms: int | None, labels: dict | None = None) -> tuple[Mailbox, str | None]:
     """Create a mailbox, provisioned on the mail backend. Returns it and, for an anonymous
     caller, its token (shown once). Raises AddressTaken, InvalidRequest, or
     BackendUnavailable (the address then stays reserved, and nothing else is kept)."""
@@ -39,9 +39,9 @@ def mailbox_create(*, caller: Caller | None, local_part: str | None, domain: str
         # Nothing outside Relay to create, so nothing a crash could orphan: the row is
         # the whole mailbox, written active in one transaction.
         return mailbox_insert(caller=caller, local_part=local_part, domain=domain, ttl_ms=ttl_ms,
-                                     lease_seconds=0, active=True)
+                              lease_seconds=0, active=True, labels=labels)
     mailbox, token = mailbox_insert(caller=caller, local_part=local_part, domain=domain, ttl_ms=ttl_ms,
-                                           lease_seconds=provision_lease_seconds(backend))
+                                    lease_seconds=provision_lease_seconds(backend), labels=labels)
     # No transaction is open here: the intent is committed before the network call.
     started = timezone.now()
     # However the call ends, the backend may go on creating for as long as a provision

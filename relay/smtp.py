@@ -5,8 +5,11 @@ async handler through database thread pools, so tests can call them without a so
 """
 import asyncio
 import logging
+import os
 import signal
+import socket
 import threading
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -20,7 +23,9 @@ from accounts.models import AccountStatus
 from mailboxes.ending import mailbox_lazy_expire
 from mailboxes.models import Mailbox, MailboxStatus, Message, MessageContent, Plan
 from mailboxes.quotas import stored_bytes_limit
+from mailboxes.services import content_words
 from relay import events
+from relay.extraction import text_of_html
 from relay.parsing import parse_message
 
 logger = logging.getLogger(__name__)
@@ -87,8 +92,10 @@ def deliver_message(*, raw: bytes, mail_from: str, recipients: list[Recipient]) 
             if any(not r.fits(len(raw)) for r in recipients):
                 raise MailboxFull()
             return []
-        content = MessageContent.objects.create(raw=raw, text=parsed.text, html=parsed.html, headers=parsed.headers,
-                                                attachments=parsed.attachments, parsed_fully=parsed.parsed_fully)
+        content = MessageContent.objects.create(
+            raw=raw, text=parsed.text, html=parsed.html, headers=parsed.headers, attachments=parsed.attachments,
+            parsed_fully=parsed.parsed_fully,
+            words=content_words(subject=parsed.subject, text=parsed.text or text_of_html(parsed.html)))
         messages = Message.objects.bulk_create([
             Message(
                 mailbox_id=recipient.mailbox_id,
@@ -308,14 +315,17 @@ def make_smtp(handler: RelayHandler) -> RelaySMTP:
     )
 
 
-async def serve(host: str, port: int, *, stop: asyncio.Event, ready=None, drain_seconds: float = 30) -> None:
+async def serve(host: str, port: int, *, stop: asyncio.Event, ready=None, drain_seconds: float = 30,
+                reuse_port: bool = False) -> None:
     """Serve until `stop` is set, then stop accepting, let every delivery in progress
-    finish (a message whose DATA was answered 250 is already committed), and close."""
+    finish (a message whose DATA was answered 250 is already committed), and close.
+    With `reuse_port`, other processes listen on the same port (SO_REUSEPORT) and the
+    kernel spreads the connections among them."""
     loop = asyncio.get_running_loop()
     handler = RelayHandler()
-    server = await loop.create_server(lambda: make_smtp(handler), host=host, port=port)
+    server = await loop.create_server(lambda: make_smtp(handler), host=host, port=port, reuse_port=reuse_port or None)
     bound = server.sockets[0].getsockname()
-    logger.info("SMTP listening on %s:%s", bound[0], bound[1])
+    logger.info("SMTP listening on %s:%s (process %d)", bound[0], bound[1], os.getpid())
     if ready is not None:
         ready(bound)
     await stop.wait()
@@ -334,14 +344,96 @@ async def serve(host: str, port: int, *, stop: asyncio.Event, ready=None, drain_
     logger.info("SMTP server stopped")
 
 
-def run_forever(host: str, port: int) -> None:
-    """`manage.py runsmtp`: serve until SIGTERM or SIGINT."""
+def run_forever(host: str, port: int, *, processes: int = 1) -> None:
+    """`manage.py runsmtp`: serve until SIGTERM or SIGINT, in `processes` processes on
+    one port. Parsing and storing a message is Python holding the GIL, so one process
+    uses one core however many connections it has."""
+    if processes <= 1:
+        _serve_until_signalled(host, port, reuse_port=False)
+    else:
+        _supervise(host, port, processes)
 
+
+def _serve_until_signalled(host: str, port: int, *, reuse_port: bool) -> None:
     async def main() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
-        await serve(host, port, stop=stop)
+        await serve(host, port, stop=stop, reuse_port=reuse_port)
 
     asyncio.run(main())
+
+
+# A server process that dies this soon after its start is started again after a pause,
+# and after this many such deaths in a row the whole server stops: the cause (a port
+# taken, a setting wrong) would only repeat.
+_QUICK_DEATH_SECONDS = 5
+_QUICK_DEATHS_MAX = 5
+
+
+def _supervise(host: str, port: int, processes: int) -> None:
+    """Fork `processes` servers that share the port (SO_REUSEPORT) and wait on them.
+    One that dies is started again; SIGTERM or SIGINT is passed on to every one, and
+    this returns once they have all drained and exited. Forked before any database
+    connection is opened, so none is shared."""
+    # SO_REUSEPORT would let a second Relay (or anything of the same user) share the port
+    # in silence: a bind without it first, which fails if anyone listens there already.
+    # (SO_REUSEADDR, as every server sets it, so that connections of a previous run
+    # still in TIME_WAIT do not count.)
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind((host, port))
+    children: dict[int, float] = {}
+    stopping = False
+
+    def start() -> None:
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                for signum in (signal.SIGTERM, signal.SIGINT):
+                    signal.signal(signum, signal.SIG_DFL)
+                _serve_until_signalled(host, port, reuse_port=True)
+            except BaseException:
+                logger.exception("SMTP process %d failed", os.getpid())
+                code = 1
+            finally:
+                logging.shutdown()
+                os._exit(code)
+        children[pid] = time.monotonic()
+
+    def pass_on(signum, frame) -> None:
+        nonlocal stopping
+        stopping = True
+        for pid in list(children):
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+    signal.signal(signal.SIGTERM, pass_on)
+    signal.signal(signal.SIGINT, pass_on)
+    for _ in range(processes):
+        start()
+    logger.info("SMTP on %s:%s in %d processes", host, port, processes)
+    quick_deaths = 0
+    while children:
+        try:
+            pid, status = os.wait()
+        except ChildProcessError:
+            break
+        started = children.pop(pid, None)
+        if stopping or started is None:
+            continue
+        quick = time.monotonic() - started < _QUICK_DEATH_SECONDS
+        quick_deaths = quick_deaths + 1 if quick else 0
+        if quick_deaths >= _QUICK_DEATHS_MAX:
+            logger.error("SMTP processes keep exiting at start (the last with status %d); stopping", status)
+            pass_on(signal.SIGTERM, None)
+            continue
+        logger.error("SMTP process %d exited (status %d); starting another", pid, status)
+        if quick:
+            time.sleep(1)
+        start()
+    logger.info("SMTP stopped")

@@ -18,6 +18,10 @@ VAR=${RELAY_VAR_DIR:-var}
 # The links in activation and recovery mails lead to this web process.
 export RELAY_PUBLIC_URL=${RELAY_PUBLIC_URL:-http://127.0.0.1:$WEB_PORT}
 mkdir -p "$VAR/broker/queue" "$VAR/broker/control" "$VAR/static"
+# Every process writes its counters here and /metrics sums them; emptied on each start,
+# so counters begin at zero as Prometheus expects of a restart.
+export PROMETHEUS_MULTIPROC_DIR=$(cd "$VAR" && pwd)/metrics
+rm -rf "$PROMETHEUS_MULTIPROC_DIR" && mkdir -p "$PROMETHEUS_MULTIPROC_DIR"
 
 # Development values for this checkout (DEBUG on, a random secret key), kept in a file
 # so that `.venv/bin/python manage.py ...` in another terminal sees the same ones.
@@ -71,6 +75,7 @@ cat <<MSG
 Relay is starting:
   API        http://127.0.0.1:$WEB_PORT/api/v1/
   API docs   http://127.0.0.1:$WEB_PORT/api/docs/
+  health     http://127.0.0.1:$WEB_PORT/readyz   metrics http://127.0.0.1:$WEB_PORT/metrics
   admin      http://127.0.0.1:$WEB_PORT/admin/   (create a login: .venv/bin/python manage.py createsuperuser)
   SMTP       127.0.0.1:$SMTP_PORT
   API key    .venv/bin/python manage.py createapikey NAME   (or sign up: POST /api/v1/accounts)

@@ -63,7 +63,7 @@ if ! redis_up $REDIS_PORT; then
 fi
 
 
-# RabbitMQ, for the tests that run the workers on it (tests/test_workers.py): the local
+# RabbitMQ, for the worker tests that run on it too (tests/test_workers.py): the local
 # one, started if it is down and the server is installed; without it those tests skip.
 rabbitmq_up() {  # rabbitmq_up PORT
   $BIN/python -c "import socket,sys; socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=2).close()" "$1" >/dev/null 2>&1
@@ -72,5 +72,5 @@ if ! rabbitmq_up 5672 && command -v rabbitmq-server >/dev/null; then
   echo "RabbitMQ is down; starting the machine's server" >&2
   rabbitmq-server -detached >/dev/null 2>&1 || true
   for _ in $(seq 1 60); do rabbitmq_up 5672 && break; sleep 0.5; done
-  rabbitmq_up 5672 || echo "warning: RabbitMQ did not come up; its worker test will be skipped" >&2
+  rabbitmq_up 5672 || echo "warning: RabbitMQ did not come up; its worker tests will be skipped" >&2
 fi

@@ -65,3 +65,33 @@ def deliver(raw: bytes, *addresses: str, mail_from: str = "a@example.com") -> li
     recipients = [recipient_mailbox(address) for address in addresses]
     assert all(recipients), f"not all of {addresses} take mail"
     return deliver_message(raw=raw, mail_from=mail_from, recipients=recipients)
+
+
+def make_operations_scene() -> dict:
+    """A known spread of what an operator watches (/metrics, the admin's first screen):
+    mailboxes in each state, cleanups done and dead in the current minute and twenty
+    minutes ago, an owed cleanup queued ten minutes ago, a failed mail and a dead webhook
+    delivery. Returns the figures the scene should read as."""
+    from accounts.models import Account
+    from relay.models import OutboxMail, OutboxStatus
+    from webhooks.models import DeliveryStatus, Webhook, WebhookDelivery
+
+    now = timezone.now()
+    earlier = now - timedelta(minutes=20)
+    for i in range(3):
+        make_mailbox(f"live{i}")
+    for i in range(2):
+        make_mailbox(f"done{i}", status="expired", expired_at=now, cleanup_state="done", cleanup_done_at=now)
+    make_mailbox("done-earlier", status="expired", expired_at=earlier, cleanup_state="done", cleanup_done_at=earlier)
+    make_mailbox("dead", status="deleted", deleted_at=now, cleanup_state="dead", cleanup_dead_at=now)
+    make_mailbox("owed", status="expired", expired_at=now, cleanup_state="pending",
+                 cleanup_queued_at=now - timedelta(minutes=10), cleanup_lease_until=now + timedelta(minutes=1))
+    owner = Account.objects.create(login="ops", email="ops@example.com")
+    OutboxMail.objects.create(to=["x@example.com"], subject="s", text="t", status=OutboxStatus.FAILED)
+    OutboxMail.objects.create(to=["y@example.com"], subject="s", text="t", status=OutboxStatus.SENT)
+    webhook = Webhook.objects.create(owner=owner, url="https://hooks.example.com/", events=["message.received"],
+                                     secret="whsec_x")
+    WebhookDelivery.objects.create(webhook=webhook, event="message.received", payload={}, message_id="msg_1",
+                                   status=DeliveryStatus.FAILED)
+    return {"active": 3, "expired": 4, "deleted": 1, "owed": 1, "dead": 1, "done": 3, "failed_mails": 1,
+            "dead_deliveries": 1, "oldest_owed_seconds": 600, "done_this_minute": 2, "done_last_hour": 3}

@@ -46,7 +46,8 @@ def test_mailbox_shape_and_message_count(client_pro):
     for raw in (b"Subject: one\r\n\r\nx\r\n", b"Subject: two\r\n\r\ny\r\n"):
         deliver(raw, body["address"])
     shown = client_pro.get(f"/api/v1/mailboxes/{body['id']}").json()
-    assert set(shown) == {"id", "address", "status", "created_at", "expires_at", "expired_at", "message_count"}
+    assert set(shown) == {"id", "address", "status", "created_at", "expires_at", "expired_at", "message_count", "name",
+                          "tags", "metadata"}
     assert shown["message_count"] == 2
     assert shown["expires_at"].endswith("Z")
     assert client_pro.get("/api/v1/mailboxes").json()["results"][0]["message_count"] == 2

@@ -8,7 +8,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.utils import timezone
 
-from tests.helpers import ROOT, make_mailbox, wait_until
+from tests.helpers import ROOT, make_mailbox, make_operations_scene, wait_until
 
 CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 pytestmark = pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER),
@@ -53,7 +53,7 @@ def operator(browser, live_server, transactional_db):
     browser.find_element(By.NAME, "username").send_keys("operator")
     browser.find_element(By.NAME, "password").send_keys("a-long-operator-password")
     browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
-    wait_until(lambda: "Site administration" in browser.title, timeout=10, message="the admin home")
+    wait_until(lambda: "How Relay is doing" in browser.title, timeout=10, message="the admin home")
     return live_server
 
 
@@ -61,6 +61,42 @@ def test_the_admin_home_leads_to_dead_letters(browser, operator):
     shot(browser, "admin-home")
     body = text_of(browser)
     assert "Relay administration" in body and "Cleanups and dead letters" in body and "Mailboxes" in body
+
+
+@pytest.fixture
+def fresh_state(settings):
+    """The first screen reads the database on every load (its cache is off)."""
+    settings.RELAY_METRICS_CACHE_SECONDS = 0
+
+
+def test_the_first_screen_shows_the_systems_numbers_and_the_last_hours_chart(browser, fresh_state, operator):
+    from selenium.webdriver.common.by import By
+
+    expected = make_operations_scene()
+    browser.get(f"{operator.url}/admin/")
+    shot(browser, "admin-first-screen")
+    figures = {item.find_element(By.CLASS_NAME, "label").text: item.find_element(By.CLASS_NAME, "value").text
+               for item in browser.find_elements(By.CSS_SELECTOR, ".relay-figures li")}
+    assert figures == {
+        "Active mailboxes": str(expected["active"]), "Expired mailboxes": str(expected["expired"]),
+        "Owed cleanups": str(expected["owed"]), "Oldest owed cleanup": "10 min",
+        "Dead cleanups": str(expected["dead"]), "Dead webhook deliveries": str(expected["dead_deliveries"]),
+        "Failed mails": str(expected["failed_mails"]),
+    }
+    chart = browser.find_element(By.CSS_SELECTOR, ".relay-chart")
+    assert f"{expected['done_last_hour']} done, {expected['dead']} dead" in chart.text
+    # Two minutes had cleanups done (now, and twenty minutes ago), one had a dead one.
+    assert len(chart.find_elements(By.CSS_SELECTOR, "rect.done")) == 2
+    assert len(chart.find_elements(By.CSS_SELECTOR, "rect.dead")) == 1
+    assert chart.size["height"] > 100 and chart.size["width"] >= 500  # drawn, not collapsed
+    # Each figure opens its filtered list.
+    browser.find_element(By.PARTIAL_LINK_TEXT, "Dead cleanups").click()
+    wait_until(lambda: "dead@relay.localhost" in text_of(browser), timeout=10, message="the dead-letter list")
+    assert "live0@relay.localhost" not in text_of(browser)
+    browser.back()
+    browser.find_element(By.PARTIAL_LINK_TEXT, "Owed cleanups").click()
+    wait_until(lambda: "owed@relay.localhost" in text_of(browser), timeout=10, message="the owed list")
+    assert "dead@relay.localhost" not in text_of(browser)
 
 
 def test_the_dead_letter_list_shows_dead_letters_first_and_fits_the_window(browser, operator):

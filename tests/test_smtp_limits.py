@@ -2,6 +2,7 @@
 session, one copy of a DATA for all its recipients, the storage quota, a storage
 deadline, storage time not taken for idleness, connection caps, a neutral banner."""
 import os
+import signal
 import smtplib
 import socket
 import subprocess
@@ -198,12 +199,13 @@ def test_one_data_to_fifty_mailboxes_is_stored_once_and_smtp_memory_stays_flat(t
     assert peak_mb < 300, f"runsmtp peaked at {peak_mb:.0f} MB"
 
 
-def start_runsmtp() -> tuple[int, subprocess.Popen]:
-    """`manage.py runsmtp` in a process of its own, on the test database; once it answers."""
+def start_runsmtp(processes: int = 1, log=subprocess.DEVNULL) -> tuple[int, subprocess.Popen]:
+    """`manage.py runsmtp` in a process of its own (or `processes`), on the test database;
+    once it answers."""
     port = free_port()
     env = {**os.environ, "DATABASE_URL": _test_database_url(), "PYTHONUNBUFFERED": "1"}
-    server = subprocess.Popen([sys.executable, "manage.py", "runsmtp", "--port", str(port)], cwd=ROOT, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen([sys.executable, "manage.py", "runsmtp", "--port", str(port),
+                               "--processes", str(processes)], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     wait_until(lambda: _answers(port) or server.poll() is not None, timeout=30, message="runsmtp")
     assert server.poll() is None, "runsmtp exited"
     return port, server
@@ -249,3 +251,67 @@ def _data_ignoring_errors(smtp, raw: bytes) -> None:
         smtp.data(raw)
     except (smtplib.SMTPException, OSError):
         pass
+
+
+# --- several processes on one port (SO_REUSEPORT) ------------------------------------------
+def _children(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as children:
+        return [int(child) for child in children.read().split()]
+
+
+def _sockets(pid: int) -> int:
+    count = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            count += os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:")
+        except OSError:
+            pass
+    return count
+
+
+@pytest.mark.workers
+def test_several_processes_share_the_port_and_store_every_message(transactional_db, client_pro, tmp_path):
+    address = create_via_api(client_pro, local_part="shared").json()["address"]
+    port, server = start_runsmtp(processes=2, log=(tmp_path / "smtp.log").open("wb"))
+    try:
+        wait_until(lambda: len(_children(server.pid)) == 2 and
+                   (tmp_path / "smtp.log").read_text().count("SMTP listening") == 2, timeout=30,
+                   message="two SMTP processes listening")
+        children = _children(server.pid)
+        before = {pid: _sockets(pid) for pid in children}
+        # Twenty connections held open at once: the kernel spreads them over both processes.
+        held = [connect(port) for _ in range(20)]
+        wait_until(lambda: sum(_sockets(pid) - before[pid] for pid in children) >= 20, timeout=10,
+                   message="the twenty connections to be accepted")
+        assert all(_sockets(pid) > before[pid] for pid in children), "one process took every connection"
+        for number, smtp in enumerate(held):
+            assert smtp.sendmail("a@example.com", [address], f"Subject: m{number}\r\n\r\nhello\r\n".encode()) == {}
+            smtp.quit()
+    finally:
+        server.terminate()
+        server.wait(30)
+    subjects = sorted(Message.objects.filter(mailbox__address=address).values_list("subject", flat=True))
+    assert subjects == sorted(f"m{number}" for number in range(20))
+
+
+@pytest.mark.workers
+def test_a_killed_smtp_process_is_replaced_and_sigterm_stops_them_all(transactional_db, client_pro, tmp_path):
+    address = create_via_api(client_pro, local_part="replaced").json()["address"]
+    port, server = start_runsmtp(processes=2, log=(tmp_path / "smtp.log").open("wb"))
+    try:
+        wait_until(lambda: len(_children(server.pid)) == 2, timeout=30, message="two SMTP processes")
+        first, second = _children(server.pid)
+        os.kill(first, signal.SIGKILL)
+        wait_until(lambda: first not in _children(server.pid) and len(_children(server.pid)) == 2, timeout=15,
+                   message="the killed process replaced")
+        with connect(port) as smtp:
+            assert smtp.sendmail("a@example.com", [address], b"Subject: after\r\n\r\nstill here\r\n") == {}
+        children = _children(server.pid)
+        server.terminate()
+        server.wait(15)
+    finally:
+        if server.poll() is None:
+            server.kill()
+    assert all(not os.path.exists(f"/proc/{pid}") for pid in children), "an SMTP process outlived SIGTERM"
+    assert Message.objects.filter(mailbox__address=address, subject="after").exists()
+    assert "exited (status 9); starting another" in (tmp_path / "smtp.log").read_text()

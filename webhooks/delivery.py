@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 import requests
 from django.conf import settings
-from django.db.models import F, Q
+from django.db.models import Count, F, Q
 from django.utils import timezone
 
 from webhooks import signing
@@ -173,3 +173,8 @@ def deliveries_redeliver(*, delivery_ids) -> list[int]:
     WebhookDelivery.objects.filter(id__in=ids).update(status=DeliveryStatus.PENDING, attempts=0, claim=None,
                                                       lease_until=_lease(settings.RELAY_WEBHOOK_LEASE_SECONDS))
     return ids
+
+
+def delivery_counts() -> dict[str, int]:
+    """Deliveries by status, for the operator (/metrics, the admin's first screen)."""
+    return dict(WebhookDelivery.objects.order_by().values_list("status").annotate(n=Count("id")))

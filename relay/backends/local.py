@@ -3,6 +3,7 @@ external to create or remove. The mailbox row alone decides what is accepted."""
 from django.conf import settings
 
 from relay.backends import NothingToReconcile, PermanentBackendError
+from relay.metrics import counted_backend_call
 
 
 class LocalBackend:
@@ -10,9 +11,11 @@ class LocalBackend:
     keeps_accounts = False
     provision_seconds_max = 0
 
+    @counted_backend_call("provision")
     def provision(self, mailbox) -> str:
         return ""
 
+    @counted_backend_call("deprovision")
     def deprovision(self, mailbox) -> None:
         prefix = settings.RELAY_LOCAL_FAIL_CLEANUP_PREFIX
         if prefix and mailbox.address.startswith(prefix):

@@ -11,6 +11,7 @@ import requests
 from django.conf import settings
 
 from relay.backends import PermanentBackendError, TransientBackendError
+from relay.metrics import counted_backend_call
 
 
 USING = ["urn:ietf:params:jmap:core", "urn:stalwart:jmap"]
@@ -42,6 +43,7 @@ class StalwartBackend:
         self._domain_ids: dict[str, str] = {}
 
     # --- the two calls of a backend ----------------------------------------------------
+    @counted_backend_call("provision")
     def provision(self, mailbox) -> str:
         local_part, domain = mailbox.address.rsplit("@", 1)
         domain_id = self._domain_id(domain)
@@ -76,6 +78,7 @@ class StalwartBackend:
                 return existing
         raise PermanentBackendError(f"Stalwart refused to create {mailbox.address}: {_describe(failure)}")
 
+    @counted_backend_call("deprovision")
     def deprovision(self, mailbox) -> None:
         account_id = mailbox.backend_id
         if not account_id:

@@ -1,0 +1,54 @@
+"""The state of the whole system as an operator reads it, for /metrics and the admin's
+first screen: counts by status and state, the oldest owed cleanup, and the last hour's
+cleanups per minute.
+
+Counting a million-row table on every scrape and every page load would make watching
+Relay a load of its own, so the state is read at most once per
+RELAY_METRICS_CACHE_SECONDS and kept in the shared cache: every web process, and every
+scrape within that time, reads the same copy."""
+from datetime import datetime
+
+from django.conf import settings
+from django.core.cache import cache
+from django.utils import timezone
+
+from expiry.operators import cleanup_oldest_owed_since, cleanups_per_minute
+from mailboxes.models import CleanupState, MailboxStatus
+from mailboxes.selectors import mailbox_counts
+from relay.models import OutboxStatus
+from relay.outbox import outbox_counts
+from webhooks.delivery import delivery_counts
+from webhooks.models import DeliveryStatus
+
+CACHE_KEY = "relay:operations:state"
+
+
+def operations_state() -> dict:
+    lifetime = settings.RELAY_METRICS_CACHE_SECONDS
+    state = cache.get(CACHE_KEY) if lifetime else None
+    if state is None:
+        state = operations_state_read(now=timezone.now())
+        if lifetime:
+            cache.set(CACHE_KEY, state, lifetime)
+    return state
+
+
+def operations_state_read(*, now: datetime) -> dict:
+    mailboxes = dict.fromkeys(MailboxStatus.values, 0)
+    cleanups = dict.fromkeys((state for state in CleanupState.values if state), 0)
+    for (status, cleanup_state), n in mailbox_counts().items():
+        mailboxes[status] = mailboxes.get(status, 0) + n
+        if cleanup_state:
+            cleanups[cleanup_state] = cleanups.get(cleanup_state, 0) + n
+    oldest = cleanup_oldest_owed_since()
+    return {
+        "read_at": now,
+        "mailboxes": mailboxes,
+        "cleanups": cleanups,
+        # A running cleanup is still owed.
+        "owed_cleanups": cleanups[CleanupState.PENDING] + cleanups[CleanupState.RUNNING],
+        "oldest_owed_cleanup_seconds": max(0.0, (now - oldest).total_seconds()) if oldest else 0.0,
+        "outbox": {**dict.fromkeys(OutboxStatus.values, 0), **outbox_counts()},
+        "deliveries": {**dict.fromkeys(DeliveryStatus.values, 0), **delivery_counts()},
+        "cleanups_per_minute": cleanups_per_minute(now=now),
+    }

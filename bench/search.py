@@ -1,0 +1,195 @@
+"""Message search (SPEC §11) over 1,000,000 stored messages of 10 KB: GET /messages?q=word
+under gunicorn (uvicorn workers) and wrk, against GET /mailboxes/{id} in the same run.
+Also the size of the word index, and what writing the words costs each delivered
+message (deliver_message in this process, with the index and without it).
+
+    scripts/bench.sh search [--messages 1000000] [--contents 2000] [--seconds 15] [--reuse]
+
+The messages belong to one owner's 10,000 mailboxes. Their texts are 2,000 distinct
+10 KB bodies of words drawn from a vocabulary of 30,000 by Zipf's law (as text is: a few
+words everywhere, most rare), each message under a subject of its own. Two planted words give
+the searches a known number of matches: `quartz` in 1 message of 1,000 and `zebra` in 1
+of 100,000.
+"""
+import argparse
+import random
+import statistics
+import sys
+import time
+
+from bench.api import PORT, _answers, wrk
+from bench.common import command_line, fresh_database, record, setup_django, spawn, stop, wait_until
+
+VOCABULARY = 30_000
+MAILBOXES = 10_000
+
+
+def body_text(rng: random.Random) -> str:
+    words, size = [], 0
+    while size < 10_000:
+        # Log-uniform ranks, close to Zipf's law: half of a body's words are repeats.
+        word = f"w{int(VOCABULARY ** rng.random()) - 1}"
+        words.append(word)
+        size += len(word) + 1
+    return " ".join(words)
+
+
+def fill(messages: int, contents: int) -> tuple:
+    from django.db import connection
+
+    from accounts.services import account_create_with_key
+    from mailboxes.models import Mailbox
+
+    owner, key = account_create_with_key(login="bench", plan="enterprise")
+    rng = random.Random(7)
+    started = time.monotonic()
+    with connection.cursor() as cursor:
+        cursor.execute("DROP INDEX content_words_gin")  # built once at the end, faster than row by row
+        cursor.execute("CREATE TEMP TABLE bodies (n int, text text, words tsvector)")
+        cursor.executemany("INSERT INTO bodies (n, text) VALUES (%s, %s)",
+                           [(n, body_text(rng)) for n in range(contents)])
+        cursor.execute("UPDATE bodies SET words = to_tsvector('simple', text)")
+        cursor.execute(
+            "INSERT INTO mailboxes_mailbox (id, owner_id, address, status, created_at, expires_at, message_count, "
+            " stored_bytes, backend_id, cleanup_state, cleanup_attempts, cleanup_last_error, name, tags, metadata) "
+            "SELECT gen_random_uuid(), %s, 's' || i || '@relay.localhost', 'active', now(), now() + interval '7 days', "
+            " 0, 0, '', '', 0, '', '', '[]', '{}' FROM generate_series(1, %s) AS i", [owner.id, MAILBOXES])
+        cursor.execute("CREATE TEMP TABLE boxes AS SELECT row_number() OVER () - 1 AS n, id FROM mailboxes_mailbox")
+        # One content per message, as ingest makes them: a body, the message's own subject,
+        # and the words of both (the raw bytes are left out: search never reads them).
+        cursor.execute("CREATE TEMP TABLE subjects AS SELECT i, 'Order ' || i || CASE WHEN i %% 100000 = 7 "
+                       " THEN ' zebra' WHEN i %% 1000 = 3 THEN ' quartz' ELSE '' END AS subject "
+                       "FROM generate_series(1, %s) AS i", [messages])
+        cursor.execute("SELECT coalesce(max(id), 0) FROM mailboxes_messagecontent")
+        first = cursor.fetchone()[0] + 1
+        cursor.execute(
+            "INSERT INTO mailboxes_messagecontent (id, raw, text, html, headers, attachments, parsed_fully, "
+            " created_at, words) "
+            "SELECT %s + s.i - 1, '', b.text, '', '[]', '[]', true, now(), b.words || to_tsvector('simple', s.subject) "
+            "FROM subjects s JOIN bodies b ON b.n = s.i %% %s", [first, contents])
+        cursor.execute("SELECT setval(pg_get_serial_sequence('mailboxes_messagecontent', 'id'), "
+                       "(SELECT max(id) FROM mailboxes_messagecontent))")
+        cursor.execute(
+            "INSERT INTO mailboxes_message (mailbox_id, content_id, received_at, envelope_from, envelope_to, "
+            " from_header, to_header, subject, size, has_attachments, is_read) "
+            "SELECT x.id, %s + s.i - 1, now() - s.i * interval '1 second', 'sender@example.com', '', "
+            " 'sender@example.com', '', s.subject, 10240, false, false "
+            "FROM subjects s JOIN boxes x ON x.n = s.i %% %s", [first, MAILBOXES])
+        cursor.execute("UPDATE mailboxes_mailbox SET message_count = %s", [messages // MAILBOXES])
+    print(f"filled {messages:,} messages in {time.monotonic() - started:.0f} s", flush=True)
+    # The index the migration makes, built over the filled table as a restore would.
+    started = time.monotonic()
+    connection.set_autocommit(True)
+    with connection.cursor() as cursor:
+        cursor.execute("SET maintenance_work_mem = '1GB'")
+        cursor.execute("CREATE INDEX content_words_gin ON mailboxes_messagecontent USING gin (words)")
+        for table in ("mailboxes_messagecontent", "mailboxes_message", "mailboxes_mailbox"):
+            cursor.execute(f"VACUUM ANALYZE {table}")
+        cursor.execute("SELECT pg_size_pretty(pg_relation_size('content_words_gin')), "
+                       "pg_size_pretty(pg_total_relation_size('mailboxes_messagecontent')"
+                       " + pg_total_relation_size('mailboxes_message'))")
+        index_size, table_size = cursor.fetchone()
+    print(f"indexed in {time.monotonic() - started:.0f} s: index {index_size}, messages {table_size}", flush=True)
+    mailbox = Mailbox.objects.filter(owner=owner).first()
+    return key, mailbox, index_size, table_size
+
+
+def reuse() -> tuple:
+    from django.db import connection
+
+    from accounts.models import Account
+    from accounts.services import api_key_create
+    from mailboxes.models import Mailbox
+
+    owner = Account.objects.get(login="bench")
+    _, key = api_key_create(account=owner)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_size_pretty(pg_relation_size('content_words_gin')), "
+                       "pg_size_pretty(pg_total_relation_size('mailboxes_messagecontent')"
+                       " + pg_total_relation_size('mailboxes_message'))")
+        index_size, table_size = cursor.fetchone()
+    return key, Mailbox.objects.filter(owner=owner).first(), index_size, table_size
+
+
+def ingest_cost(count: int) -> tuple[float, float]:
+    """Milliseconds per 10 KB message stored by deliver_message: with the words written
+    and indexed, then with neither (the index dropped and the write skipped)."""
+    from django.db import connection
+
+    import mailboxes.services
+    import relay.smtp
+    from accounts.services import account_create_with_key
+    from mailboxes.keys import Caller
+    from relay.provisioning import mailbox_create
+    from relay.smtp import deliver_message, recipient_mailbox
+
+    name = f"ingest{random.randrange(10 ** 9)}"  # a run with --reuse makes its own
+    owner, _ = account_create_with_key(login=name, plan="enterprise")
+    mailbox, _ = mailbox_create(caller=Caller(owner=owner), local_part=name, domain=None, ttl_ms=3_600_000)
+    rng = random.Random(11)
+
+    def run() -> float:
+        started = time.perf_counter()
+        for number in range(count):
+            raw = (f"From: a@example.com\r\nTo: {mailbox.address}\r\nSubject: Message {number}\r\n\r\n"
+                   + body_text(rng) + "\r\n").encode()
+            deliver_message(raw=raw, mail_from="a@example.com", recipients=[recipient_mailbox(mailbox.address)])
+        return (time.perf_counter() - started) * 1000 / count
+
+    with_words = run()
+    with connection.cursor() as cursor:
+        cursor.execute("DROP INDEX content_words_gin")
+    relay.smtp.content_words = lambda **kwargs: None
+    without = run()
+    relay.smtp.content_words = mailboxes.services.content_words
+    return with_words, without
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--messages", type=int, default=1_000_000)
+    parser.add_argument("--contents", type=int, default=2000)
+    parser.add_argument("--seconds", type=int, default=15)
+    parser.add_argument("--connections", type=int, default=16)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--ingest", type=int, default=1000, help="messages for the ingest cost (0: skip)")
+    parser.add_argument("--reuse", action="store_true",
+                        help="search the messages an earlier run filled (with a new key), instead of filling again")
+    args = parser.parse_args()
+    if args.reuse:
+        setup_django()
+        key, mailbox, index_size, table_size = reuse()
+    else:
+        fresh_database()
+        setup_django()
+        key, mailbox, index_size, table_size = fill(args.messages, args.contents)
+    web = spawn("gunicorn", [sys.executable, "-m", "gunicorn", "config.asgi", "-k", "uvicorn_worker.UvicornWorker",
+                             "-w", str(args.workers), "-b", f"127.0.0.1:{PORT}"], env={"RELAY_LOG_LEVEL": "WARNING"})
+    wait_until(lambda: _answers(f"http://127.0.0.1:{PORT}/api/schema/"), 60, "gunicorn")
+    load = dict(key=key, seconds=args.seconds, connections=args.connections)
+    try:
+        wrk(f"/api/v1/mailboxes/{mailbox.id}", **{**load, "seconds": 3})  # warm up every worker
+        single = wrk(f"/api/v1/mailboxes/{mailbox.id}", **load)
+        searches = {word: wrk(f"/api/v1/messages?q={word}", **load) for word in ("zebra", "quartz")}
+        # One connection: the time a search takes when nothing else queues with it.
+        alone = wrk("/api/v1/messages?q=quartz", **{**load, "connections": 1})
+    finally:
+        stop(web)
+    with_words, without = ingest_cost(args.ingest) if args.ingest else (0.0, 0.0)
+    parts = [f"{args.messages:,} messages (word index {index_size}; messages with their contents {table_size}): "
+             f"GET mailbox {single['rps']:.0f} req/s (p99 {single['p99_ms']:.1f} ms)"]
+    matches = {"zebra": args.messages // 100_000, "quartz": args.messages // 1000}
+    for word, result in searches.items():
+        parts.append(f"q={word} (~{matches[word]:,} matches) {result['rps']:.0f} req/s, p99 **{result['p99_ms']:.1f} ms**, "
+                     f"ratio **{result['rps'] / single['rps']:.2f}**")
+    parts.append(f"q=quartz alone (1 connection): p99 **{alone['p99_ms']:.1f} ms**")
+    errors = single["errors"] + alone["errors"] + sum(result["errors"] for result in searches.values())
+    if args.ingest:
+        parts.append(f"ingest {with_words:.2f} ms/message with the words written and indexed vs {without:.2f} without "
+                     f"(+{with_words - without:.2f} ms)")
+    figures = "; ".join(parts) + f"; errors {errors}"
+    record("search", command_line(), figures)
+
+
+if __name__ == "__main__":
+    main()

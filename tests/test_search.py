@@ -1,0 +1,179 @@
+"""Finding mail (SPEC §11): GET /messages over all the caller's mailboxes and the filters
+of GET /mailboxes/{id}/messages: words (PostgreSQL full-text search), sender, subject,
+time bounds, unread; never another owner's message."""
+import time
+from datetime import timedelta
+
+import pytest
+import time_machine
+from django.db import connection
+from django.utils import timezone
+
+from mailboxes.keys import Caller
+from mailboxes.models import Message
+from mailboxes.selectors import message_search, words_search_plan
+from tests.helpers import create_via_api, deliver
+
+
+def mail(subject: str, body: str, sender: str = "news@shop.example") -> bytes:
+    return (f"From: Shop <{sender}>\r\nTo: you@relay.localhost\r\nSubject: {subject}\r\n"
+            f"Content-Type: text/plain; charset=utf-8\r\n\r\n{body}\r\n").encode()
+
+
+def subjects(response) -> list[str]:
+    assert response.status_code == 200, response.json()
+    return [message["subject"] for message in response.json()["results"]]
+
+
+@pytest.fixture
+def inbox(client_pro):
+    """Two of alice's mailboxes with four messages delivered a minute apart, oldest first."""
+    start = timezone.now()
+    first = create_via_api(client_pro, local_part="first", ttl_ms=3_600_000).json()
+    second = create_via_api(client_pro, local_part="second", ttl_ms=3_600_000).json()
+    letters = [
+        (first, "Your login code", "Use 193-847 to sign in.", "news@shop.example"),
+        (first, "=?utf-8?q?Best=C3=A4tigung?=", "Hallo Müller, bitte bestätigen.", "info@bank.example"),
+        (second, "Invoice 7", "Your invoice total is 20 EUR.", "billing@shop.example"),
+        (second, "Welcome aboard", "Thanks for signing up: your code is 551100.", "hello@app.example"),
+    ]
+    for minute, (mailbox, subject, body, sender) in enumerate(letters):
+        raw = mail(subject, body, sender)
+        with time_machine.travel(start + timedelta(minutes=minute), tick=False):
+            deliver(raw, mailbox["address"], mail_from=sender)
+    return {"first": first, "second": second, "start": start}
+
+
+def test_words_match_in_the_subject_and_the_text_across_mailboxes(client_pro, inbox):
+    assert subjects(client_pro.get("/api/v1/messages?q=invoice")) == ["Invoice 7"]
+    assert subjects(client_pro.get("/api/v1/messages?q=code")) == ["Welcome aboard", "Your login code"]
+    assert subjects(client_pro.get("/api/v1/messages", {"q": "193-847"})) == ["Your login code"]
+    assert subjects(client_pro.get("/api/v1/messages", {"q": "Müller"})) == ["Bestätigung"]
+    assert subjects(client_pro.get("/api/v1/messages", {"q": "your code"})) == ["Welcome aboard", "Your login code"]
+    assert subjects(client_pro.get("/api/v1/messages", {"q": '"your code"'})) == ["Welcome aboard"]
+    results = client_pro.get("/api/v1/messages?q=invoice").json()["results"]
+    assert results[0]["mailbox_id"] == inbox["second"]["id"]
+
+
+def test_sender_subject_and_time_bounds(client_pro, inbox):
+    assert subjects(client_pro.get("/api/v1/messages?from=shop.example")) == ["Invoice 7", "Your login code"]
+    assert subjects(client_pro.get("/api/v1/messages?from=info@bank")) == ["Bestätigung"]
+    assert subjects(client_pro.get("/api/v1/messages?subject=WELCOME")) == ["Welcome aboard"]
+    since = (inbox["start"] + timedelta(seconds=90)).isoformat()
+    until = (inbox["start"] + timedelta(seconds=150)).isoformat()
+    assert subjects(client_pro.get("/api/v1/messages", {"since": since})) == ["Welcome aboard", "Invoice 7"]
+    assert subjects(client_pro.get("/api/v1/messages", {"since": since, "until": until})) == ["Invoice 7"]
+
+
+def test_unread_leaves_out_what_was_read(client_pro, inbox):
+    read = Message.objects.get(subject="Invoice 7")
+    assert client_pro.get(f"/api/v1/mailboxes/{inbox['second']['id']}/messages/{read.id}").status_code == 200
+    assert subjects(client_pro.get("/api/v1/messages?unread=true")) == ["Welcome aboard", "Bestätigung",
+                                                                         "Your login code"]
+    assert len(subjects(client_pro.get("/api/v1/messages?unread=false"))) == 4
+
+
+def test_the_filters_work_within_one_mailbox(client_pro, inbox):
+    first = f"/api/v1/mailboxes/{inbox['first']['id']}/messages"
+    assert subjects(client_pro.get(first, {"q": "code"})) == ["Your login code"]
+    assert subjects(client_pro.get(first, {"from": "bank"})) == ["Bestätigung"]
+    assert subjects(client_pro.get(first)) == ["Bestätigung", "Your login code"]
+
+
+def test_messages_of_expired_mailboxes_are_found_while_kept(client_pro, inbox):
+    with time_machine.travel(inbox["start"] + timedelta(hours=2), tick=False):
+        assert subjects(client_pro.get("/api/v1/messages?q=invoice")) == ["Invoice 7"]
+        # The one mailbox's own list is for live mailboxes only, as before.
+        assert client_pro.get(f"/api/v1/mailboxes/{inbox['second']['id']}/messages?q=invoice").status_code == 410
+
+
+def test_no_filter_ever_shows_another_owners_message(client_pro, make_client, inbox):
+    bob = make_client("bob")
+    theirs = create_via_api(bob, local_part="bobs", ttl_ms=3_600_000).json()
+    deliver(mail("Invoice 8", "Bob's invoice, with code 551100."), theirs["address"])
+    for query in ("q=invoice", "q=551100", "from=shop", "subject=invoice", "unread=true"):
+        assert "Invoice 8" not in subjects(client_pro.get(f"/api/v1/messages?{query}")), query
+        assert subjects(bob.get(f"/api/v1/messages?{query}")) in ([], ["Invoice 8"]), query
+    assert client_pro.get(f"/api/v1/mailboxes/{theirs['id']}/messages?q=invoice").status_code == 404
+
+
+def test_a_mailbox_token_searches_its_own_mailbox_only(api, client_pro, inbox):
+    anonymous = create_via_api(api, ttl_ms=600_000).json()
+    deliver(mail("Invoice 9", "An invoice for the anonymous mailbox."), anonymous["address"])
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {anonymous['token']}")
+    assert subjects(api.get("/api/v1/messages?q=invoice")) == ["Invoice 9"]
+
+
+@pytest.mark.parametrize("query, field", [
+    ("since=yesterday", "since"),
+    ("until=2026-02-30T00:00:00Z", "until"),
+    ("unread=maybe", "unread"),
+    ("q=" + "x" * 201, "q"),
+])
+def test_bad_values_are_a_400_naming_them(client_pro, query, field):
+    response = client_pro.get(f"/api/v1/messages?{query}")
+    assert response.status_code == 400 and field in response.json()["fields"]
+
+
+@pytest.mark.parametrize("words", ["' \" & | ! ( :*", "-", "or", '"unclosed', "a:* & !b", "\\"])
+def test_any_text_is_a_valid_query(client_pro, inbox, words):
+    assert client_pro.get("/api/v1/messages", {"q": words}).status_code == 200
+
+
+@pytest.mark.django_db(transaction=True)  # ANALYZE must see the rows committed
+def test_words_are_found_through_the_gin_index_once_the_table_is_large(client_pro, inbox):
+    # The owner gets 200 more mailboxes of 100 messages each, none with the word searched for.
+    owner = Message.objects.get(subject="Invoice 7").mailbox.owner
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO mailboxes_mailbox (id, owner_id, address, status, created_at, expires_at, message_count, "
+            " stored_bytes, backend_id, cleanup_state, cleanup_attempts, cleanup_last_error, name, tags, metadata) "
+            "SELECT gen_random_uuid(), %s, 'filler' || i || '@relay.localhost', 'active', now(), "
+            " now() + interval '1 hour', 100, 0, '', '', 0, '', '', '[]', '{}' FROM generate_series(1, 200) AS i",
+            [owner.id])
+        # Fifteen words each from a skewed vocabulary of 5,000, as text is: common words
+        # and rare ones, which is what the planner's word statistics need to see.
+        cursor.execute(
+            "INSERT INTO mailboxes_messagecontent (raw, text, html, headers, attachments, parsed_fully, created_at, "
+            " words) "
+            "SELECT '', '', '', '[]', '[]', true, now(), "
+            " to_tsvector('simple', (SELECT string_agg('w' || floor(power(random(), 3) * 5000)::int, ' ') "
+            "  FROM generate_series(1, 15) WHERE i > 0)) FROM generate_series(1, 20000) AS i")
+        cursor.execute(
+            "INSERT INTO mailboxes_message (mailbox_id, content_id, received_at, envelope_from, envelope_to, "
+            " from_header, to_header, subject, size, has_attachments, is_read) "
+            "SELECT m.id, c.id, now(), '', '', '', '', 'filler', 10, false, false "
+            "FROM (SELECT id, row_number() OVER () AS n FROM mailboxes_mailbox WHERE address LIKE 'filler%%') m "
+            "JOIN (SELECT id, row_number() OVER () AS n FROM mailboxes_messagecontent WHERE text = '') c "
+            " ON (c.n - 1) / 100 = m.n - 1")
+        cursor.execute("ANALYZE mailboxes_mailbox")
+        cursor.execute("ANALYZE mailboxes_messagecontent")
+        cursor.execute("ANALYZE mailboxes_message")
+    assert Message.objects.filter(subject="filler").count() == 20_000
+    # As the API runs a word search (mailboxes.selectors.words_search_plan): a rare word,
+    # and a word in most messages, both through the index.
+    with words_search_plan("invoice"):
+        rare = message_search(caller=Caller(owner=owner), words="invoice")
+        assert "content_words_gin" in rare.explain()
+        assert [message.subject for message in rare] == ["Invoice 7"]
+        common = message_search(caller=Caller(owner=owner), words="w1")
+        assert "content_words_gin" in common.explain()
+        assert common.count() > 1000
+
+
+def test_waiting_takes_the_search_filters(client_pro, inbox):
+    messages = f"/api/v1/mailboxes/{inbox['first']['id']}/messages"
+    response = client_pro.get(f"{messages}?wait=1&q=code&from=shop")
+    assert subjects(response) == ["Your login code"]
+    started = time.monotonic()
+    assert subjects(client_pro.get(f"{messages}?wait=1&subject=invoice")) == []  # nothing matches: the wait runs out
+    assert time.monotonic() - started >= 0.9
+
+
+def test_empty_values_are_malformed_not_absent(client_pro, inbox):
+    for query, field in (("until=", "until"), ("since=", "since"), ("unread=", "unread")):
+        response = client_pro.get(f"/api/v1/messages?{query}")
+        assert response.status_code == 400 and field in response.json()["fields"], query
+    for query, field in (("status=", "status"), ("ordering=", "ordering"), ("created_after=", "created_after")):
+        response = client_pro.get(f"/api/v1/mailboxes?{query}")
+        assert response.status_code == 400 and field in response.json()["fields"], query
