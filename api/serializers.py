@@ -95,6 +95,10 @@ class QueryTextField(PresentEmptyIsAValue, OneLineField):
     pass
 
 
+class QueryIntegerField(PresentEmptyIsAValue, serializers.IntegerField):
+    pass
+
+
 @extend_schema_field(local_part_schema())
 class LocalPartField(StrictCharField):
     pass
@@ -222,12 +226,13 @@ class MessageSearchQuerySerializer(serializers.Serializer):
 class WaitQuerySerializer(MessageSearchQuerySerializer):
     """`?wait=S&after=MID` on the message list (SPEC §9), with the list's search filters
     (waiting for the first new message that matches). Query values are text, so these
-    are DRF's usual integer fields, with the bounds the schema states."""
+    are integer fields with the bounds the schema states, and `after=` is a 400 like any
+    malformed value."""
 
-    wait = serializers.IntegerField(min_value=0, max_value=60)
-    after = serializers.IntegerField(min_value=1, max_value=10 ** 18 - 1, required=False)
-    page = serializers.IntegerField(min_value=1, max_value=999_999_999, required=False, default=1)
-    page_size = serializers.IntegerField(min_value=1, max_value=200, required=False, default=50)
+    wait = QueryIntegerField(min_value=0, max_value=60)
+    after = QueryIntegerField(min_value=1, max_value=10 ** 18 - 1, required=False)
+    page = QueryIntegerField(min_value=1, max_value=999_999_999, required=False, default=1)
+    page_size = QueryIntegerField(min_value=1, max_value=200, required=False, default=50)
 
 
 class EventsQuerySerializer(serializers.Serializer):

@@ -103,6 +103,14 @@ def test_a_bad_wait_is_400(api, value):
     assert response.status_code == 400 and "wait" in response.json()["fields"]
 
 
+@pytest.mark.parametrize("name", ["wait", "after", "page", "page_size"])
+def test_an_empty_wait_parameter_is_400_not_its_default(api, name):
+    box = api.mailbox(f"empty{name.replace('_', '')}")
+    params = {"wait": "0", name: ""}
+    response = api.get(f"/mailboxes/{box['id']}/messages", params=params)
+    assert response.status_code == 400 and name in response.json()["fields"], response.text
+
+
 def test_waiting_needs_the_same_credentials_as_the_rest(api):
     box = api.mailbox("private")
     response = requests.get(f"{api.base}/mailboxes/{box['id']}/messages", params={"wait": 1}, timeout=10)
