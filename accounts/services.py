@@ -3,10 +3,12 @@
 Every status change goes through `account_set_status`, which keeps mailroom's timestamp
 rules in one place. Sign-up and recovery create tokens here; the mail that carries a
 token is queued by relay.account_mail in the same transaction."""
+import copy
 import hashlib
 import logging
 import re
 import secrets
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -59,6 +61,7 @@ def account_set_status(*, account: Account, status: str) -> Account:
             account.suspended_at = now
             account.unsuspended_at = None
         account.save(update_fields=["status", "status_changed_at", "activated_at", "suspended_at", "unsuspended_at"])
+    key_cache_forget(account_id=account.id)
     logger.info("account %s: %s -> %s", account.login, old, account.status)
     return account
 
@@ -96,9 +99,55 @@ def api_key_create(*, account: Account) -> tuple[ApiKey, str]:
 
 def api_key_revoke(*, account: Account, key_id: int) -> None:
     revoked = ApiKey.objects.filter(id=key_id, account=account, revoked_at=None).update(revoked_at=timezone.now())
+    key_cache_forget(account_id=account.id)
     if not revoked and not ApiKey.objects.filter(id=key_id, account=account).exists():
         raise NotFound()
     logger.info("revoked API key %s of account %s", key_id, account.login)
+
+
+# --- key → account, cached per process --------------------------------------------------
+# Each web process keeps what a key hash resolved to for RELAY_KEY_CACHE_SECONDS, so a
+# request costs no key lookup (docs/benchmarks.md, "API"). A key revoked or an account
+# suspended in this process is forgotten at once; in the other processes it stops
+# working within the cache's lifetime. Bounded: past KEY_CACHE_MAX_ENTRIES it starts over.
+KEY_CACHE_MAX_ENTRIES = 10_000
+_key_cache: dict[str, tuple[float, ApiKey]] = {}
+
+
+def api_key_for_hash(digest: str) -> ApiKey | None:
+    """The unrevoked key with this hash and its account (`api_key.account`), or None.
+    From the cache while the entry is fresh; every caller gets its own copy of the
+    account, so no request sees another's changes to it."""
+    lifetime = settings.RELAY_KEY_CACHE_SECONDS
+    entry = _key_cache.get(digest)
+    if entry is not None and entry[0] > time.monotonic():
+        return _key_copy(entry[1])
+    api_key = ApiKey.objects.select_related("account").filter(key_hash=digest, revoked_at=None).first()
+    if api_key is not None and lifetime > 0:
+        if len(_key_cache) >= KEY_CACHE_MAX_ENTRIES:
+            _key_cache.clear()
+        _key_cache[digest] = (time.monotonic() + lifetime, _key_copy(api_key))
+    elif entry is not None:
+        _key_cache.pop(digest, None)
+    return api_key
+
+
+def _key_copy(api_key: ApiKey) -> ApiKey:
+    # A model's copy shares its related objects: the account is copied on its own.
+    copied = copy.copy(api_key)
+    copied.account = copy.copy(api_key.account)
+    return copied
+
+
+def key_cache_forget(*, account_id: int) -> None:
+    """Drop this process's cached keys of an account (revoked, suspended, recovered)."""
+    for digest, (_, api_key) in list(_key_cache.items()):
+        if api_key.account_id == account_id:
+            _key_cache.pop(digest, None)
+
+
+def key_cache_clear() -> None:
+    _key_cache.clear()
 
 
 def api_key_touch(*, api_key: ApiKey) -> None:
@@ -106,6 +155,9 @@ def api_key_touch(*, api_key: ApiKey) -> None:
     now = timezone.now()
     if api_key.last_used_at is None or now - api_key.last_used_at >= LAST_USED_RESOLUTION:
         ApiKey.objects.filter(id=api_key.id).update(last_used_at=now)
+        entry = _key_cache.get(api_key.key_hash)
+        if entry is not None:  # so the cached copy does not ask again before it expires
+            entry[1].last_used_at = now
 
 
 def account_create_with_key(*, login: str, plan: str = Plan.FREE, email: str | None = None) -> tuple[Account, str]:
@@ -239,6 +291,7 @@ def recovery_confirm(*, link_token: str, code: str) -> tuple[Account, str]:
         if account.status != AccountStatus.ACTIVE:
             raise Gone(TOKEN_GONE)
         ApiKey.objects.filter(account=account, revoked_at=None).update(revoked_at=timezone.now())
+        key_cache_forget(account_id=account.id)
         _, key = api_key_create(account=account)
     logger.info("account %s recovered its key; its other keys are revoked", account.login)
     return account, key

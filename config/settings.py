@@ -265,6 +265,11 @@ SPECTACULAR_SETTINGS = {
     },
 }
 
+# How long each web process keeps what an API key resolved to (accounts.services): a key
+# revoked, or an account suspended, in another process stops working within this many
+# seconds (in the process that did it, at once). 0: look the key up on every request.
+RELAY_KEY_CACHE_SECONDS = _int("RELAY_KEY_CACHE_SECONDS", 5)
+
 # --- Relay -----------------------------------------------------------------------------
 RELAY_DOMAINS = [d.strip().lower() for d in env.list("RELAY_DOMAINS", default=["relay.localhost"]) if d.strip()]
 if not RELAY_DOMAINS:

@@ -6,8 +6,8 @@ import uuid
 from dataclasses import dataclass
 
 from accounts.errors import AccountSuspended, Forbidden
-from accounts.models import Account, AccountStatus, ApiKey, Plan
-from accounts.services import api_key_touch, hash_key, new_key
+from accounts.models import Account, AccountStatus, Plan
+from accounts.services import api_key_for_hash, api_key_touch, hash_key, new_key
 from mailboxes.models import Mailbox
 
 logger = logging.getLogger(__name__)
@@ -46,7 +46,7 @@ def caller_for_secret(key: str) -> Caller | None:
     if key.startswith(MAILBOX_TOKEN_PREFIX):
         mailbox_id = Mailbox.objects.visible().filter(token_hash=digest).values_list("id", flat=True).first()
         return Caller(mailbox_id=mailbox_id) if mailbox_id else None
-    api_key = ApiKey.objects.select_related("account").filter(key_hash=digest, revoked_at=None).first()
+    api_key = api_key_for_hash(digest)
     if api_key is None:
         return None
     account = api_key.account

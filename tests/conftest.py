@@ -15,7 +15,7 @@ from aiosmtpd.controller import Controller
 from django.conf import settings
 from rest_framework.test import APIClient
 
-from accounts.services import account_create_with_key
+from accounts.services import account_create_with_key, key_cache_clear
 from tests.helpers import ROOT, wait_until
 from tests.stalwart_fake import TOKEN, FakeStalwart
 
@@ -26,6 +26,15 @@ def pytest_configure(config):
 
 
 # --- API clients ---------------------------------------------------------------------------
+@pytest.fixture(autouse=True)
+def fresh_key_cache():
+    """Each test resolves its keys anew: the database under the cache is rolled back
+    between tests, and some tests change a plan or a status behind the services' back."""
+    key_cache_clear()
+    yield
+    key_cache_clear()
+
+
 @pytest.fixture
 def api(db):
     return APIClient()

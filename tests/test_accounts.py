@@ -3,6 +3,7 @@ code, recovery, keys, suspension, and the pages the mailed links open."""
 import re
 import smtplib
 import threading
+import time
 import urllib.error
 import urllib.request
 from datetime import datetime, timedelta, timezone as dt_timezone
@@ -325,6 +326,77 @@ def test_createapikey_with_email_makes_an_active_account(db, capsys):
     assert (account.status, account.plan, account.email) == ("active", "pro", "carol@example.com")
     assert account.activated_at is not None
     assert keyed(key).get("/api/v1/account").json()["email"] == "carol@example.com"
+
+
+# --- the key cache (RELAY_KEY_CACHE_SECONDS) ----------------------------------------------------
+def refused_within(client, path: str, status: int, lifetime: float) -> float:
+    """Seconds until `path` answers `status`, polled; fails past the lifetime plus slack."""
+    started = time.monotonic()
+    wait_until(lambda: client.get(path).status_code == status, timeout=lifetime + 1, interval=0.05)
+    return time.monotonic() - started
+
+
+def test_a_key_is_looked_up_once_per_cache_lifetime(api, active, settings):
+    settings.RELAY_KEY_CACHE_SECONDS = 60
+    owner = keyed(active)
+    owner.get("/api/v1/whoami")
+    with CaptureQueriesContext(connection) as queries:
+        assert owner.get("/api/v1/whoami").status_code == 200
+    assert not [q for q in queries.captured_queries if "accounts_apikey" in q["sql"]]
+
+
+def test_a_key_revoked_by_another_process_stops_working_within_the_cache_lifetime(api, active, settings):
+    settings.RELAY_KEY_CACHE_SECONDS = 2
+    owner = keyed(active)
+    assert owner.get("/api/v1/whoami").status_code == 200  # cached from here
+    ApiKey.objects.update(revoked_at=datetime.now(dt_timezone.utc))  # as another process's revocation
+    assert owner.get("/api/v1/whoami").status_code == 200, "the cache is not in use"
+    assert refused_within(owner, "/api/v1/whoami", 401, 2) <= 2 + 0.5
+
+
+def test_an_account_suspended_by_another_process_is_refused_within_the_cache_lifetime(api, active, settings):
+    settings.RELAY_KEY_CACHE_SECONDS = 2
+    owner = keyed(active)
+    assert owner.get("/api/v1/whoami").status_code == 200
+    Account.objects.update(status=AccountStatus.SUSPENDED)
+    assert refused_within(owner, "/api/v1/whoami", 403, 2) <= 2 + 0.5
+    assert owner.get("/api/v1/whoami").json()["code"] == "account_suspended"
+
+
+def test_a_key_revoked_in_this_process_is_refused_at_once(api, active, settings):
+    settings.RELAY_KEY_CACHE_SECONDS = 60
+    owner = keyed(active)
+    second = owner.post("/api/v1/keys", {}, format="json").json()
+    assert keyed(second["api_key"]).get("/api/v1/whoami").status_code == 200
+    assert owner.delete(f"/api/v1/keys/{second['id']}").status_code == 204
+    assert keyed(second["api_key"]).get("/api/v1/whoami").status_code == 401
+    call_command("account", "suspend", "ann")
+    assert owner.get("/api/v1/whoami").status_code == 403
+
+
+def test_with_the_cache_off_a_revocation_anywhere_is_immediate(api, active, settings):
+    settings.RELAY_KEY_CACHE_SECONDS = 0
+    owner = keyed(active)
+    assert owner.get("/api/v1/whoami").status_code == 200
+    ApiKey.objects.update(revoked_at=datetime.now(dt_timezone.utc))
+    assert owner.get("/api/v1/whoami").status_code == 401
+
+
+def test_requests_sharing_a_cached_key_get_their_own_account(db, active, settings):
+    """Threads of one web process hold copies: a change one request makes to its account
+    object never shows in another's, nor in the cache."""
+    settings.RELAY_KEY_CACHE_SECONDS = 60
+    digest = services.hash_key(active)
+    first = services.api_key_for_hash(digest)
+    first.account.plan = "changed"
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(services.api_key_for_hash(digest))) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len({id(key.account) for key in results}) == 8
+    assert {key.account.plan for key in results} == {Account.objects.get(login="ann").plan}
 
 
 # --- suspension --------------------------------------------------------------------------------
