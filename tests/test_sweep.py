@@ -1,13 +1,16 @@
 """The sweep (SPEC §6): what it expires, what it requeues and when, what it schedules
 ahead, and that two sweeps at once never claim the same mailbox."""
+import logging
 import threading
 from datetime import timedelta
 
 import pytest
 import time_machine
+from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
+import config.celery
 from expiry import sweep
 from expiry.sweep import schedule_upcoming, sweep_due_and_lapsed
 from expiry.tasks import expire_mailbox
@@ -28,6 +31,31 @@ def queue_length(monkeypatch):
         monkeypatch.setattr(sweep, "queue_length", lambda name: length)
 
     return set_length
+
+
+def test_a_sweep_over_an_empty_redis_queue_reads_0_and_logs_no_warning(db, broker, caplog):
+    """On Redis an empty queue is a missing key: a normal state, not a broker fault."""
+    assert broker.llen(settings.CELERY_TASK_DEFAULT_QUEUE) == 0
+    with caplog.at_level(logging.INFO):
+        assert config.celery.queue_length(settings.CELERY_TASK_DEFAULT_QUEUE) == 0
+        sweep_due_and_lapsed()
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+def test_the_queue_length_reads_what_waits_in_redis(db, broker):
+    name = settings.CELERY_TASK_DEFAULT_QUEUE
+    broker.rpush(name, b"{}", b"{}", b"{}")
+    assert config.celery.queue_length(name) == 3
+
+
+def test_a_broker_that_cannot_answer_warns_once_a_minute_not_once_a_sweep(db, monkeypatch, caplog):
+    monkeypatch.setattr(config.celery, "_last_queue_length_warning", 0.0)
+    monkeypatch.setattr(config.celery.app.conf, "broker_read_url", "redis://127.0.0.1:1/0")
+    with caplog.at_level(logging.WARNING):
+        lengths = [config.celery.queue_length("relay") for _ in range(3)]
+    assert lengths == [None, None, None]
+    warnings = [r for r in caplog.records if "could not read the length" in r.getMessage()]
+    assert len(warnings) == 1
 
 
 def test_sweep_with_nothing_due_makes_no_backend_call(db, stalwart):
