@@ -312,6 +312,9 @@ RELAY_QUOTAS = {
 
 RELAY_SWEEP_INTERVAL_SECONDS = _int("RELAY_SWEEP_INTERVAL_SECONDS", 5, minimum=1)
 RELAY_SWEEP_BATCH_SIZE = _int("RELAY_SWEEP_BATCH_SIZE", 500, minimum=1)
+# Batches of each kind (due, lapsed, abandoned) one sweep takes before it leaves the rest
+# to the next: at most 10 × 500 expire tasks published per sweep.
+RELAY_SWEEP_MAX_BATCHES = _int("RELAY_SWEEP_MAX_BATCHES", 10, minimum=1)
 RELAY_CLEANUP_MAX_RETRIES = _int("RELAY_CLEANUP_MAX_RETRIES", 3)
 RELAY_CLEANUP_RETRY_BACKOFF_SECONDS = _int("RELAY_CLEANUP_RETRY_BACKOFF_SECONDS", 30, minimum=1)
 RELAY_CLEANUP_LEASE_SECONDS = _int("RELAY_CLEANUP_LEASE_SECONDS", 120, minimum=4)

@@ -35,8 +35,6 @@ logger = logging.getLogger(__name__)
 OWED = (CleanupState.PENDING, CleanupState.RUNNING)
 # A never-started cleanup's lease grows to at most this many leases between requeues.
 MAX_LEASE_DOUBLINGS = 16
-# How many batches one sweep takes of each kind before it leaves the rest to the next.
-MAX_BATCHES = 1000
 
 
 @dataclass
@@ -48,9 +46,12 @@ class SweepResult:
 
 def _in_batches(claim_batch, batch_size: int) -> int:
     """Run `claim_batch(batch_size)` in its own durable transaction until a batch comes
-    back short; returns the total it handled."""
+    back short, at most RELAY_SWEEP_MAX_BATCHES times; returns the total it handled.
+    The cap bounds what one sweep publishes (a 100,000-mailbox burst would otherwise be
+    50,000 messages from one task, and the worker's memory for them): the rest is the
+    next sweep's, an interval later, which the workers are still busy for anyway."""
     total = 0
-    for _ in range(MAX_BATCHES):
+    for _ in range(settings.RELAY_SWEEP_MAX_BATCHES):
         with transaction.atomic(durable=True):
             found, handled = claim_batch(batch_size)
         total += handled

@@ -86,8 +86,21 @@ def test_sweep_requeues_a_cleanup_whose_lease_lapsed_keeping_its_attempts(db, st
     assert (mailbox.cleanup_state, mailbox.cleanup_attempts) == ("pending", 2)
 
 
+def test_one_sweep_takes_at_most_its_batches_and_the_next_takes_the_rest(db, stalwart, settings, monkeypatch):
+    settings.RELAY_SWEEP_MAX_BATCHES = 3
+    make_mailboxes(70, prefix="capped", first_in=-1, spread=0)
+    published = []
+    monkeypatch.setattr(ending, "publish_after_commit", published.extend)
+    assert sweep_due_and_lapsed(batch_size=10).expired == 30
+    assert len(published) == 30
+    assert Mailbox.objects.filter(status="active").count() == 40
+    assert [sweep_due_and_lapsed(batch_size=10).expired for _ in range(3)] == [30, 10, 0]
+    assert len(published) == len(set(published)) == 70
+
+
 @pytest.mark.django_db(transaction=True)
-def test_two_sweeps_at_once_claim_disjoint_mailboxes(stalwart, monkeypatch):
+def test_two_sweeps_at_once_claim_disjoint_mailboxes(stalwart, monkeypatch, settings):
+    settings.RELAY_SWEEP_MAX_BATCHES = 1000  # both sweeps run until nothing is due
     make_mailboxes(3000, prefix="m", first_in=-1, spread=0)
     claimed: list[list] = [[], []]
 
