@@ -1,10 +1,11 @@
 """The Celery application. Its settings live in config/settings.py under CELERY_*."""
 import logging
 import os
+import threading
 import time
 
 from celery import Celery
-from celery.signals import after_setup_logger, task_failure, task_retry, task_success
+from celery.signals import after_setup_logger, task_failure, task_retry, task_success, worker_init, worker_process_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
@@ -66,3 +67,36 @@ def queue_length(name: str) -> int | None:
             _last_queue_length_warning = time.monotonic()
             logger.warning("could not read the length of queue %s", name, exc_info=True)
         return None
+
+
+@worker_init.connect
+def _count_objects(**kwargs) -> None:
+    """A diagnostic: with RELAY_OBJECT_COUNTS_DIR set, the worker's main process counts
+    its live objects by type once a minute (the garbage collector's view, which costs
+    nothing between counts, unlike tracemalloc, which slowed the main process to a
+    crawl under load) and writes the 25 types that grew most since the first minute to
+    <dir>/worker-<pid>.txt. How docs/benchmarks.md, "Soak", looked for the main
+    process's growth."""
+    directory = os.environ.get("RELAY_OBJECT_COUNTS_DIR")
+    if not directory:
+        return
+    import collections
+    import gc
+
+    def counts() -> collections.Counter:
+        return collections.Counter(type(obj).__qualname__ for obj in gc.get_objects())
+
+    def write_growth() -> None:
+        time.sleep(60)
+        first, minute = counts(), 1
+        path = os.path.join(directory, f"worker-{os.getpid()}.txt")
+        while True:
+            time.sleep(60)
+            minute += 1
+            now = counts()
+            growth = sorted(((now[name] - first[name], name) for name in now), reverse=True)[:25]
+            with open(path, "w") as out:
+                out.write(f"minute {minute}: {sum(now.values())} objects; the types that grew most since minute 1\n")
+                out.writelines(f"{diff:+8d} {name} ({now[name]})\n" for diff, name in growth)
+
+    threading.Thread(target=write_growth, name="object-counts", daemon=True).start()

@@ -1,0 +1,427 @@
+"""The soak: the whole stack as `make run` starts it (web, worker, beat, smtp, mailer),
+on PostgreSQL and Redis, under a steady mix for an hour, driven from outside over HTTP
+and SMTP.
+
+Every second it starts `--rate` mailbox lives (default 25). Each creates a mailbox with
+a lifetime of 1 to 4 s; one in five is mailed over SMTP and read back (the wait, the
+message, its raw bytes); one in ten is renewed, one in ten deleted, one in twenty-five
+sends a mail out through the mailer to a local SMTP sink. A webhook takes every event at
+a local HTTP receiver. After its end each mailbox is read again: expired, or 404 if
+deleted.
+
+Every 30 s it samples the RSS of each process, the log lines by level, the cleanups
+owed and the errors so far. At the end it checks that every mailbox is accounted for
+(cleanup done, or dead with a reason), then prints and records: the RSS slope of each
+process over the last three quarters of the run (MiB/hour), log lines per minute by
+level, the most cleanups owed at once, the errors and the throughput. The RSS chart is
+docs/soak-rss.png.
+
+    scripts/bench.sh soak [--minutes 60] [--rate 25]
+"""
+import argparse
+import atexit
+import collections
+import json
+import os
+import random
+import re
+import signal
+import smtplib
+import socket
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from email.message import EmailMessage
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import requests
+
+from bench.common import LOGS, ROOT, command_line, fresh_database, record, setup_django, wait_until
+
+SAMPLE_EVERY_SECONDS = 30
+LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+# The level of a log line, as Django's formatter ("... WARNING name message"), Celery's
+# ("[...: WARNING/MainProcess]") and uvicorn's ("WARNING:  ...") write it.
+LEVEL_RE = re.compile(r"\b(DEBUG|INFO|WARNING|ERROR|CRITICAL)\b[:/ ]")
+CHART = ROOT / "docs" / "soak-rss.png"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Counters:
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.counts = collections.Counter()
+        self.errors = collections.Counter()
+
+    def add(self, name: str, n: int = 1) -> None:
+        with self._lock:
+            self.counts[name] += n
+
+    def error(self, what: str) -> None:
+        with self._lock:
+            self.errors[what] += 1
+        if sum(self.errors.values()) <= 20:
+            print(f"error: {what}", file=sys.stderr)
+
+
+def webhook_receiver(counters: Counters) -> ThreadingHTTPServer:
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            counters.add("webhook:" + json.loads(body)["type"])
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def smtp_sink(counters: Counters):
+    """The mailer's destination: an aiosmtpd server that counts what it is handed."""
+    from aiosmtpd.controller import Controller
+
+    class Handler:
+        async def handle_DATA(self, server, session, envelope):
+            counters.add("mail out delivered")
+            return "250 OK"
+
+    controller = Controller(Handler(), hostname="127.0.0.1", port=free_port())
+    controller.start()
+    return controller
+
+
+class Stack:
+    """scripts/run.sh on the benchmark's PostgreSQL and Redis, its output in one log."""
+
+    def __init__(self, env: dict):
+        self.web_port, self.smtp_port = free_port(), free_port()
+        self.log = LOGS / "soak.log"
+        self._read_to, self._levels = 0, collections.Counter()
+        LOGS.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **env, "RELAY_WEB_PORT": str(self.web_port), "RELAY_SMTP_PORT": str(self.smtp_port),
+               "RELAY_VAR_DIR": "var/soak", "RELAY_RUN_IN_FOREGROUND": "1"}
+        self.proc = subprocess.Popen(["scripts/run.sh"], cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
+                                     stdout=self.log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
+        self.url = f"http://127.0.0.1:{self.web_port}"
+        atexit.register(self.stop)
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so the stack is stopped too
+        wait_until(self._ready, 90, "the stack to start", interval=0.5)
+
+    def _ready(self) -> bool:
+        if self.proc.poll() is not None:
+            raise SystemExit(f"run.sh exited:\n{self.log.read_text(errors='replace')[-3000:]}")
+        try:
+            with socket.create_connection(("127.0.0.1", self.smtp_port), timeout=1):
+                pass
+            return requests.get(self.url + "/readyz", timeout=2).status_code == 200
+        except (OSError, requests.RequestException):
+            return False
+
+    def processes(self) -> dict[str, int]:
+        """Each Relay process by role: web, worker, worker-child-N, beat, smtp(-N), mailer."""
+        found, stack = {}, [(self.proc.pid, None)]
+        while stack:
+            pid, parent_role = stack.pop()
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+                children = [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+            role = None
+            if "python" in cmdline or "celery" in cmdline or "uvicorn" in cmdline:
+                for name, marker in (("web", "uvicorn"), ("worker", " worker "), ("beat", " beat "),
+                                     ("smtp", "runsmtp"), ("mailer", "runmailer")):
+                    if marker in cmdline:
+                        role = name if parent_role != name else f"{name}-child"
+                        break
+            if role:
+                if role.endswith("-child"):
+                    role += f"-{sum(1 for r in found if r.startswith(role))}"
+                found[role] = pid
+            stack += [(child, role or parent_role) for child in sorted(children)]
+        return found
+
+    def log_levels(self) -> collections.Counter:
+        """Log lines so far by level, read on from where the last call stopped."""
+        with self.log.open("rb") as log:
+            log.seek(self._read_to)
+            chunk = log.read()
+        complete = chunk.rfind(b"\n") + 1
+        self._read_to += complete
+        for line in chunk[:complete].decode(errors="replace").splitlines():
+            match = LEVEL_RE.search(line)
+            if match:
+                self._levels[match.group(1)] += 1
+        return collections.Counter(self._levels)
+
+    def warnings(self, limit: int = 10) -> list[str]:
+        with self.log.open(errors="replace") as log:
+            lines = [line.rstrip() for line in log if re.search(r"\b(WARNING|ERROR|CRITICAL)\b", line)]
+        return lines[:limit]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, 15)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, 9)
+
+
+def rss_mib(pid: int) -> float | None:
+    try:
+        return int(re.search(r"VmRSS:\s+(\d+)", Path(f"/proc/{pid}/status").read_text()).group(1)) / 1024
+    except (FileNotFoundError, AttributeError, ProcessLookupError):
+        return None
+
+
+class Load:
+    """The mailbox lives, each in a thread of a pool; errors are counted by what failed."""
+
+    def __init__(self, stack: Stack, key: str, counters: Counters):
+        self.stack, self.counters = stack, counters
+        self.session = requests.Session()
+        self.session.headers["Authorization"] = f"Bearer {key}"
+        adapter = requests.adapters.HTTPAdapter(pool_connections=1, pool_maxsize=400)
+        self.session.mount("http://", adapter)
+        self.ids: list[str] = []
+        self._lock = threading.Lock()
+
+    def api(self, method: str, path: str, expect: tuple, **kwargs):
+        try:
+            response = self.session.request(method, self.stack.url + "/api/v1" + path, timeout=30, **kwargs)
+        except requests.RequestException as exc:
+            self.counters.error(f"{method} {path.split('/')[1]}: {type(exc).__name__}")
+            return None
+        self.counters.add("api requests")
+        if response.status_code not in expect:
+            self.counters.error(f"{method} {path.split('/')[1]} -> {response.status_code} {response.text[:120]}")
+            return None
+        return response
+
+    def life(self, n: int) -> None:
+        # A mailbox that sends lives long enough for the mailer's batch (1 s) to take it.
+        ttl_ms = random.randint(10_000, 15_000) if n % 25 == 2 else random.randint(1000, 4000)
+        created = self.api("POST", "/mailboxes", (201,), json={"ttl_ms": ttl_ms, "tags": ["soak"]})
+        if created is None:
+            return
+        box = created.json()
+        with self._lock:
+            self.ids.append(box["id"])
+        self.counters.add("mailboxes")
+        path = f"/mailboxes/{box['id']}"
+        deleted = False
+        if n % 5 == 0:
+            self.mail(box, n)
+        if n % 10 == 1:
+            self.api("POST", path + "/renew", (200,), json={"ttl_ms": ttl_ms})
+            self.counters.add("renews")
+        if n % 25 == 2:
+            self.api("POST", path + "/messages", (202,),
+                     json={"to": ["someone@example.com"], "subject": f"soak {n}", "text": "hello from the soak"})
+            self.counters.add("mail out")
+        if n % 10 == 3:
+            deleted = self.api("DELETE", path, (204,)) is not None
+            self.counters.add("deletes")
+        # After its end: gone if deleted, else expired (in the answer of the read itself).
+        time.sleep(ttl_ms / 1000 * (2 if n % 10 == 1 else 1) + 0.2)
+        after = self.api("GET", path, (404,) if deleted else (200,))
+        if after is not None and not deleted and after.json()["status"] != "expired":
+            self.counters.error(f"GET after expiry -> {after.json()['status']}")
+
+    def mail(self, box: dict, n: int) -> None:
+        message = EmailMessage()
+        message["From"], message["To"], message["Subject"] = "soak@example.com", box["address"], f"Your code {n}"
+        message.set_content(f"Your verification code is {100000 + n % 900000}.\n" + "filler line\n" * 40)
+        try:
+            with smtplib.SMTP("127.0.0.1", self.stack.smtp_port, timeout=30) as smtp:
+                smtp.send_message(message)
+        except (OSError, smtplib.SMTPException) as exc:
+            self.counters.error(f"SMTP: {type(exc).__name__} {exc}"[:160])
+            return
+        self.counters.add("mail in")
+        path = f"/mailboxes/{box['id']}/messages"
+        listed = self.api("GET", path + "?wait=5", (200,))
+        if listed is None or not listed.json()["results"]:
+            self.counters.error("the delivered message is not listed")
+            return
+        mid = listed.json()["results"][0]["id"]
+        shown = self.api("GET", f"{path}/{mid}", (200,))
+        if shown is not None and str(100000 + n % 900000) not in shown.json()["codes"]:
+            self.counters.error("the code was not found")
+        self.api("GET", f"{path}/{mid}/raw", (200,))
+
+
+def slope_mib_per_hour(points: list[tuple[float, float]]) -> float:
+    """Least-squares slope of (seconds, MiB), in MiB per hour."""
+    n = len(points)
+    if n < 2:
+        return float("nan")
+    mean_t = sum(t for t, _ in points) / n
+    mean_v = sum(v for _, v in points) / n
+    var = sum((t - mean_t) ** 2 for t, _ in points)
+    return sum((t - mean_t) * (v - mean_v) for t, v in points) / var * 3600 if var else float("nan")
+
+
+def chart(samples: list[dict], warm_up: float) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    roles = sorted({role for sample in samples for role in sample["rss"]})
+    figure, axes = plt.subplots(figsize=(9, 4.5), dpi=100)
+    for role in roles:
+        points = [(s["t"] / 60, s["rss"][role]) for s in samples if role in s["rss"]]
+        axes.plot([p[0] for p in points], [p[1] for p in points], label=role, linewidth=1.5)
+    axes.axvline(warm_up / 60, color="grey", linestyle=":", linewidth=1)
+    axes.text(warm_up / 60, axes.get_ylim()[1], " slopes from here", va="top", fontsize=8, color="grey")
+    axes.set_xlabel("minutes")
+    axes.set_ylabel("RSS (MiB)")
+    axes.set_title("Relay soak: resident memory of each process")
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
+    figure.tight_layout()
+    figure.savefig(CHART)
+    print(f"chart: {CHART.relative_to(ROOT)}")
+
+
+def account_key() -> str:
+    from accounts.services import account_create_with_key
+
+    _, key = account_create_with_key(login="soak", plan="enterprise")
+    return key
+
+
+def accounted(ids: list[str]) -> dict:
+    from mailboxes.models import Mailbox
+
+    rows = Mailbox.objects.filter(id__in=ids)
+    states = collections.Counter(rows.values_list("cleanup_state", flat=True))
+    dead_without_reason = rows.filter(cleanup_state="dead", cleanup_last_error="").count()
+    return {"states": dict(states), "missing": len(ids) - rows.count(), "dead_without_reason": dead_without_reason}
+
+
+def outbox_settled(final: bool = False) -> dict | None:
+    """The outbox mails by status once none is queued or sending (or at once if final)."""
+    from relay.models import OutboxMail
+
+    statuses = collections.Counter(OutboxMail.objects.values_list("status", flat=True))
+    return dict(statuses) if final or not (statuses["queued"] or statuses["sending"]) else None
+
+
+def owed() -> int:
+    from mailboxes.models import Mailbox
+
+    return Mailbox.objects.filter(cleanup_state__in=("pending", "running")).count()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--minutes", type=float, default=60)
+    parser.add_argument("--rate", type=int, default=25, help="mailbox lives started a second")
+    args = parser.parse_args()
+    fresh_database()
+    import redis
+    from django.conf import settings
+
+    redis.Redis.from_url(settings.CELERY_BROKER_URL).flushdb()
+    key = account_key()
+    counters = Counters()
+    receiver, sink = webhook_receiver(counters), smtp_sink(counters)
+    stack = Stack({"RELAY_MIN_TTL_MS": "1000", "RELAY_WEBHOOK_ALLOW_PRIVATE": "true",
+                   "EMAIL_URL": f"smtp://127.0.0.1:{sink.port}"})
+    load = Load(stack, key, counters)
+    load.api("POST", "/webhooks", (201,), json={
+        "url": f"http://127.0.0.1:{receiver.server_address[1]}/hook",
+        "events": ["message.received", "mailbox.expired", "mailbox.deleted", "cleanup.dead"]})
+    print(f"soak: {args.rate} mailbox lives a second for {args.minutes:g} min; stack log {stack.log}")
+
+    samples, started, n = [], time.monotonic(), 0
+    duration = args.minutes * 60
+    next_sample = started
+    with ThreadPoolExecutor(max_workers=args.rate * 12) as pool:
+        while (elapsed := time.monotonic() - started) < duration:
+            if time.monotonic() >= next_sample:
+                sample = {"t": elapsed, "rss": {role: rss_mib(pid) for role, pid in stack.processes().items()},
+                          "levels": stack.log_levels(), "owed": owed(), "errors": sum(counters.errors.values())}
+                sample["rss"] = {role: mib for role, mib in sample["rss"].items() if mib is not None}
+                samples.append(sample)
+                print(f"{elapsed / 60:5.1f} min  owed {sample['owed']:3d}  errors {sample['errors']}  "
+                      f"warnings+ {sum(sample['levels'][lv] for lv in LEVELS[2:])}  "
+                      + "  ".join(f"{role} {mib:.0f}" for role, mib in sorted(sample["rss"].items())), flush=True)
+                next_sample += SAMPLE_EVERY_SECONDS
+            for _ in range(args.rate):
+                pool.submit(load.life, n)
+                n += 1
+            time.sleep(max(0.0, started + n / args.rate - time.monotonic()))
+    ran = time.monotonic() - started
+
+    # Every mailbox accounted for: its cleanup done, or dead with its reason.
+    def settled():
+        state = accounted(load.ids)
+        return state if set(state["states"]) <= {"done", "dead"} and not state["missing"] else None
+    try:
+        final = wait_until(settled, 300, "every cleanup to settle", interval=1)
+    except SystemExit:
+        final = accounted(load.ids)
+    try:
+        outbox = wait_until(outbox_settled, 120, "the mailer to settle every mail", interval=1)
+    except SystemExit:
+        outbox = outbox_settled(final=True)
+    for status, count in outbox.items():
+        if status != "sent":
+            counters.errors[f"outbox mails {status}"] += count
+    levels = stack.log_levels()
+    stack.stop()
+    receiver.shutdown()
+    sink.stop()
+
+    warm_up = ran / 4
+    late = [s for s in samples if s["t"] >= warm_up]
+    roles = sorted({role for sample in samples for role in sample["rss"]})
+    slopes = {role: slope_mib_per_hour([(s["t"], s["rss"][role]) for s in late if role in s["rss"]]) for role in roles}
+    minutes = ran / 60
+    warnings_late = sum(late[-1]["levels"][lv] - late[0]["levels"][lv] for lv in LEVELS[2:]) if len(late) > 1 else 0
+    unaccounted = final["missing"] + final["dead_without_reason"] + sum(
+        count for state, count in final["states"].items() if state not in ("done", "dead"))
+    errors = sum(counters.errors.values())
+    print("\nRSS slope after warm-up (MiB/hour): " + ", ".join(f"{r} {s:+.1f}" for r, s in slopes.items()))
+    print("log lines per minute: " + ", ".join(f"{lv} {levels[lv] / minutes:.1f}" for lv in LEVELS if levels[lv]))
+    print(f"WARNING and above after warm-up: {warnings_late}")
+    for line in stack.warnings():
+        print("  " + line[:200])
+    print(f"most cleanups owed at a sample: {max(s['owed'] for s in samples)}")
+    print(f"errors: {errors} {dict(counters.errors) if errors else ''}")
+    print(f"counts: {dict(counters.counts)}; outbox: {outbox}")
+    print(f"mailboxes: {final['states']}, unaccounted for: {unaccounted}")
+    chart(samples, warm_up)
+    worst = max(slopes.items(), key=lambda item: item[1])
+    record("soak", command_line(),
+           f"{minutes:.0f} min, {counters.counts['mailboxes'] / ran:.1f} mailboxes/s, "
+           f"{counters.counts['api requests'] / ran:.0f} API req/s, {counters.counts['mail in'] / ran:.1f} mails in/s; "
+           f"RSS slope worst {worst[0]} {worst[1]:+.1f} MiB/h ("
+           + ", ".join(f"{r} {s:+.1f}" for r, s in slopes.items()) + "); "
+           f"WARNING+ after warm-up {warnings_late / (minutes * 0.75):.2f}/min; "
+           f"max owed {max(s['owed'] for s in samples)}; errors {errors}; unaccounted {unaccounted} "
+           f"of {len(load.ids)} ({', '.join(f'{k} {v}' for k, v in sorted(final['states'].items()))})")
+    if errors or unaccounted or warnings_late:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    setup_django()
+    main()
