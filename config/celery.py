@@ -5,7 +5,7 @@ import threading
 import time
 
 from celery import Celery
-from celery.signals import after_setup_logger, task_failure, task_retry, task_success, worker_init, worker_process_init
+from celery.signals import after_setup_logger, task_failure, task_retry, task_success, worker_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
