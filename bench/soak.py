@@ -38,6 +38,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import requests
+from urllib3.util.retry import Retry
 
 from bench.common import LOGS, ROOT, command_line, fresh_database, record, setup_django, wait_until
 
@@ -65,11 +66,21 @@ class Counters:
         with self._lock:
             self.counts[name] += n
 
-    def error(self, what: str) -> None:
+    def error(self, what: str, detail: str = "") -> None:
         with self._lock:
             self.errors[what] += 1
         if sum(self.errors.values()) <= 20:
-            print(f"error: {what}", file=sys.stderr)
+            print(f"error: {what} {detail}".rstrip(), file=sys.stderr)
+
+
+class CountingRetry(Retry):
+    counters: Counters
+
+    def increment(self, *args, **kwargs):
+        self.counters.add("GETs sent again after a closed keep-alive connection")
+        new = super().increment(*args, **kwargs)
+        new.counters = self.counters
+        return new
 
 
 def webhook_receiver(counters: Counters) -> ThreadingHTTPServer:
@@ -195,7 +206,11 @@ class Load:
         self.stack, self.counters = stack, counters
         self.session = requests.Session()
         self.session.headers["Authorization"] = f"Bearer {key}"
-        adapter = requests.adapters.HTTPAdapter(pool_connections=1, pool_maxsize=400)
+        # As browsers do, a GET sent on a pooled connection the server closed at that very
+        # instant (its keep-alive ran out) is sent again, once; each such retry is counted.
+        retry = CountingRetry(total=1, connect=1, read=1, status=0, other=0, allowed_methods=frozenset({"GET"}))
+        retry.counters = counters
+        adapter = requests.adapters.HTTPAdapter(pool_connections=1, pool_maxsize=400, max_retries=retry)
         self.session.mount("http://", adapter)
         self.ids: list[str] = []
         self._lock = threading.Lock()
@@ -204,7 +219,7 @@ class Load:
         try:
             response = self.session.request(method, self.stack.url + "/api/v1" + path, timeout=30, **kwargs)
         except requests.RequestException as exc:
-            self.counters.error(f"{method} {path.split('/')[1]}: {type(exc).__name__}")
+            self.counters.error(f"{method} {path.split('/')[1]}: {type(exc).__name__}", detail=str(exc)[:200])
             return None
         self.counters.add("api requests")
         if response.status_code not in expect:
