@@ -13,7 +13,8 @@ from api.schema import domain_schema, local_part_schema, ttl_bounds
 from accounts.models import LOGIN_PATTERN, Account, ApiKey
 from mailboxes.models import Mailbox, MailboxStatus
 from mailboxes.selectors import MAILBOX_ORDERINGS
-from relay.extraction import find_codes, find_links, text_of_html
+from mailboxes.text import text_of_html
+from relay.extraction import find_codes, find_links
 from relay.models import OutboxMail
 from webhooks.models import Webhook, WebhookDelivery, WebhookEvent
 

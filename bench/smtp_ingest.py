@@ -3,6 +3,11 @@ Prints messages per second stored (each readable through the API once DATA is an
 250), and the ratio to a bare aiosmtpd server that discards every message, measured in
 the same run. Also the SMTP process's RSS before and after.
 
+The product's whole ingest runs: the event each message publishes for waiters, the
+webhook lookup, and a Celery worker (concurrency 1) writing the search words that SMTP
+leaves owed, on the same cores while the messages arrive. The figure after the ratio is
+how long after the last 250 the words of every message were written.
+
     scripts/bench.sh smtp_ingest [--messages 4000] [--connections 8] [--processes N]
 """
 import argparse
@@ -12,7 +17,8 @@ import sys
 import threading
 import time
 
-from bench.common import command_line, fresh_database, record, rss_mb, setup_django, spawn, stop, wait_until
+from bench.common import (celery_worker, command_line, cpu_seconds, fresh_database, record, rss_mb, setup_django,
+                          spawn, stop, wait_until)
 
 RELAY_PORT, BARE_PORT = 2626, 2627
 
@@ -68,6 +74,30 @@ def blast(port: int, addresses: list[str], total: int, connections: int) -> floa
     return per_connection * connections / elapsed
 
 
+def postgres_cpu_seconds() -> float:
+    """CPU time of every PostgreSQL process on this machine (the server and its backends)."""
+    ticks, total = os.sysconf("SC_CLK_TCK"), 0.0
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                head, rest = stat.read().rsplit(")", 1)
+            if head.endswith("(postgres"):
+                fields = rest.split()
+                total += (int(fields[11]) + int(fields[12])) / ticks
+        except (OSError, ValueError):  # not a process, or one that just ended
+            pass
+    return total
+
+
+def cpu_per_message(blast_once, parts: dict) -> tuple[float, dict]:
+    """Run `blast_once` (which returns messages/s and sends `count` messages) and the CPU
+    milliseconds per message each part spent meanwhile: parts maps a name to a function
+    returning that part's CPU seconds so far."""
+    before = {name: read() for name, read in parts.items()}
+    rate, count = blast_once()
+    return rate, {name: (read() - before[name]) * 1000 / count for name, read in parts.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=4000)
@@ -79,7 +109,7 @@ def main() -> None:
     setup_django()
     from accounts.services import account_create_with_key
     from mailboxes.keys import Caller
-    from mailboxes.models import Message
+    from mailboxes.models import Message, MessageContent
     from relay.provisioning import mailbox_create
 
     owner, _ = account_create_with_key(login="bench", plan="pro")
@@ -91,22 +121,36 @@ def main() -> None:
     relay = spawn("smtp-relay", [sys.executable, "manage.py", "runsmtp", "--port", str(RELAY_PORT), *processes],
                   env={"RELAY_LOG_LEVEL": "WARNING"}, ready="Relay SMTP on")
     wait_until(lambda: _answers(RELAY_PORT), 30, "runsmtp")
+    worker = celery_worker("smtp-words")
     try:
         blast(BARE_PORT, addresses, 200, args.connections)  # warm up both
         blast(RELAY_PORT, addresses, 200, args.connections)
         rss_before = rss_mb(relay.pid)
-        bare_rate = blast(BARE_PORT, addresses, args.messages, args.connections)
-        relay_rate = blast(RELAY_PORT, addresses, args.messages, args.connections)
+        total = args.messages // args.connections * args.connections
+        parts = {"senders": lambda: sum(os.times()[:2]), "bare": lambda: cpu_seconds(bare.pid),
+                 "runsmtp": lambda: cpu_seconds(relay.pid), "PostgreSQL": postgres_cpu_seconds,
+                 "worker": lambda: cpu_seconds(worker.pid)}
+        bare_rate, bare_cpu = cpu_per_message(
+            lambda: (blast(BARE_PORT, addresses, args.messages, args.connections), total), parts)
+        relay_rate, relay_cpu = cpu_per_message(
+            lambda: (blast(RELAY_PORT, addresses, args.messages, args.connections), total), parts)
+        last_250 = time.monotonic()
         rss_after = rss_mb(relay.pid)
         stored = Message.objects.count()
+        wait_until(lambda: not MessageContent.objects.filter(words__isnull=True).exists(), 300, "the owed words")
+        words_lag = time.monotonic() - last_250
     finally:
-        stop(relay, bare)
+        stop(relay, bare, worker)
     expected = 200 + args.messages // args.connections * args.connections
     assert stored == expected, f"{stored} messages stored, {expected} accepted"
     figures = (f"{args.messages:,} × 10 KB over {args.connections} connections: runsmtp "
                f"({args.processes or os.cpu_count()} process{'es' if (args.processes or os.cpu_count()) > 1 else ''}) "
                f"{relay_rate:.0f} msg/s stored vs "
                f"bare aiosmtpd {bare_rate:.0f} msg/s = ratio **{relay_rate / bare_rate:.2f}**; "
+               f"every message's search words written {words_lag:.1f} s after the last 250; CPU ms per message, "
+               f"bare run: senders {bare_cpu['senders']:.2f}, server {bare_cpu['bare']:.2f}; Relay run: senders "
+               f"{relay_cpu['senders']:.2f}, runsmtp {relay_cpu['runsmtp']:.2f}, PostgreSQL {relay_cpu['PostgreSQL']:.2f}, "
+               f"words worker {relay_cpu['worker']:.2f} (before its catch-up); "
                f"SMTP RSS {rss_before:.0f} → {rss_after:.0f} MiB")
     record("smtp_ingest", command_line(), figures)
 

@@ -11,6 +11,7 @@ from mailboxes.ending import mailbox_lazy_expire, mailboxes_lazy_expire
 from mailboxes.errors import MailboxExpired, NotFound
 from mailboxes.keys import Caller
 from mailboxes.models import Mailbox, MailboxStatus, Message, MessageContent
+from mailboxes.services import contents_index_all_words
 
 
 def mailboxes_visible_to(caller: Caller) -> QuerySet:
@@ -109,11 +110,15 @@ def message_search(*, caller: Caller | None, mailbox: Mailbox | None = None, wor
     all the caller's mailboxes (expired ones too, while retained; never another owner's).
     `words`: all of them in the subject or text (PostgreSQL's full-text search, through
     the GIN index; a substring of either on SQLite). `sender`: in the From header or the
-    envelope sender."""
+    envelope sender.
+
+    With `words` on PostgreSQL, the words these messages still owe (SMTP leaves them to
+    a worker) are written first, here and now: a search finds every message stored."""
     messages = Message.objects.filter(mailbox=mailbox) if mailbox is not None else \
         Message.objects.filter(mailbox__in=mailboxes_visible_to(caller))
     if words:
         if connection.vendor == "postgresql":
+            contents_index_all_words(messages=messages)
             # websearch syntax: any text is a valid query ("quoted phrase", or, -word).
             messages = messages.filter(content__words=SearchQuery(words, config="simple", search_type="websearch"))
         else:

@@ -112,9 +112,3 @@ def find_links(text: str, html_body: str) -> list[dict]:
         seen.add(url)
         links.append({"url": url, "text": label or url})
     return links
-
-
-def text_of_html(html_body: str) -> str:
-    """Readable text of an HTML-only mail, for finding codes in it."""
-    without_hidden = re.sub(r"(?is)<(script|style|head)\b.*?</\1>", " ", html_body[:MAX_SCAN])
-    return html.unescape(re.sub(r"<[^>]+>", " ", without_hidden))

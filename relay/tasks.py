@@ -1,9 +1,11 @@
 import logging
+import time
 import uuid
 
 from celery import shared_task
 from django.conf import settings
 
+from mailboxes.services import contents_index_words
 from relay import outbox
 from relay.backends import NothingToReconcile
 from relay.reconcile import orphans_find
@@ -27,6 +29,27 @@ logger = logging.getLogger(__name__)
 def send_outbox_batch(claim: str, mail_ids: list[int]) -> dict:
     """Send one batch the mailer claimed; see relay.outbox.batch_send."""
     return outbox.batch_send(claim=uuid.UUID(claim), mail_ids=mail_ids)
+
+
+# One run of index_owed_words writes words for this long, then queues its successor: a
+# backlog is worked through without a task that outlives its time limit.
+WORDS_RUN_SECONDS = 60
+
+
+@shared_task(acks_late=True, soft_time_limit=WORDS_RUN_SECONDS * 3, time_limit=WORDS_RUN_SECONDS * 4)
+def index_owed_words() -> int:
+    """Write the search words that stored messages owe (relay.smtp.words_owed, and beat's
+    backstop every minute), batch by batch, passing over batches another run holds.
+    Safe to overlap."""
+    started, total = time.monotonic(), 0
+    while indexed := contents_index_words(skip_locked=True):
+        total += indexed
+        if time.monotonic() - started > WORDS_RUN_SECONDS:
+            index_owed_words.delay()
+            break
+    if total:
+        logger.info("wrote the search words of %d stored message(s)", total)
+    return total
 
 
 @shared_task(acks_late=True, soft_time_limit=3000, time_limit=3300)

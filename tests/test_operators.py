@@ -9,7 +9,7 @@ from django.core.management import call_command
 from django.utils import timezone
 from django_celery_beat.models import PeriodicTask
 
-from expiry.schedules import PURGE_TASK_NAME, SWEEP_TASK_NAME
+from expiry.schedules import PURGE_TASK_NAME, SWEEP_TASK_NAME, WORDS_TASK_NAME
 from expiry.purge import mailboxes_purge
 from mailboxes.models import AddressReservation, Mailbox, Message, MessageContent
 from tests.helpers import make_mailbox as mailbox
@@ -21,12 +21,14 @@ def admin_client(client, db):
     return client
 
 
-def test_migration_installs_the_sweep_and_the_daily_purge(db, settings):
+def test_migration_installs_the_sweep_the_words_backstop_and_the_daily_purge(db, settings):
     sweep = PeriodicTask.objects.get(name=SWEEP_TASK_NAME)
     assert sweep.task == "expiry.tasks.sweep" and sweep.enabled
     assert (sweep.interval.every, sweep.interval.period) == (settings.RELAY_SWEEP_INTERVAL_SECONDS, "seconds")
     purge = PeriodicTask.objects.get(name=PURGE_TASK_NAME)
     assert purge.task == "expiry.tasks.purge_retained" and purge.crontab.hour == "3"
+    words = PeriodicTask.objects.get(name=WORDS_TASK_NAME)
+    assert words.task == "relay.tasks.index_owed_words" and (words.interval.every, words.interval.period) == (60, "seconds")
 
 
 def test_expirystats_json_has_exactly_the_spec_shape(db, capsys):

@@ -1,18 +1,22 @@
 """Finding mail (SPEC §11): GET /messages over all the caller's mailboxes and the filters
 of GET /mailboxes/{id}/messages: words (PostgreSQL full-text search), sender, subject,
 time bounds, unread; never another owner's message."""
+import smtplib
+import threading
 import time
 from datetime import timedelta
 
+import psycopg2
 import pytest
 import time_machine
 from django.db import connection
 from django.utils import timezone
 
 from mailboxes.keys import Caller
-from mailboxes.models import Message
+from mailboxes.models import Message, MessageContent
 from mailboxes.selectors import message_search, words_search_plan
-from tests.helpers import create_via_api, deliver
+from tests.conftest import _test_database_url
+from tests.helpers import create_via_api, deliver, wait_until
 
 
 def mail(subject: str, body: str, sender: str = "news@shop.example") -> bytes:
@@ -177,3 +181,140 @@ def test_empty_values_are_malformed_not_absent(client_pro, inbox):
     for query, field in (("status=", "status"), ("ordering=", "ordering"), ("created_after=", "created_after")):
         response = client_pro.get(f"/api/v1/mailboxes?{query}")
         assert response.status_code == 400 and field in response.json()["fields"], query
+
+
+# --- words owed at ingest, written by a worker or by the first search that needs them -------
+def _words_written(message_id: int) -> bool:
+    return Message.objects.filter(id=message_id, content__words__isnull=False).exists()
+
+
+def test_smtp_leaves_the_words_owed_and_a_search_writes_them_first(client_pro, inbox):
+    # What SMTP stores: the message without its words, which are the costly part.
+    [owed] = deliver(mail("Parcel 42", "Your parcel tracking number is 8841."), inbox["first"]["address"])
+    assert not _words_written(owed)
+    # A search finds it anyway, at once: it writes the words its scope owes first.
+    assert subjects(client_pro.get("/api/v1/messages", {"q": "tracking"})) == ["Parcel 42"]
+    assert _words_written(owed)
+    # The words are those the subject and text would have had at ingest.
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT c.words = to_tsvector('simple', 'Parcel 42' || ' ' || c.text) FROM"
+                       " mailboxes_messagecontent c JOIN mailboxes_message m ON m.content_id = c.id WHERE m.id = %s",
+                       [owed])
+        assert cursor.fetchone() == (True,)
+
+
+def test_a_waiting_search_finds_a_message_whose_words_are_owed(client_pro, inbox):
+    mailbox = inbox["first"]
+    [owed] = deliver(mail("Reset", "Your reset token is QX7731."), mailbox["address"])
+    response = client_pro.get(f"/api/v1/mailboxes/{mailbox['id']}/messages", {"wait": 1, "q": "token"})
+    assert subjects(response) == ["Reset"]
+
+
+def test_an_html_only_messages_words_are_its_readable_text(client_pro, inbox):
+    raw = (f"From: a@example.com\r\nTo: {inbox['second']['address']}\r\nSubject: Styled\r\n"
+           "Content-Type: text/html\r\n\r\n<style>.hidden{}</style><p>Your <b>voucher</b> awaits</p>\r\n").encode()
+    deliver(raw, inbox["second"]["address"])
+    assert subjects(client_pro.get("/api/v1/messages", {"q": "voucher"})) == ["Styled"]
+    assert subjects(client_pro.get("/api/v1/messages", {"q": "hidden"})) == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_worker_writes_owed_words_in_batches_and_passes_over_those_held(make_client):
+    from mailboxes.services import contents_index_words
+
+    client = make_client("alice", plan="pro")
+    mailbox = create_via_api(client, ttl_ms=3_600_000).json()
+    ids = [deliver(mail(f"Note {n}", f"body {n}"), mailbox["address"])[0] for n in range(3)]
+    held_content = Message.objects.get(id=ids[1]).content_id
+    held, holding, release = threading.Event(), threading.Event(), threading.Event()
+
+    def hold() -> None:  # another worker (or a search) in the middle of writing one of them
+        from django.db import connections, transaction
+
+        try:
+            with transaction.atomic():
+                MessageContent.objects.select_for_update().get(id=held_content)
+                holding.set()
+                release.wait(10)
+        finally:
+            connections.close_all()
+            held.set()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert holding.wait(10)
+        assert contents_index_words(skip_locked=True, limit=1) == 1  # a batch of one: the oldest
+        assert contents_index_words(skip_locked=True) == 1  # the third; the held one is passed over
+        assert [_words_written(id) for id in ids] == [True, False, True]
+    finally:
+        release.set()
+        holder.join(10)
+    assert contents_index_words(skip_locked=True) == 1
+    assert contents_index_words(skip_locked=True) == 0
+    assert all(_words_written(id) for id in ids)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_search_waits_for_a_worker_writing_its_words_and_does_not_write_them_again(make_client):
+    client = make_client("alice", plan="pro")
+    mailbox = create_via_api(client, ttl_ms=3_600_000).json()
+    [message_id] = deliver(mail("Shipped", "Your order has shipped."), mailbox["address"])
+    content_id = Message.objects.get(id=message_id).content_id
+    worker = psycopg2.connect(_test_database_url())
+    try:
+        # A worker has locked the content and is writing its words (not committed yet).
+        cursor = worker.cursor()
+        cursor.execute("SELECT id FROM mailboxes_messagecontent WHERE id = %s FOR UPDATE", [content_id])
+        cursor.execute("SELECT pg_backend_pid()")
+        worker_pid = cursor.fetchone()[0]
+        cursor.execute("UPDATE mailboxes_messagecontent SET words = to_tsvector('simple', 'Shipped' || ' ' || text)"
+                       " WHERE id = %s", [content_id])
+        answers = []
+
+        def search() -> None:
+            from django.db import connections
+
+            try:
+                answers.append(client.get("/api/v1/messages", {"q": "shipped"}))
+            finally:
+                connections.close_all()
+
+        searcher = threading.Thread(target=search)
+        searcher.start()
+        # The search waits on the worker's lock ...
+        wait_until(lambda: _blocked_by(worker_pid), timeout=10, message="the search to wait for the worker")
+        assert searcher.is_alive()
+        cursor.execute("SELECT txid_current()")
+        worker_txid = cursor.fetchone()[0]
+        worker.commit()  # ... which commits its words
+        searcher.join(10)
+    finally:
+        worker.close()
+    assert subjects(answers[0]) == ["Shipped"]
+    # The row is the worker's version: the search found the words written and left them.
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT xmin::text::bigint FROM mailboxes_messagecontent WHERE id = %s", [content_id])
+        assert cursor.fetchone()[0] == worker_txid % 2 ** 32
+
+
+def _blocked_by(pid: int) -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))", [pid])
+        return cursor.fetchone()[0] > 0
+
+
+def test_a_worker_writes_the_words_of_mail_received_over_smtp(processes, smtp_server, make_client, monkeypatch):
+    import relay.smtp
+
+    monkeypatch.setattr(relay.smtp, "_words_next_publish", 0.0)  # no ask held back by an earlier test's
+    processes.worker("worker")
+    processes.wait_ready()
+    client = make_client("alice", plan="pro")
+    mailbox = create_via_api(client, ttl_ms=3_600_000).json()
+    with smtplib.SMTP("127.0.0.1", smtp_server.port, timeout=10) as smtp:
+        smtp.sendmail("a@example.com", [mailbox["address"]], mail("Hello", "a word for the index"))
+    message = Message.objects.get(mailbox_id=mailbox["id"])
+    # Nobody searches: the worker, asked for after the 250, writes the words.
+    wait_until(lambda: _words_written(message.id), timeout=20, message="the worker to write the words")
+    assert "wrote the search words of 1 stored message(s)" in processes.log("worker")
