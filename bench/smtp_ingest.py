@@ -21,6 +21,7 @@ from bench.common import (celery_worker, command_line, cpu_seconds, fresh_databa
                           spawn, stop, wait_until)
 
 RELAY_PORT, BARE_PORT = 2626, 2627
+LATENCY_MESSAGES = 500
 
 BARE_SERVER = f"""
 import asyncio
@@ -72,6 +73,21 @@ def blast(port: int, addresses: list[str], total: int, connections: int) -> floa
     if errors:
         raise SystemExit(f"{len(errors)} sender(s) failed: {errors[0]!r}")
     return per_connection * connections / elapsed
+
+
+def one_at_a_time(port: int, addresses: list[str], count: int) -> tuple[float, float]:
+    """p50 and p99 milliseconds from sending a message to its 250, over one connection
+    that sends the next only after: the ingest path's own time, with nothing queued."""
+    smtp = smtplib.SMTP("127.0.0.1", port, timeout=30)
+    times = []
+    for n in range(count):
+        to = addresses[n % len(addresses)]
+        started = time.perf_counter()
+        smtp.sendmail("bench@example.com", [to], message(to, 10_000_000 + n))
+        times.append((time.perf_counter() - started) * 1000)
+    smtp.quit()
+    times.sort()
+    return times[len(times) // 2], times[int(len(times) * 0.99)]
 
 
 def postgres_cpu_seconds() -> float:
@@ -136,12 +152,14 @@ def main() -> None:
             lambda: (blast(RELAY_PORT, addresses, args.messages, args.connections), total), parts)
         last_250 = time.monotonic()
         rss_after = rss_mb(relay.pid)
-        stored = Message.objects.count()
         wait_until(lambda: not MessageContent.objects.filter(words__isnull=True).exists(), 300, "the owed words")
         words_lag = time.monotonic() - last_250
+        bare_alone = one_at_a_time(BARE_PORT, addresses, LATENCY_MESSAGES)
+        relay_alone = one_at_a_time(RELAY_PORT, addresses, LATENCY_MESSAGES)
+        stored = Message.objects.count()
     finally:
         stop(relay, bare, worker)
-    expected = 200 + args.messages // args.connections * args.connections
+    expected = 200 + args.messages // args.connections * args.connections + LATENCY_MESSAGES
     assert stored == expected, f"{stored} messages stored, {expected} accepted"
     figures = (f"{args.messages:,} × 10 KB over {args.connections} connections: runsmtp "
                f"({args.processes or os.cpu_count()} process{'es' if (args.processes or os.cpu_count()) > 1 else ''}) "
@@ -150,7 +168,8 @@ def main() -> None:
                f"every message's search words written {words_lag:.1f} s after the last 250; CPU ms per message, "
                f"bare run: senders {bare_cpu['senders']:.2f}, server {bare_cpu['bare']:.2f}; Relay run: senders "
                f"{relay_cpu['senders']:.2f}, runsmtp {relay_cpu['runsmtp']:.2f}, PostgreSQL {relay_cpu['PostgreSQL']:.2f}, "
-               f"words worker {relay_cpu['worker']:.2f} (before its catch-up); "
+               f"words worker {relay_cpu['worker']:.2f} (before its catch-up); one message at a time, MAIL to its 250: "
+               f"runsmtp p50 {relay_alone[0]:.1f} ms, p99 {relay_alone[1]:.1f} ms vs bare p50 {bare_alone[0]:.1f} ms; "
                f"SMTP RSS {rss_before:.0f} → {rss_after:.0f} MiB")
     record("smtp_ingest", command_line(), figures)
 
