@@ -8,6 +8,9 @@ webhook lookup, and a Celery worker (concurrency 1) writing the search words tha
 leaves owed, on the same cores while the messages arrive. The figure after the ratio is
 how long after the last 250 the words of every message were written.
 
+Then the database floor: the rows a stored message needs, written by hand from as many
+threads with nothing else running, to show what PostgreSQL alone allows here.
+
     scripts/bench.sh smtp_ingest [--messages 4000] [--connections 8] [--processes N]
 """
 import argparse
@@ -90,6 +93,44 @@ def one_at_a_time(port: int, addresses: list[str], count: int) -> tuple[float, f
     return times[len(times) // 2], times[int(len(times) * 0.99)]
 
 
+def database_floor(mailbox_ids: list, total: int, connections: int) -> float:
+    """Messages/s when `connections` threads do nothing but the writes one stored message
+    needs, written by hand with psycopg2: the mailbox's counters, the content (10 KB raw
+    and its 10 KB text) and the message row, one transaction each. No SMTP, no parsing,
+    no Django: what PostgreSQL alone allows on this machine."""
+    import psycopg2
+
+    raw = message("floor@relay.localhost", 0)
+    text = raw.split(b"\r\n\r\n", 1)[1].decode()
+    per_connection = total // connections
+
+    def writer(index: int) -> None:
+        db = psycopg2.connect(os.environ["DATABASE_URL"])
+        cursor = db.cursor()
+        for n in range(per_connection):
+            mailbox_id = mailbox_ids[(index + n) % len(mailbox_ids)]
+            cursor.execute("UPDATE mailboxes_mailbox SET message_count = message_count + 1,"
+                           " stored_bytes = stored_bytes + %s WHERE id = %s AND status <> 'deleted' RETURNING id",
+                           [len(raw), mailbox_id])
+            cursor.execute("INSERT INTO mailboxes_messagecontent (raw, text, html, headers, attachments, parsed_fully,"
+                           " created_at) VALUES (%s, %s, '', '[]', '[]', true, now()) RETURNING id",
+                           [raw, text])
+            content_id = cursor.fetchone()[0]
+            cursor.execute("INSERT INTO mailboxes_message (mailbox_id, content_id, received_at, envelope_from,"
+                           " envelope_to, from_header, to_header, subject, size, has_attachments, is_read)"
+                           " VALUES (%s, %s, now(), 'bench@example.com', 'floor@relay.localhost',"
+                           " 'bench@example.com', 'floor@relay.localhost', 'bench', %s, false, false)",
+                           [mailbox_id, content_id, len(raw)])
+            db.commit()
+        db.close()
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(connections)]
+    started = time.monotonic()
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    return per_connection * connections / (time.monotonic() - started)
+
+
 def postgres_cpu_seconds() -> float:
     """CPU time of every PostgreSQL process on this machine (the server and its backends)."""
     ticks, total = os.sysconf("SC_CLK_TCK"), 0.0
@@ -125,7 +166,7 @@ def main() -> None:
     setup_django()
     from accounts.services import account_create_with_key
     from mailboxes.keys import Caller
-    from mailboxes.models import Message, MessageContent
+    from mailboxes.models import Mailbox, Message, MessageContent
     from relay.provisioning import mailbox_create
 
     owner, _ = account_create_with_key(login="bench", plan="pro")
@@ -159,6 +200,11 @@ def main() -> None:
         stored = Message.objects.count()
     finally:
         stop(relay, bare, worker)
+    mailbox_ids = [str(mailbox_id) for mailbox_id in Mailbox.objects.filter(address__in=addresses)
+                   .values_list("id", flat=True)]
+    floor_rate, floor_cpu = cpu_per_message(
+        lambda: (database_floor(mailbox_ids, total, args.connections), total),
+        {"senders": lambda: sum(os.times()[:2]), "PostgreSQL": postgres_cpu_seconds})
     expected = 200 + args.messages // args.connections * args.connections + LATENCY_MESSAGES
     assert stored == expected, f"{stored} messages stored, {expected} accepted"
     figures = (f"{args.messages:,} × 10 KB over {args.connections} connections: runsmtp "
@@ -170,7 +216,10 @@ def main() -> None:
                f"{relay_cpu['senders']:.2f}, runsmtp {relay_cpu['runsmtp']:.2f}, PostgreSQL {relay_cpu['PostgreSQL']:.2f}, "
                f"words worker {relay_cpu['worker']:.2f} (before its catch-up); one message at a time, MAIL to its 250: "
                f"runsmtp p50 {relay_alone[0]:.1f} ms, p99 {relay_alone[1]:.1f} ms vs bare p50 {bare_alone[0]:.1f} ms; "
-               f"SMTP RSS {rss_before:.0f} → {rss_after:.0f} MiB")
+               f"SMTP RSS {rss_before:.0f} → {rss_after:.0f} MiB; the database floor (the same rows written by "
+               f"psycopg2 from {args.connections} threads, nothing else): {floor_rate:.0f} msg/s = "
+               f"{floor_rate / bare_rate:.2f} × bare, PostgreSQL {floor_cpu['PostgreSQL']:.2f} CPU ms per message, "
+               f"writers {floor_cpu['senders']:.2f}")
     record("smtp_ingest", command_line(), figures)
 
 
