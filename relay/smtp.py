@@ -104,10 +104,11 @@ def deliver_message(*, raw: bytes, mail_from: str, recipients: list[Recipient]) 
             if any(not r.fits(len(raw)) for r in recipients):
                 raise MailboxFull()
             return []
-        content = MessageContent.objects.create(
-            raw=raw, text=parsed.text, html=parsed.html, headers=parsed.headers, attachments=parsed.attachments,
-            parsed_fully=parsed.parsed_fully)  # its words are owed: see words_owed
-        messages = Message.objects.bulk_create([
+        content = MessageContent(raw=raw, text=parsed.text, html=parsed.html, headers=parsed.headers,
+                                 attachments=parsed.attachments,
+                                 parsed_fully=parsed.parsed_fully)  # its words are owed: see words_owed
+        _insert([content])
+        messages = [
             Message(
                 mailbox_id=recipient.mailbox_id,
                 content=content,
@@ -120,12 +121,36 @@ def deliver_message(*, raw: bytes, mail_from: str, recipients: list[Recipient]) 
                 has_attachments=bool(parsed.attachments),
             )
             for recipient in recipients if recipient.mailbox_id in live
-        ])
+        ]
+        _insert(messages)
         messages_stored.send(sender=Message, messages=messages)
         events.publish_after_commit(live, "message")
         transaction.on_commit(words_owed)
     logger.info("stored a %d-byte message from %s for %d mailbox(es)", len(raw), mail_from or "<>", len(messages))
     return [message.id for message in messages]
+
+
+def _insert(rows: list) -> None:
+    """INSERT `rows` (instances of one model, without ids) in one statement and set their
+    ids, as bulk_create does, but without building the query anew for every message: the
+    ORM's query building was a third of deliver_message's Python time. Each value goes
+    through its field's pre_save (auto_now_add) and preparation (JSON, bytes, times,
+    UUIDs), as the ORM sends it."""
+    meta = rows[0]._meta
+    fields = [field for field in meta.concrete_fields if not field.primary_key]
+    quote = connection.ops.quote_name
+    one = f"({', '.join(['%s'] * len(fields))})"
+    params = [field.get_db_prep_save(field.pre_save(row, True), connection) for row in rows for field in fields]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {quote(meta.db_table)} ({', '.join(quote(field.column) for field in fields)})"
+            f" VALUES {', '.join([one] * len(rows))} RETURNING {quote(meta.pk.column)}",
+            params,
+        )
+        ids = sorted(row[0] for row in cursor.fetchall())
+    # Identity ids are handed out in the order of the VALUES: sorted, they match the rows.
+    for row, row_id in zip(rows, ids):
+        row.id = row_id
 
 
 # A worker is asked to write owed words at most this often per process, and that long
