@@ -20,6 +20,8 @@ import sys
 import threading
 import time
 
+import psycopg2
+
 from bench.common import (celery_worker, command_line, cpu_seconds, fresh_database, record, rss_mb, setup_django,
                           spawn, stop, wait_until)
 
@@ -93,19 +95,19 @@ def one_at_a_time(port: int, addresses: list[str], count: int) -> tuple[float, f
     return times[len(times) // 2], times[int(len(times) * 0.99)]
 
 
-def database_floor(mailbox_ids: list, total: int, connections: int) -> float:
-    """Messages/s when `connections` threads do nothing but the writes one stored message
-    needs, written by hand with psycopg2: the mailbox's counters, the content (10 KB raw
-    and its 10 KB text) and the message row, one transaction each. No SMTP, no parsing,
-    no Django: what PostgreSQL alone allows on this machine."""
-    import psycopg2
-
+def database_floor(databases: list, mailbox_ids: list, total: int) -> float:
+    """Messages/s when one thread per connection in `databases` (psycopg2, open already)
+    does nothing but the writes one stored message needs, written by hand: the mailbox's
+    counters, the content (10 KB raw and its 10 KB text) and the message row, one
+    transaction each. No SMTP, no parsing, no Django: what PostgreSQL alone allows on
+    this machine. The connections stay open after: a backend that exits takes its CPU
+    time out of /proc before it can be counted."""
     raw = message("floor@relay.localhost", 0)
     text = raw.split(b"\r\n\r\n", 1)[1].decode()
-    per_connection = total // connections
+    per_connection = total // len(databases)
 
     def writer(index: int) -> None:
-        db = psycopg2.connect(os.environ["DATABASE_URL"])
+        db = databases[index]
         cursor = db.cursor()
         for n in range(per_connection):
             mailbox_id = mailbox_ids[(index + n) % len(mailbox_ids)]
@@ -122,13 +124,12 @@ def database_floor(mailbox_ids: list, total: int, connections: int) -> float:
                            " 'bench@example.com', 'floor@relay.localhost', 'bench', %s, false, false)",
                            [mailbox_id, content_id, len(raw)])
             db.commit()
-        db.close()
 
-    threads = [threading.Thread(target=writer, args=(i,)) for i in range(connections)]
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(len(databases))]
     started = time.monotonic()
     [t.start() for t in threads]
     [t.join() for t in threads]
-    return per_connection * connections / (time.monotonic() - started)
+    return per_connection * len(databases) / (time.monotonic() - started)
 
 
 def postgres_cpu_seconds() -> float:
@@ -202,9 +203,11 @@ def main() -> None:
         stop(relay, bare, worker)
     mailbox_ids = [str(mailbox_id) for mailbox_id in Mailbox.objects.filter(address__in=addresses)
                    .values_list("id", flat=True)]
+    databases = [psycopg2.connect(os.environ["DATABASE_URL"]) for _ in range(args.connections)]
     floor_rate, floor_cpu = cpu_per_message(
-        lambda: (database_floor(mailbox_ids, total, args.connections), total),
+        lambda: (database_floor(databases, mailbox_ids, total), total),
         {"senders": lambda: sum(os.times()[:2]), "PostgreSQL": postgres_cpu_seconds})
+    [db.close() for db in databases]
     expected = 200 + args.messages // args.connections * args.connections + LATENCY_MESSAGES
     assert stored == expected, f"{stored} messages stored, {expected} accepted"
     figures = (f"{args.messages:,} × 10 KB over {args.connections} connections: runsmtp "
