@@ -151,36 +151,23 @@ def schedule_upcoming(*, batch_size: int | None = None, now: datetime | None = N
     (expiry/cleanup.py); if it is lost, or the mailbox was renewed, the sweep still
     expires it when due: this only shortens the lag, correctness never depends on it.
 
-    Each mailbox is scheduled once per `expires_at` (`expiry_scheduled_for`), in batches
-    of `batch_size`, at most RELAY_SWEEP_MAX_BATCHES a sweep, since workers hold
-    scheduled tasks in memory until they run. One batch a sweep held the lag's steady
-    rate to a batch per interval (100/s on defaults): past it, the rest waited for the
-    sweep (bench/expiry_lag.py).
-
-    Nothing is scheduled while the queue holds more than a batch: the workers are
-    behind, and a mailbox the sweep expires with a whole batch costs them less than one
-    whose task expires it alone. Scheduling into a backlog made the lag grow without
-    bound at 300/s (p99 27 s, against 7 s with the sweep alone)."""
+    Each mailbox is scheduled once per `expires_at` (`expiry_scheduled_for`); at most
+    `batch_size` a sweep, since workers hold scheduled tasks in memory until they run."""
     batch_size = batch_size or settings.RELAY_SWEEP_BATCH_SIZE
-    if (queue_length(settings.CELERY_TASK_DEFAULT_QUEUE) or 0) > batch_size:
-        logger.info("the queue holds more than a batch: no expire task scheduled ahead this sweep")
-        return 0
     now = now or timezone.now()
-    return _in_batches(lambda size: _schedule_upcoming_batch(size, now=now), batch_size)
-
-
-def _schedule_upcoming_batch(batch_size: int, *, now: datetime) -> tuple[int, int]:
     horizon = now + timedelta(seconds=2 * settings.RELAY_SWEEP_INTERVAL_SECONDS)
-    upcoming = list(
-        Mailbox.objects.select_for_update(skip_locked=True)
-        .filter(status=MailboxStatus.ACTIVE, expires_at__gt=now, expires_at__lte=horizon)
-        .exclude(expiry_scheduled_for=F("expires_at"))
-        .order_by("expires_at")
-        .values_list("id", "expires_at")[:batch_size]
-    )
-    if upcoming:
+    with transaction.atomic(durable=True):
+        upcoming = list(
+            Mailbox.objects.select_for_update(skip_locked=True)
+            .filter(status=MailboxStatus.ACTIVE, expires_at__gt=now, expires_at__lte=horizon)
+            .exclude(expiry_scheduled_for=F("expires_at"))
+            .order_by("expires_at")
+            .values_list("id", "expires_at")[:batch_size]
+        )
+        if not upcoming:
+            return 0
         Mailbox.objects.filter(id__in=[mailbox_id for mailbox_id, _ in upcoming]).update(
             expiry_scheduled_for=F("expires_at"))
         ids, etas = zip(*upcoming)
         transaction.on_commit(lambda: publish_cleanups(list(ids), etas=list(etas)))
-    return len(upcoming), len(upcoming)
+    return len(upcoming)

@@ -159,36 +159,6 @@ def test_sweep_schedules_mailboxes_falling_due_before_the_next_sweeps_once(db, s
         assert schedule_upcoming() == 1
 
 
-def test_a_sweep_schedules_batch_after_batch_up_to_its_cap(db, settings, monkeypatch, queue_length,
-                                                           django_capture_on_commit_callbacks):
-    settings.RELAY_SWEEP_MAX_BATCHES = 2
-    queue_length(0)
-    scheduled = []
-    monkeypatch.setattr(expire_mailbox, "apply_async", lambda args, eta=None, **kw: scheduled.append(args[0]))
-    for n in range(5):
-        make_mailbox(f"soon{n}", expires_at=timezone.now() + timedelta(seconds=1 + n / 10))
-    with django_capture_on_commit_callbacks(execute=True):
-        assert schedule_upcoming(batch_size=2) == 4  # two batches of two: the cap
-    with django_capture_on_commit_callbacks(execute=True):
-        assert schedule_upcoming(batch_size=2) == 1  # the next sweep's
-    assert len(scheduled) == len(set(scheduled)) == 5
-
-
-def test_a_sweep_schedules_nothing_ahead_while_the_queue_holds_more_than_a_batch(
-        db, monkeypatch, queue_length, django_capture_on_commit_callbacks):
-    scheduled = []
-    monkeypatch.setattr(expire_mailbox, "apply_async", lambda args, eta=None, **kw: scheduled.append(args[0]))
-    soon = make_mailbox("soon", expires_at=timezone.now() + timedelta(seconds=1))
-    queue_length(3)  # more than a batch of 2: the workers are behind
-    with django_capture_on_commit_callbacks(execute=True):
-        assert schedule_upcoming(batch_size=2) == 0
-    assert scheduled == [] and Mailbox.objects.get(id=soon.id).expiry_scheduled_for is None
-    queue_length(2)  # caught up
-    with django_capture_on_commit_callbacks(execute=True):
-        assert schedule_upcoming(batch_size=2) == 1
-    assert scheduled == [str(soon.id)]
-
-
 def test_sweep_leaves_a_scheduled_mailbox_to_its_task_for_one_interval_then_takes_it(db, stalwart, settings):
     mailbox = make_mailbox("scheduled", stalwart=stalwart)
     Mailbox.objects.filter(id=mailbox.id).update(expiry_scheduled_for=mailbox.expires_at)
