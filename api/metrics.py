@@ -37,6 +37,9 @@ class StateCollector:
         yield GaugeMetricFamily("relay_cleanup_oldest_owed_age_seconds",
                                 "How long the longest-waiting owed cleanup has waited since it was queued (0: none owed).",
                                 value=state["oldest_owed_cleanup_seconds"])
+        yield GaugeMetricFamily("relay_search_words_owed",
+                                "Stored messages whose search words a worker has yet to write (a search writes its own first).",
+                                value=state["words_owed"])
         yield GaugeMetricFamily("relay_state_read_timestamp_seconds",
                                 "When the gauges above were read from the database (they are cached).",
                                 value=state["read_at"].timestamp())

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from expiry.operators import cleanup_oldest_owed_since, cleanups_per_minute
 from mailboxes.models import CleanupState, MailboxStatus
-from mailboxes.selectors import mailbox_counts
+from mailboxes.selectors import contents_words_owed, mailbox_counts
 from relay.models import OutboxStatus
 from relay.outbox import outbox_counts
 from webhooks.delivery import delivery_counts
@@ -51,4 +51,5 @@ def operations_state_read(*, now: datetime) -> dict:
         "outbox": {**dict.fromkeys(OutboxStatus.values, 0), **outbox_counts()},
         "deliveries": {**dict.fromkeys(DeliveryStatus.values, 0), **delivery_counts()},
         "cleanups_per_minute": cleanups_per_minute(now=now),
+        "words_owed": contents_words_owed(),
     }

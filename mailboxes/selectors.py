@@ -153,6 +153,15 @@ def message_raw(*, mailbox: Mailbox, message_id: int) -> bytes:
     return bytes(raw)
 
 
+def contents_words_owed() -> int:
+    """How many stored contents still owe their search words (relay.tasks.index_owed_words
+    writes them): read through the partial index of exactly those. 0 on SQLite, which
+    keeps no words."""
+    if connection.vendor != "postgresql":
+        return 0
+    return MessageContent.objects.filter(words__isnull=True).count()
+
+
 def mailbox_counts() -> dict[tuple[str, str], int]:
     """How many mailboxes are in each (status, cleanup state), for the operator's counts:
     one index-only pass over the index on (cleanup_state, status), grouped in its order.

@@ -110,3 +110,16 @@ def test_a_metrics_token_is_required_when_set(processes):
     with pytest.raises(urllib.error.HTTPError):
         scrape(port, token="wrong")
     assert ("relay_mailboxes", (("status", "active"),)) in scrape(port, token="scrape-secret")
+
+
+def test_the_words_owed_gauge_counts_what_the_worker_has_yet_to_write(processes):
+    from mailboxes.services import contents_index_words
+    from tests.helpers import deliver
+
+    port = start_web(processes)  # and no worker: the words stay owed
+    mailbox = make_mailbox("words")
+    for n in range(2):
+        deliver(f"Subject: note {n}\r\n\r\nsome words\r\n".encode(), mailbox.address)
+    assert scrape(port)[("relay_search_words_owed", ())] == 2
+    assert contents_index_words() == 2  # as the worker writes them
+    assert scrape(port)[("relay_search_words_owed", ())] == 0
