@@ -45,13 +45,6 @@ def mailbox_cleanup(*, mailbox_id, retry_wait_max_seconds: float) -> CleanupOutc
     fails, the lease lapses, and a sweep tries again, each try counted, until the
     cleanup is dead."""
     now = timezone.now()
-    backend = get_backend()
-    if not backend.keeps_accounts:
-        outcome = _cleanup_at_once(mailbox_id, backend, now=now)
-        if outcome is None and mailboxes_expire_due(mailbox_ids=[mailbox_id], now=now, publish=False):
-            outcome = _cleanup_at_once(mailbox_id, backend, now=now)
-        if outcome is not None:
-            return outcome
     claim = uuid.uuid4()
     mailbox = _claim_cleanup(mailbox_id, claim=claim, now=now)
     # A task queued before the mailbox was due expires it itself once it is.
@@ -73,7 +66,7 @@ def mailbox_cleanup(*, mailbox_id, retry_wait_max_seconds: float) -> CleanupOutc
         return CleanupOutcome.DEAD
 
     try:
-        backend.deprovision(mailbox)
+        get_backend().deprovision(mailbox)
     except NoBackendSlot:
         # Not an attempt: no call was made. Back to pending with the attempt given back,
         # leased past the task's return, which the caller schedules.
@@ -106,54 +99,6 @@ def mailbox_cleanup(*, mailbox_id, retry_wait_max_seconds: float) -> CleanupOutc
             cleanup_last_error=f"{type(exc).__name__}: {exc}"[:2000])
         raise
     _record_outcome(mailbox_id, claim, CleanupState.DONE)
-    return CleanupOutcome.DONE
-
-
-class _TakeTheLongWay(Exception):
-    """The deprovision raised something other than its one refusal: undo, and let the
-    general path attempt, count and record it."""
-
-
-def _cleanup_at_once(mailbox_id, backend, *, now: datetime) -> CleanupOutcome | None:
-    """The cleanup as one transaction, for a backend that keeps nothing outside Relay's
-    database (`keeps_accounts` false: the local backend). Its deprovision cannot be left
-    half done, so the claim and the outcome are one UPDATE, and the call runs inside the
-    transaction: one commit per mailbox where the general path makes two (claim, then
-    outcome; bench/expiry_burst.py). A worker killed meanwhile rolls it all back: the
-    cleanup is still pending, and its lease brings it back to the sweep.
-
-    Returns None, having changed nothing, when there is no pending cleanup to take within
-    the attempt limit, or when the call raised anything but PermanentBackendError: the
-    general path then decides, counts and records."""
-    fields = {f.name: f for f in Mailbox._meta.concrete_fields}
-    try:
-        with transaction.atomic():
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    f"UPDATE {Mailbox._meta.db_table} SET cleanup_state = %s, cleanup_done_at = %s,"
-                    " cleanup_lease_until = NULL, cleanup_claim = NULL, cleanup_attempts = cleanup_attempts + 1"
-                    " WHERE id = %s AND cleanup_state = %s AND cleanup_attempts < %s RETURNING address, backend_id",
-                    [CleanupState.DONE, fields["cleanup_done_at"].get_db_prep_value(now, connection),
-                     fields["id"].get_db_prep_value(mailbox_id, connection), CleanupState.PENDING,
-                     cleanup_attempt_limit()],
-                )
-                row = cursor.fetchone()
-            if row is None:
-                return None
-            try:
-                backend.deprovision(Mailbox(id=mailbox_id, address=row[0], backend_id=row[1]))
-            except PermanentBackendError as exc:
-                Mailbox.objects.filter(id=mailbox_id).update(
-                    cleanup_state=CleanupState.DEAD, cleanup_done_at=None, cleanup_dead_at=timezone.now(),
-                    cleanup_last_error=str(exc)[:2000])
-                cleanup_dead.send(sender=Mailbox, mailbox_id=mailbox_id)
-                logger.error("cleanup of %s is a dead letter: %s", mailbox_id, exc)
-                return CleanupOutcome.DEAD
-            except Exception as exc:
-                raise _TakeTheLongWay() from exc
-    except _TakeTheLongWay:
-        return None
-    logger.info("cleanup of %s done", mailbox_id)
     return CleanupOutcome.DONE
 
 

@@ -7,7 +7,6 @@ from datetime import timedelta
 import pytest
 import time_machine
 from django.db import connection
-from django.test.utils import CaptureQueriesContext
 
 from expiry.cleanup import mailbox_cleanup
 from expiry.tasks import expire_mailbox
@@ -160,25 +159,7 @@ def test_a_scheduled_task_expires_and_cleans_up_its_mailbox_at_the_due_instant(d
     assert (mailbox.status, mailbox.cleanup_state, mailbox.expired_at) == ("expired", "done", mailbox.expires_at)
 
 
-# --- the local backend: nothing outside the database, so one transaction per cleanup ------------
-def _mailbox_updates(queries) -> list[str]:
-    return [q["sql"] for q in queries if q["sql"].startswith(f'UPDATE "{Mailbox._meta.db_table}"')
-            or q["sql"].startswith(f"UPDATE {Mailbox._meta.db_table}")]
-
-
-def test_a_local_cleanup_claims_and_records_its_outcome_in_one_statement(db):
-    mailbox = make_mailbox("local-due", due=True)
-    expire(mailbox)
-    with CaptureQueriesContext(connection) as queries:
-        assert run_task(mailbox) == "done"
-    assert len(_mailbox_updates(queries.captured_queries)) == 1
-    mailbox.refresh_from_db()
-    assert (mailbox.cleanup_state, mailbox.cleanup_attempts, mailbox.cleanup_claim, mailbox.cleanup_lease_until) == \
-        ("done", 1, None, None)
-    assert mailbox.cleanup_done_at >= mailbox.expires_at
-    assert run_task(mailbox) == "skipped"  # a twin task finds nothing to take
-
-
+# --- the local backend (the default): the same decisions, nothing outside the database ---------
 def test_a_local_task_queued_before_due_expires_and_cleans_up_its_mailbox(db):
     mailbox = make_mailbox("local-early")
     with time_machine.travel(mailbox.expires_at + timedelta(milliseconds=1), tick=False):
@@ -197,7 +178,7 @@ def test_a_local_cleanup_the_backend_refuses_is_dead_not_done(db, settings):
     assert mailbox.cleanup_dead_at is not None and "RELAY_LOCAL_FAIL_CLEANUP_PREFIX" in mailbox.cleanup_last_error
 
 
-def test_a_local_cleanup_that_raises_anything_else_is_undone_and_counted_by_the_general_path(db, monkeypatch):
+def test_a_local_cleanup_that_raises_is_counted_and_its_error_kept(db, monkeypatch):
     from relay.backends.local import LocalBackend
 
     def broken(self, mailbox):
@@ -209,58 +190,16 @@ def test_a_local_cleanup_that_raises_anything_else_is_undone_and_counted_by_the_
     with pytest.raises(RuntimeError):
         mailbox_cleanup(mailbox_id=mailbox.id, retry_wait_max_seconds=1)
     mailbox.refresh_from_db()
-    # The one-transaction attempt left no trace; the general path's claim counted one
-    # attempt, kept the error, and left the cleanup running until its lease lapses.
+    # The claim counted one attempt; the error is kept, and the cleanup stays running
+    # until its lease lapses and a sweep tries again.
     assert (mailbox.cleanup_state, mailbox.cleanup_attempts) == ("running", 1)
     assert mailbox.cleanup_last_error == "RuntimeError: disk on fire"
 
 
-def test_a_local_cleanup_at_its_attempt_limit_goes_the_general_way_and_is_dead(db):
+def test_a_local_cleanup_past_its_attempt_limit_is_dead(db):
     mailbox = make_mailbox("local-poison", due=True)
     expire(mailbox)
     Mailbox.objects.filter(id=mailbox.id).update(cleanup_attempts=4)  # four attempts died mid-call
     assert run_task(mailbox) == "dead"
     mailbox.refresh_from_db()
     assert (mailbox.cleanup_state, mailbox.cleanup_done_at) == ("dead", None)
-
-
-@pytest.mark.django_db(transaction=True)
-def test_a_local_cleanup_cut_off_mid_transaction_is_still_pending_for_the_sweep(monkeypatch):
-    """A worker killed between the UPDATE and the commit: PostgreSQL rolls back what its
-    dropped connection had not committed. Here the transaction is cut off from inside
-    (an exception no handler takes, as a kill takes none), while a second connection
-    watches the row."""
-    from relay.backends.local import LocalBackend
-
-    mailbox = make_mailbox("local-killed", due=True)
-    expire(mailbox)
-    inside, cut = threading.Event(), threading.Event()
-
-    class Killed(BaseException):
-        pass
-
-    def hangs(self, mailbox):
-        inside.set()
-        cut.wait(10)
-        raise Killed()
-
-    monkeypatch.setattr(LocalBackend, "deprovision", hangs)
-
-    def work():
-        try:
-            mailbox_cleanup(mailbox_id=mailbox.id, retry_wait_max_seconds=1)
-        except Killed:
-            pass
-        finally:
-            connection.close()
-
-    worker = threading.Thread(target=work)
-    worker.start()
-    assert inside.wait(10)
-    # Mid-transaction, others still see the cleanup pending, as the sweep would.
-    assert Mailbox.objects.get(id=mailbox.id).cleanup_state == "pending"
-    cut.set()
-    worker.join(10)
-    mailbox.refresh_from_db()
-    assert (mailbox.cleanup_state, mailbox.cleanup_attempts, mailbox.cleanup_done_at) == ("pending", 0, None)
-    assert mailbox.cleanup_lease_until is not None  # the sweep queues it again once this lapses
