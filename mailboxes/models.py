@@ -163,10 +163,11 @@ class MessageContent(models.Model):
     # The words of the subject and text for `q` (SPEC §11): PostgreSQL's to_tsvector with
     # the `simple` configuration, so codes and words of any language match as written.
     # Here, not on each Message, because every recipient of one DATA has the same subject
-    # and text: 50 recipients share one word list, as they share the bytes. Written at
-    # ingest (mailboxes.services.content_index_words); null on SQLite, where `q` is a
-    # substring match. Its GIN index is made by migration on PostgreSQL only, so it is
-    # not declared here.
+    # and text: 50 recipients share one word list, as they share the bytes. Null until
+    # written: SMTP leaves them owed, and a worker or the first search that needs them
+    # writes them (mailboxes.services.contents_index_words). Always null on SQLite, where
+    # `q` is a substring match. Its GIN index, and the partial index of the owed ones,
+    # are made by migration on PostgreSQL only, so they are not declared here.
     words = SearchVectorField(null=True, blank=True)
 
 

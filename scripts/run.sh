@@ -43,11 +43,27 @@ $BIN/python manage.py migrate --noinput
 $BIN/python manage.py collectstatic --noinput -v0
 
 pids=()
+names=()
 stopping=0
+# How long the processes get to stop on their own: past runsmtp's 30 s drain of messages
+# being stored. Whatever is still running then is killed, and named.
+STOP_SECONDS=40
 stop() {
   stopping=1
   trap - EXIT INT TERM
   kill -TERM "${pids[@]}" 2>/dev/null || true
+  local deadline=$((SECONDS + STOP_SECONDS)) i
+  while [ $SECONDS -lt $deadline ]; do
+    kill -0 "${pids[@]}" 2>/dev/null || break  # true while any is still running
+    sleep 0.2
+  done
+  for i in "${!pids[@]}"; do
+    if kill -0 "${pids[$i]}" 2>/dev/null; then
+      echo "${names[$i]} did not stop within ${STOP_SECONDS} s; killing it" >&2
+      pkill -KILL -P "${pids[$i]}" 2>/dev/null || true  # its own children (pool processes) first
+      kill -KILL "${pids[$i]}" 2>/dev/null || true
+    fi
+  done
   wait "${pids[@]}" 2>/dev/null || true
 }
 on_interrupt() {
@@ -63,6 +79,7 @@ start() {
   local name=$1; shift
   "$@" > >(sed -u "s/^/$(printf '%-6s' "$name")| /") 2>&1 &
   pids+=($!)
+  names+=("$name")
 }
 # Keep-alive past a client's usual idle pause (uvicorn's own is 5 s): a client that sends
 # on a connection at the instant the server closes it gets an error it cannot retry safely.
