@@ -3,7 +3,7 @@
 Sign-up and recovery answer the same whatever the email: no response tells whether an
 address has an account. The unauthenticated routes are limited per client address
 (RELAY_SIGNUP_RATE, in the shared cache)."""
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiResponse, PolymorphicProxySerializer, extend_schema
 from rest_framework import permissions, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -15,6 +15,8 @@ from api.schema import PAGE_PARAMETERS, paginated
 from api.serializers import (
     AcceptedSerializer,
     AccountSerializer,
+    ActivateByCodeSerializer,
+    ActivateByLinkSerializer,
     ActivatedSerializer,
     ActivateSerializer,
     ApiKeyCreatedSerializer,
@@ -54,7 +56,10 @@ class ActivateView(PublicAccountView):
 
     @extend_schema(operation_id="accounts_activate",
                    summary="Activate with the link's token, or with email and code; returns the first API key once",
-                   request=ActivateSerializer, responses={200: ActivatedSerializer}, auth=[])
+                   request=PolymorphicProxySerializer(
+                       component_name="ActivateRequest", resource_type_field_name=None,
+                       serializers=[ActivateByLinkSerializer, ActivateByCodeSerializer]),
+                   responses={200: ActivatedSerializer}, auth=[])
     def post(self, request):
         body = _valid(ActivateSerializer, request.data)
         if "token" in body:

@@ -76,9 +76,7 @@ def add_error_responses(result: dict, generator, request, public) -> dict:
     for path, operations in result.get("paths", {}).items():
         for method, operation in operations.items():
             for media in operation.get("requestBody", {}).get("content", {}).values():
-                ref = media.get("schema", {}).get("$ref", "")
-                if ref.startswith("#/components/schemas/"):
-                    schemas[ref.rsplit("/", 1)[1]]["additionalProperties"] = False
+                _closed(schemas, media.get("schema", {}).get("$ref", ""))
             if operation.get("operationId") == "messages_send":
                 operation["responses"]["202"]["links"] = SEND_LINKS
                 operation["responses"]["202"]["headers"] = {"Location": {
@@ -91,6 +89,19 @@ def add_error_responses(result: dict, generator, request, public) -> dict:
             responses.setdefault("414", {"description": "URI too long (refused by the HTTP server, not JSON)",
                                          "content": {"text/html": {"schema": {"type": "string"}}}})
     return result
+
+
+def _closed(schemas: dict, ref: str) -> None:
+    """A request body's schema allows no other properties than its own; a body that is
+    one of several shapes (oneOf) closes each shape, not the union."""
+    if not ref.startswith("#/components/schemas/"):
+        return
+    schema = schemas[ref.rsplit("/", 1)[1]]
+    if "oneOf" in schema:
+        for branch in schema["oneOf"]:
+            _closed(schemas, branch.get("$ref", ""))
+    else:
+        schema["additionalProperties"] = False
 
 
 def _ttl_for_the_caller(schemas: dict, request) -> None:

@@ -93,7 +93,19 @@ class QueryDateTimeField(PresentEmptyIsAValue, serializers.DateTimeField):
 
 
 class QueryTextField(PresentEmptyIsAValue, OneLineField):
-    pass
+    """Query text: one line, and not empty (`?q=` is a 400). A value of only whitespace is
+    trimmed to nothing, as DRF trims text, and filters nothing: the schema allows it."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("allow_blank", True)
+        super().__init__(**kwargs)
+
+    def run_validation(self, data=serializers.empty):
+        if data == "":
+            self.fail("blank")
+        if isinstance(data, str) and ("\r" in data or "\n" in data):
+            raise serializers.ValidationError("must be one line: no CR or LF.")
+        return super().run_validation(data)
 
 
 class QueryIntegerField(PresentEmptyIsAValue, serializers.IntegerField):
@@ -402,6 +414,17 @@ class ActivateSerializer(StrictSerializer):
         if "token" not in data and {"email", "code"} <= set(data):
             return data
         raise serializers.ValidationError("Give either `token`, or `email` and `code`.")
+
+
+# The two bodies ActivateSerializer takes, as the schema states them (one of the two):
+# a body with neither, or with parts of both, is a 400, and the schema says so.
+class ActivateByLinkSerializer(StrictSerializer):
+    token = LinkTokenField(help_text="From the activation link (the part after /activate/).")
+
+
+class ActivateByCodeSerializer(StrictSerializer):
+    email = EmailAddressField(help_text="The address the activation mail went to.")
+    code = CodeField(help_text="The code in the activation mail.")
 
 
 class RecoverSerializer(StrictSerializer):

@@ -318,3 +318,13 @@ def test_a_worker_writes_the_words_of_mail_received_over_smtp(processes, smtp_se
     # Nobody searches: the worker, asked for after the 250, writes the words.
     wait_until(lambda: _words_written(message.id), timeout=20, message="the worker to write the words")
     assert "wrote the search words of 1 stored message(s)" in processes.log("worker")
+
+
+def test_a_query_of_only_whitespace_filters_nothing_and_a_line_break_is_refused(client_pro, inbox):
+    everything = subjects(client_pro.get("/api/v1/messages"))
+    assert len(everything) == 4
+    for blank in ("\x0b", "  ", "\t"):
+        assert subjects(client_pro.get("/api/v1/messages", {"q": blank, "subject": blank})) == everything, repr(blank)
+    for broken in ("\n", "a\rb"):
+        response = client_pro.get("/api/v1/messages", {"q": broken})
+        assert response.status_code == 400 and "q" in response.json()["fields"], repr(broken)
