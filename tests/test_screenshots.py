@@ -38,9 +38,15 @@ def shot(browser, name: str) -> None:
 
 
 def text_of(browser) -> str:
+    """The page's text; "" while a page is being replaced (its old body gone stale), so a
+    wait that polls this waits for the new page instead of failing on the old one."""
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
 
-    return browser.find_element(By.TAG_NAME, "body").text
+    try:
+        return browser.find_element(By.TAG_NAME, "body").text
+    except StaleElementReferenceException:
+        return ""
 
 
 @pytest.fixture
