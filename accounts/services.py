@@ -17,7 +17,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from accounts import tokens
+from accounts import revocations, tokens
 from accounts.errors import AccountSuspended, Conflict, Gone, InvalidRequest, NotFound
 from accounts.models import LOGIN_PATTERN, Account, AccountStatus, ApiKey, Plan, Token, TokenAction
 
@@ -61,7 +61,7 @@ def account_set_status(*, account: Account, status: str) -> Account:
             account.suspended_at = now
             account.unsuspended_at = None
         account.save(update_fields=["status", "status_changed_at", "activated_at", "suspended_at", "unsuspended_at"])
-    key_cache_forget(account_id=account.id)
+    key_revoked(account_id=account.id)
     logger.info("account %s: %s -> %s", account.login, old, account.status)
     return account
 
@@ -99,31 +99,41 @@ def api_key_create(*, account: Account) -> tuple[ApiKey, str]:
 
 def api_key_revoke(*, account: Account, key_id: int) -> None:
     revoked = ApiKey.objects.filter(id=key_id, account=account, revoked_at=None).update(revoked_at=timezone.now())
-    key_cache_forget(account_id=account.id)
+    key_revoked(account_id=account.id)
     if not revoked and not ApiKey.objects.filter(id=key_id, account=account).exists():
         raise NotFound()
     logger.info("revoked API key %s of account %s", key_id, account.login)
 
 
-# --- key → account, cached per process --------------------------------------------------
-# Each web process keeps what a key hash resolved to for RELAY_KEY_CACHE_SECONDS, so a
-# request costs no key lookup (docs/benchmarks.md, "API"). A key revoked or an account
-# suspended in this process is forgotten at once; in the other processes it stops
-# working within the cache's lifetime. Bounded: past KEY_CACHE_MAX_ENTRIES it starts over.
+# --- key → account, cached per process while nothing is revoked ------------------------------
+# Each web process keeps what a key hash resolved to, so a request costs no key lookup
+# (docs/benchmarks.md, "API"). The cache is trusted only while the revocation counter
+# (accounts.revocations) stands where it stood when the entry was made: any revocation,
+# in any process, empties every process's cache before its next request. Entries also age
+# out after RELAY_KEY_CACHE_SECONDS, in case a revocation could not be announced.
+# Bounded: past KEY_CACHE_MAX_ENTRIES it starts over.
 KEY_CACHE_MAX_ENTRIES = 10_000
 _key_cache: dict[str, tuple[float, ApiKey]] = {}
+_key_cache_version: int | None = None
 
 
 def api_key_for_hash(digest: str) -> ApiKey | None:
     """The unrevoked key with this hash and its account (`api_key.account`), or None.
-    From the cache while the entry is fresh; every caller gets its own copy of the
-    account, so no request sees another's changes to it."""
+    From the cache while no revocation has been announced; every caller gets its own
+    copy of the account, so no request sees another's changes to it."""
+    global _key_cache_version
     lifetime = settings.RELAY_KEY_CACHE_SECONDS
+    # Read before the database: an entry is tagged with a counter from before its row was
+    # read, so a revocation that commits in between moves the counter past the tag.
+    version = revocations.current() if lifetime > 0 else None
+    if version is None or version != _key_cache_version:
+        _key_cache.clear()
+        _key_cache_version = version
     entry = _key_cache.get(digest)
     if entry is not None and entry[0] > time.monotonic():
         return _key_copy(entry[1])
     api_key = ApiKey.objects.select_related("account").filter(key_hash=digest, revoked_at=None).first()
-    if api_key is not None and lifetime > 0:
+    if api_key is not None and version is not None:
         if len(_key_cache) >= KEY_CACHE_MAX_ENTRIES:
             _key_cache.clear()
         _key_cache[digest] = (time.monotonic() + lifetime, _key_copy(api_key))
@@ -139,11 +149,13 @@ def _key_copy(api_key: ApiKey) -> ApiKey:
     return copied
 
 
-def key_cache_forget(*, account_id: int) -> None:
-    """Drop this process's cached keys of an account (revoked, suspended, recovered)."""
+def key_revoked(*, account_id: int) -> None:
+    """After a key of the account, or the account itself, was revoked or suspended: this
+    process forgets its keys now, and every other process before its next request."""
     for digest, (_, api_key) in list(_key_cache.items()):
         if api_key.account_id == account_id:
             _key_cache.pop(digest, None)
+    revocations.announce()
 
 
 def key_cache_clear() -> None:
@@ -291,7 +303,7 @@ def recovery_confirm(*, link_token: str, code: str) -> tuple[Account, str]:
         if account.status != AccountStatus.ACTIVE:
             raise Gone(TOKEN_GONE)
         ApiKey.objects.filter(account=account, revoked_at=None).update(revoked_at=timezone.now())
-        key_cache_forget(account_id=account.id)
+        key_revoked(account_id=account.id)
         _, key = api_key_create(account=account)
     logger.info("account %s recovered its key; its other keys are revoked", account.login)
     return account, key

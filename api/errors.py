@@ -38,6 +38,7 @@ DOMAIN_ERRORS = {
     domain.BackendUnavailable: status.HTTP_503_SERVICE_UNAVAILABLE,
     domain.Forbidden: status.HTTP_403_FORBIDDEN,
     domain.QuotaExceeded: status.HTTP_429_TOO_MANY_REQUESTS,
+    domain.RateLimited: status.HTTP_429_TOO_MANY_REQUESTS,
 }
 # Where a status has more than one code (SPEC §5: 429 is rate_limited or quota_exceeded;
 # 403 is forbidden or account_suspended).
@@ -80,7 +81,7 @@ def _domain_response(exc: domain.RelayError) -> Response:
     fields = {exc.field: [exc.message]} if isinstance(exc, domain.InvalidRequest) and exc.field else None
     code = next((code for cls, code in DOMAIN_CODES.items() if isinstance(exc, cls)), None)
     response = Response(error_body(status_code, exc.message, code=code, fields=fields), status=status_code)
-    if isinstance(exc, domain.QuotaExceeded):
+    if isinstance(exc, (domain.QuotaExceeded, domain.RateLimited)):
         response["Retry-After"] = str(exc.retry_after)
     return response
 

@@ -39,8 +39,6 @@ WAIT_PARAMETERS = [
     OpenApiParameter("wait", {"type": "integer", "minimum": 0, "maximum": 60},
                      description="Seconds to hold the request until a message (after `after`) arrives; "
                                  "answered within 1 s of its arrival. 410 if the mailbox expires meanwhile."),
-    OpenApiParameter("after", {"type": "integer", "minimum": 1, "maximum": 10 ** 18 - 1},
-                     description="With `wait`: only messages after this message id."),
 ]
 
 # Sending answers 202 with the outbox entry's id: say where it can be read, so that no

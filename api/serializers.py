@@ -228,12 +228,16 @@ class MessageSearchQuerySerializer(serializers.Serializer):
     since = QueryDateTimeField(required=False, help_text="Received at or after this (ISO 8601).")
     until = QueryDateTimeField(required=False, help_text="Received before this (ISO 8601).")
     unread = StrictBooleanField(required=False, default=False, help_text="true: only messages not yet read.")
+    after = QueryIntegerField(min_value=1, max_value=10 ** 18 - 1, required=False,
+                              help_text="Only messages received after this message (its id); "
+                                        "400 if it is not one of the listed mailbox's messages.")
 
     @staticmethod
     def filters(query: dict) -> dict:
         """The validated query as mailboxes.selectors.message_search's keywords."""
         return {"words": query.get("q", ""), "sender": query.get("sender", ""), "subject": query.get("subject", ""),
-                "since": query.get("since"), "until": query.get("until"), "unread": query["unread"]}
+                "since": query.get("since"), "until": query.get("until"), "unread": query["unread"],
+                "after": query.get("after")}
 
 
 class WaitQuerySerializer(MessageSearchQuerySerializer):
@@ -243,7 +247,6 @@ class WaitQuerySerializer(MessageSearchQuerySerializer):
     malformed value."""
 
     wait = QueryIntegerField(min_value=0, max_value=60)
-    after = QueryIntegerField(min_value=1, max_value=10 ** 18 - 1, required=False)
     page = QueryIntegerField(min_value=1, max_value=999_999_999, required=False, default=1)
     page_size = QueryIntegerField(min_value=1, max_value=200, required=False, default=50)
 

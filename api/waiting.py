@@ -20,10 +20,12 @@ from rest_framework import exceptions
 
 from api.authentication import BearerAuthentication, Principal
 from api.errors import error_body, json_error_response
+from api.open_waits import OpenWait, caller_key
 from api.pooling import in_pool
+from accounts import revocations
 from api.serializers import EventsQuerySerializer, MessageSummarySerializer, WaitQuerySerializer
 from mailboxes import selectors
-from mailboxes.errors import RelayError
+from mailboxes.errors import Forbidden, RelayError
 from mailboxes.models import MailboxStatus
 from relay.events import CHANNEL_PREFIX
 
@@ -75,11 +77,16 @@ class Hub:
             try:
                 async with client.pubsub() as pubsub:
                     await pubsub.psubscribe(CHANNEL_PREFIX + "*")
+                    await pubsub.subscribe(revocations.CHANNEL)
                     failures = 0
                     self.wake_all()  # what happened while unsubscribed is looked at now
                     while self.waiters:
                         message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
-                        if message and message["type"] == "pmessage":
+                        if message and message["type"] == "message":
+                            # A key or an account was revoked: every waiter authenticates
+                            # again, and those whose key it was end.
+                            self.wake_all()
+                        elif message and message["type"] == "pmessage":
                             key = message["channel"].decode()[len(CHANNEL_PREFIX):]
                             for event in self.waiters.get(key, ()):
                                 event.set()
@@ -135,10 +142,13 @@ def _count_after(mailbox, after: int, search: dict) -> int:
         return _messages_after(mailbox, after, search).count()
 
 
-def _look(caller, mailbox_id, after: int, ascending: bool, page: int = 1, size: int = MAX_RESULTS,
+def _look(request, mailbox_id, after: int, ascending: bool, page: int = 1, size: int = MAX_RESULTS,
           search: dict | None = None):
     """The mailbox as it is now (expired on the spot if due: raises MailboxExpired) and
-    one page of its messages after `after` that match `search` (message_search's filters)."""
+    one page of its messages after `after` that match `search` (message_search's filters).
+    The caller is authenticated again on every look, so a key revoked while its request
+    is held is refused (401/403) at the next look (docs/api.md, "Keys and revocation")."""
+    caller = _authenticate(request)
     mailbox = selectors.mailbox_get_active(caller=caller, mailbox_id=mailbox_id)
     return mailbox, _new_messages(mailbox, after, ascending=ascending, page=page, size=size, search=search)
 
@@ -165,16 +175,19 @@ def _error_response(exc: Exception) -> JsonResponse:
 async def wait_for_messages(request, mailbox_id):
     """Messages after `after` (all when absent) that match the search filters, newest
     first, held up to `wait` seconds until there is one. 410 if the mailbox expires
-    meanwhile, 404 if it is deleted."""
+    meanwhile, 404 if it is deleted; 429 past the caller's open waits."""
+    place = None
     try:
         caller, query = await _start(request, mailbox_id, WaitQuerySerializer)
         after = query.get("after") or 0
         search = WaitQuerySerializer.filters(query)
         deadline = time.monotonic() + query["wait"]
+        place = OpenWait(caller_key(caller))
+        await sync_to_async(place.take)()
         event = hub.register(mailbox_id)
         try:
             while True:
-                mailbox, results = await sync_to_async(_look)(caller, mailbox_id, after, False, query["page"],
+                mailbox, results = await sync_to_async(_look)(request, mailbox_id, after, False, query["page"],
                                                                query["page_size"], search)
                 left = deadline - time.monotonic()
                 if results or left <= 0:
@@ -186,6 +199,9 @@ async def wait_for_messages(request, mailbox_id):
             hub.unregister(mailbox_id, event)
     except (exceptions.APIException, RelayError) as exc:
         return _error_response(exc)
+    finally:
+        if place is not None:
+            place.give_back()  # one quick Redis call; also when the client went away
 
 
 # --- GET /mailboxes/{id}/events ----------------------------------------------------------------------
@@ -215,6 +231,7 @@ async def mailbox_events(request, mailbox_id):
     `Last-Event-ID` resumes after that message; without it, only new mail is sent."""
     if request.method != "GET":
         return HttpResponseNotAllowed(["GET"])
+    place = None
     try:
         caller, _ = await _start(request, mailbox_id, EventsQuerySerializer)
         resume = request.headers.get("Last-Event-ID", "").strip()
@@ -222,6 +239,8 @@ async def mailbox_events(request, mailbox_id):
             caller, mailbox_id)
         # Checked before the stream starts, so a wrong id is a plain 404/410.
         await sync_to_async(selectors.mailbox_get_active)(caller=caller, mailbox_id=mailbox_id)
+        place = OpenWait(caller_key(caller))
+        await sync_to_async(place.take)()
     except (exceptions.APIException, RelayError) as exc:
         return _error_response(exc)
 
@@ -233,7 +252,12 @@ async def mailbox_events(request, mailbox_id):
             yield ": connected\n\n"
             while True:
                 try:
-                    mailbox, results = await sync_to_async(_look)(caller, mailbox_id, after, True)
+                    mailbox, results = await sync_to_async(_look)(request, mailbox_id, after, True)
+                except (exceptions.APIException, Forbidden) as exc:
+                    # The key was revoked, or its account suspended, while the stream was open.
+                    logger.info("closed an event stream of mailbox %s: %s", mailbox_id, exc)
+                    yield f": {' '.join(str(exc).split())}\n\n"
+                    return
                 except RelayError:
                     yield _sse("expired", await sync_to_async(_ended)(caller, mailbox_id))
                     return
@@ -246,11 +270,13 @@ async def mailbox_events(request, mailbox_id):
                 if time.monotonic() - last_sent >= HEARTBEAT_SECONDS:
                     yield ": keep-alive\n\n"
                     last_sent = time.monotonic()
+                    await sync_to_async(place.renew)()
                 until_expiry = (mailbox.expires_at.timestamp() - time.time()) + 0.05
                 heartbeat_in = HEARTBEAT_SECONDS - (time.monotonic() - last_sent)
                 await hub.wait(event, max(0.0, min(until_expiry, heartbeat_in)))
         finally:
             hub.unregister(mailbox_id, event)
+            place.give_back()
 
     response = StreamingHttpResponse(stream(), content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"

@@ -265,10 +265,14 @@ SPECTACULAR_SETTINGS = {
     },
 }
 
-# How long each web process keeps what an API key resolved to (accounts.services): a key
-# revoked, or an account suspended, in another process stops working within this many
-# seconds (in the process that did it, at once). 0: look the key up on every request.
+# How long each web process may keep what an API key resolved to (accounts.services).
+# Revocations do not wait for it: each one is announced through Redis and empties every
+# process's cache before its next request (accounts.revocations); this only bounds an
+# entry's age should an announcement fail. Without Redis nothing is cached.
+# 0: look the key up on every request.
 RELAY_KEY_CACHE_SECONDS = _int("RELAY_KEY_CACHE_SECONDS", 5)
+# Long-poll waits and event streams one key or mailbox token may hold open at once.
+RELAY_MAX_OPEN_WAITS = _int("RELAY_MAX_OPEN_WAITS", 20, minimum=1)
 
 # --- Relay -----------------------------------------------------------------------------
 RELAY_DOMAINS = [d.strip().lower() for d in env.list("RELAY_DOMAINS", default=["relay.localhost"]) if d.strip()]
@@ -396,6 +400,9 @@ RELAY_METRICS_TOKEN = env.str("RELAY_METRICS_TOKEN", default="")
 
 # --- Webhooks (SPEC §9) ------------------------------------------------------------------
 RELAY_WEBHOOK_TIMEOUT_SECONDS = _int("RELAY_WEBHOOK_TIMEOUT_SECONDS", 10, minimum=1)
+# Webhooks one account may have: each inbound mail makes a delivery per webhook, so
+# without a cap one account could point Relay at a third party many times over.
+RELAY_MAX_WEBHOOKS = _int("RELAY_MAX_WEBHOOKS", 10, minimum=1)
 RELAY_WEBHOOK_ALLOW_PRIVATE = _bool("RELAY_WEBHOOK_ALLOW_PRIVATE", False)
 RELAY_WEBHOOK_MAX_RETRIES = _int("RELAY_WEBHOOK_MAX_RETRIES", 3)
 RELAY_WEBHOOK_RETRY_BACKOFF_SECONDS = _int("RELAY_WEBHOOK_RETRY_BACKOFF_SECONDS", 30, minimum=1)

@@ -29,3 +29,11 @@ class QuotaExceeded(RelayError):
     def __init__(self, message: str, *, retry_after: int):
         super().__init__(message)
         self.retry_after = max(1, int(retry_after))
+
+
+class RateLimited(RelayError):
+    """Too much at once from one caller (open waits and streams). `retry_after`: seconds."""
+
+    def __init__(self, message: str, *, retry_after: int):
+        super().__init__(message)
+        self.retry_after = max(1, int(retry_after))

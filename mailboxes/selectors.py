@@ -8,7 +8,7 @@ from django.db import connection, transaction
 from django.db.models import Count, Q, QuerySet
 
 from mailboxes.ending import mailbox_lazy_expire, mailboxes_lazy_expire
-from mailboxes.errors import MailboxExpired, NotFound
+from mailboxes.errors import InvalidRequest, MailboxExpired, NotFound
 from mailboxes.keys import Caller
 from mailboxes.models import Mailbox, MailboxStatus, Message, MessageContent
 from mailboxes.services import contents_index_all_words
@@ -105,9 +105,11 @@ def words_search_plan(words: str):
 
 def message_search(*, caller: Caller | None, mailbox: Mailbox | None = None, words: str = "", sender: str = "",
                    subject: str = "", since: datetime | None = None, until: datetime | None = None,
-                   unread: bool = False) -> QuerySet:
+                   unread: bool = False, after: int | None = None) -> QuerySet:
     """Messages matching every filter given (SPEC §11), newest first: in `mailbox`, or in
     all the caller's mailboxes (expired ones too, while retained; never another owner's).
+    `after`: only messages received after that message, which must be one of them
+    (InvalidRequest naming `after` otherwise: a cursor from elsewhere is a client's bug).
     `words`: all of them in the subject or text (PostgreSQL's full-text search, through
     the GIN index; a substring of either on SQLite). `sender`: in the From header or the
     envelope sender.
@@ -116,6 +118,11 @@ def message_search(*, caller: Caller | None, mailbox: Mailbox | None = None, wor
     a worker) are written first, here and now: a search finds every message stored."""
     messages = Message.objects.filter(mailbox=mailbox) if mailbox is not None else \
         Message.objects.filter(mailbox__in=mailboxes_visible_to(caller))
+    if after:
+        if not messages.filter(id=after).exists():
+            raise InvalidRequest(f"Message {after} is not one of these messages.", field="after")
+        # Ids grow with each message stored, so "after" in ids is "received after".
+        messages = messages.filter(id__gt=after)
     if words:
         if connection.vendor == "postgresql":
             contents_index_all_words(messages=messages)

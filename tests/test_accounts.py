@@ -16,7 +16,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
-from accounts import services, tokens
+from accounts import revocations, services, tokens
 from accounts.errors import Gone, InvalidRequest
 from accounts.models import Account, AccountStatus, ApiKey, Token
 from relay.models import OutboxKind, OutboxMail
@@ -328,7 +328,7 @@ def test_createapikey_with_email_makes_an_active_account(db, capsys):
     assert keyed(key).get("/api/v1/account").json()["email"] == "carol@example.com"
 
 
-# --- the key cache (RELAY_KEY_CACHE_SECONDS) ----------------------------------------------------
+# --- the key cache and revocation (accounts.revocations; two processes: test_revocation.py) -------
 def refused_within(client, path: str, status: int, lifetime: float) -> float:
     """Seconds until `path` answers `status`, polled; fails past the lifetime plus slack."""
     started = time.monotonic()
@@ -345,7 +345,26 @@ def test_a_key_is_looked_up_once_per_cache_lifetime(api, active, settings):
     assert not [q for q in queries.captured_queries if "accounts_apikey" in q["sql"]]
 
 
-def test_a_key_revoked_by_another_process_stops_working_within_the_cache_lifetime(api, active, settings):
+def test_an_announced_revocation_empties_the_cache_before_the_next_request(api, active, settings):
+    settings.RELAY_KEY_CACHE_SECONDS = 60
+    owner = keyed(active)
+    assert owner.get("/api/v1/whoami").status_code == 200  # cached from here
+    ApiKey.objects.update(revoked_at=datetime.now(dt_timezone.utc))  # another process's revocation...
+    assert owner.get("/api/v1/whoami").status_code == 200, "the cache is not in use"
+    revocations._announce_now()  # ...and its announcement, as it commits
+    assert owner.get("/api/v1/whoami").status_code == 401
+
+
+def test_without_redis_no_key_is_cached(api, active, settings):
+    settings.RELAY_KEY_CACHE_SECONDS = 60
+    settings.RELAY_EVENTS_REDIS_URL = ""
+    owner = keyed(active)
+    assert owner.get("/api/v1/whoami").status_code == 200
+    ApiKey.objects.update(revoked_at=datetime.now(dt_timezone.utc))
+    assert owner.get("/api/v1/whoami").status_code == 401
+
+
+def test_a_revocation_written_behind_the_services_back_ages_out_within_the_cache_lifetime(api, active, settings):
     settings.RELAY_KEY_CACHE_SECONDS = 2
     owner = keyed(active)
     assert owner.get("/api/v1/whoami").status_code == 200  # cached from here
@@ -354,7 +373,7 @@ def test_a_key_revoked_by_another_process_stops_working_within_the_cache_lifetim
     assert refused_within(owner, "/api/v1/whoami", 401, 2) <= 2 + 0.5
 
 
-def test_an_account_suspended_by_another_process_is_refused_within_the_cache_lifetime(api, active, settings):
+def test_a_suspension_written_behind_the_services_back_ages_out_within_the_cache_lifetime(api, active, settings):
     settings.RELAY_KEY_CACHE_SECONDS = 2
     owner = keyed(active)
     assert owner.get("/api/v1/whoami").status_code == 200

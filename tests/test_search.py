@@ -328,3 +328,37 @@ def test_a_query_of_only_whitespace_filters_nothing_and_a_line_break_is_refused(
     for broken in ("\n", "a\rb"):
         response = client_pro.get("/api/v1/messages", {"q": broken})
         assert response.status_code == 400 and "q" in response.json()["fields"], repr(broken)
+
+
+# --- after=MID on every list, with or without wait (docs/api.md) ---------------------------------
+def ids_of(response) -> list[int]:
+    assert response.status_code == 200, response.json()
+    return [message["id"] for message in response.json()["results"]]
+
+
+def test_after_without_wait_lists_only_what_came_after_on_a_mailboxs_list(client_pro, inbox):
+    url = f"/api/v1/mailboxes/{inbox['first']['id']}/messages"
+    newest_first = ids_of(client_pro.get(url))
+    assert len(newest_first) == 2
+    assert ids_of(client_pro.get(url, {"after": newest_first[1]})) == newest_first[:1]
+    assert ids_of(client_pro.get(url, {"after": newest_first[0]})) == []
+    assert client_pro.get(url, {"after": newest_first[1]}).json()["count"] == 1
+
+
+def test_after_without_wait_on_the_list_of_all_messages(client_pro, inbox):
+    everything = ids_of(client_pro.get("/api/v1/messages"))
+    oldest = everything[-1]
+    assert ids_of(client_pro.get("/api/v1/messages", {"after": oldest})) == everything[:-1]
+    assert ids_of(client_pro.get("/api/v1/messages", {"after": oldest, "q": "code"})) == [everything[0]]
+
+
+def test_after_naming_a_message_of_another_mailbox_is_400_naming_after(client_pro, make_client, inbox):
+    in_second = ids_of(client_pro.get(f"/api/v1/mailboxes/{inbox['second']['id']}/messages"))[0]
+    response = client_pro.get(f"/api/v1/mailboxes/{inbox['first']['id']}/messages", {"after": in_second})
+    assert response.status_code == 400 and "after" in response.json()["fields"]
+    response = client_pro.get(f"/api/v1/mailboxes/{inbox['first']['id']}/messages", {"after": 10 ** 17})
+    assert response.status_code == 400 and "after" in response.json()["fields"]
+    # Another owner's message is not one of "these messages" either, on the list of all.
+    stranger = make_client("mallory", "pro")
+    response = stranger.get("/api/v1/messages", {"after": in_second})
+    assert response.status_code == 400 and "after" in response.json()["fields"]

@@ -35,7 +35,9 @@ class Api:
 @pytest.fixture
 def api(processes):
     port = free_port()
-    processes.web("web", port, workers=2)
+    # 200 waiters of one key: this module measures the server, not RELAY_MAX_OPEN_WAITS
+    # (tests/test_revocation.py tests the cap).
+    processes.web("web", port, workers=2, env={"RELAY_MAX_OPEN_WAITS": "1000"})
     processes.wait_ready()
     _, key = account_create_with_key(login="waiter", plan="pro")
     api = Api(port, key)
@@ -202,3 +204,11 @@ def test_a_waiter_that_disconnects_is_let_go(api, broker):
     client.close()
     wait_until(lambda: broker.execute_command("PUBSUB", "NUMPAT") == 0, timeout=15,
                message="the subscription dropped with its last waiter")
+
+
+def test_after_naming_no_message_of_the_mailbox_is_400_with_wait(api):
+    box = api.mailbox("cursor")
+    other = api.mailbox("elsewhere")
+    elsewhere, = deliver(mail_corpus.plain(other["address"]), other["address"])
+    response = api.get(f"/mailboxes/{box['id']}/messages", params={"wait": 5, "after": elsewhere})
+    assert response.status_code == 400 and "after" in response.json()["fields"]

@@ -1,0 +1,120 @@
+"""How many long-poll waits and event streams one key or mailbox token holds open at once
+(RELAY_MAX_OPEN_WAITS; docs/api.md, "Waiting"). One more is 429 `rate_limited`, and the
+open ones go on undisturbed.
+
+Counted across every web process in Redis: one sorted set per caller, a member per open
+wait, scored by when its lease ends. A web process killed mid-wait leaves members behind
+that lapse with their lease; a stream renews its own lease while it stays open. Without
+Redis each process counts its own. If Redis stops answering, waits are let through (and
+logged): an outage must not turn every wait into a 429."""
+import logging
+import threading
+import time
+import uuid
+from collections import Counter
+from contextlib import contextmanager
+
+import redis
+from django.conf import settings
+
+from mailboxes.errors import RateLimited
+
+logger = logging.getLogger(__name__)
+
+# A wait lasts at most 60 s; a stream renews its lease at every heartbeat.
+LEASE_SECONDS = 120
+RETRY_AFTER_SECONDS = 5
+KEY_PREFIX = "relay:open-waits:"
+
+_client: redis.Redis | None = None
+_local = Counter()
+_local_lock = threading.Lock()
+
+
+def _redis() -> redis.Redis | None:
+    global _client
+    if not settings.RELAY_EVENTS_REDIS_URL:
+        return None
+    if _client is None:
+        _client = redis.Redis.from_url(settings.RELAY_EVENTS_REDIS_URL, socket_timeout=1, socket_connect_timeout=1)
+    return _client
+
+
+def caller_key(caller) -> str:
+    """Who the limit counts: the API key, or the anonymous mailbox's token."""
+    return f"key:{caller.api_key_id}" if caller.api_key_id else f"token:{caller.mailbox_id}"
+
+
+def _refused(ident: str) -> RateLimited:
+    logger.info("refused a wait of %s: %d already open", ident, settings.RELAY_MAX_OPEN_WAITS)
+    return RateLimited(f"At most {settings.RELAY_MAX_OPEN_WAITS} waits and event streams may be open at once "
+                       "per key or mailbox token; close one first.", retry_after=RETRY_AFTER_SECONDS)
+
+
+class OpenWait:
+    """One open wait's place in its caller's count, taken by `open_wait`."""
+
+    def __init__(self, ident: str) -> None:
+        self.key = KEY_PREFIX + ident
+        self.member = uuid.uuid4().hex
+        self.counted_in: str | None = None  # "redis", "local", or None (not counted)
+
+    def take(self) -> None:
+        client = _redis()
+        if client is None:
+            with _local_lock:
+                if _local[self.key] >= settings.RELAY_MAX_OPEN_WAITS:
+                    raise _refused(self.key)
+                _local[self.key] += 1
+            self.counted_in = "local"
+            return
+        now = time.time()
+        try:
+            with client.pipeline(transaction=True) as pipe:
+                pipe.zremrangebyscore(self.key, "-inf", now)
+                pipe.zadd(self.key, {self.member: now + LEASE_SECONDS})
+                pipe.zcard(self.key)
+                pipe.expire(self.key, LEASE_SECONDS)
+                _, _, open_now, _ = pipe.execute()
+        except redis.RedisError as exc:
+            logger.warning("could not count open waits in Redis (%s); letting this one through", exc)
+            return
+        self.counted_in = "redis"
+        if open_now > settings.RELAY_MAX_OPEN_WAITS:
+            self.give_back()
+            raise _refused(self.key)
+
+    def renew(self) -> None:
+        """Keep a long-lived stream counted past LEASE_SECONDS."""
+        if self.counted_in != "redis":
+            return
+        try:
+            _redis().zadd(self.key, {self.member: time.time() + LEASE_SECONDS}, xx=True)
+        except redis.RedisError:
+            pass  # lapses at worst, which lets one more wait in: never a refusal
+
+    def give_back(self) -> None:
+        counted_in, self.counted_in = self.counted_in, None
+        if counted_in == "local":
+            with _local_lock:
+                _local[self.key] -= 1
+                if _local[self.key] <= 0:
+                    del _local[self.key]
+            return
+        if counted_in != "redis":
+            return
+        try:
+            _redis().zrem(self.key, self.member)
+        except redis.RedisError as exc:
+            logger.warning("could not release an open wait in Redis (%s); it lapses in %d s", exc, LEASE_SECONDS)
+
+
+@contextmanager
+def open_wait(caller):
+    """Count one open wait of `caller` while the block runs; RateLimited past the cap."""
+    place = OpenWait(caller_key(caller))
+    place.take()
+    try:
+        yield place
+    finally:
+        place.give_back()
