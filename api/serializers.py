@@ -315,11 +315,14 @@ class MessageDetailSerializer(MessageSummarySerializer):
     @extend_schema_field(serializers.ListField(child=serializers.CharField()))
     def get_codes(self, message) -> list[str]:
         content = message.content
+        if content.codes is not None:  # computed when stored
+            return content.codes
         return find_codes(message.subject, content.text or text_of_html(content.html))
 
     @extend_schema_field(LinkSerializer(many=True))
     def get_links(self, message) -> list[dict]:
-        return find_links(message.content.text, message.content.html)
+        content = message.content
+        return content.links if content.links is not None else find_links(content.text, content.html)
 
 
 # What `to` takes: an address whose local part is RFC 5322 atext and dots, and whose

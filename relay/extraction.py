@@ -7,10 +7,14 @@ word, the likelier the code; a number that is part of a phone number, a date, a 
 price or a URL is not a code. Links come from the HTML's anchors and the text's URLs, in
 order, without duplicates.
 
-Pure functions over strings: linear in the text's size, no network, no database."""
+Pure functions over strings, no network, no database, and linear in the text's size
+whatever the text (docs/api.md, "Codes and links"): every pattern either starts only
+where a run of its characters starts (a look-behind) or is bounded in length, so no
+input makes one backtrack over what it read before. Links are read by a scanner of our
+own rather than html.parser, which is quadratic on unclosed tags. Each message's codes
+and links are computed once, when it is stored (relay.smtp), never per read."""
 import html
 import re
-from html.parser import HTMLParser
 
 # Words that announce a code, matched anywhere in a word (so "Bestätigungscode" and
 # "passcode" count) and ignoring case.
@@ -23,7 +27,10 @@ KEYWORDS = re.compile(
 # How far (in characters) a keyword may be from a code for it to count.
 NEAR = 80
 URL = re.compile(r"https?://[^\s<>\"'()\[\]{}]+", re.IGNORECASE)
-EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
+# An address: starts only where a run of address characters starts, and each part is
+# bounded as RFC 5321 bounds it (64 for the local part, 63 a label), so a long run of
+# letters or digits without an "@" costs one pass, not one pass per starting position.
+EMAIL = re.compile(r"(?<![\w.+-])[\w.+-]{1,64}@[\w-]{1,63}(?:\.[\w-]{1,63}){1,8}")
 DIGITS = re.compile(r"(?<![\w+$€£¥/.:,-])(\d{3}[- ]\d{3}|\d{4,8})(?![\w/%:]|[.,-]\d)")
 ALNUM = re.compile(r"(?<![\w/.-])(?=[A-Za-z0-9]*\d)(?=[A-Za-z0-9]*[A-Za-z])([A-Za-z0-9]{6,12})(?![\w/.-])")
 # Things made of digits that are not codes.
@@ -68,41 +75,39 @@ def find_codes(subject: str, text: str) -> list[str]:
     return sorted(scored, key=scored.get)
 
 
-class _Anchors(HTMLParser):
-    """The <a href> of an HTML body, with their text, in order."""
+# An opening <a ...> tag: stops at the next "<" or ">", so each character is read by at
+# most one attempt; the href inside it is read from the tag alone (bounded).
+ANCHOR_OPEN = re.compile(r"<a\s[^<>]{0,4000}>", re.IGNORECASE)
+HREF = re.compile(r"""\bhref\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s"'>]+))""", re.IGNORECASE)
+TAG = re.compile(r"<[^<>]*>")
 
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.links: list[tuple[str, str]] = []
-        self._open: list[str] | None = None
-        self._href = ""
 
-    def handle_starttag(self, tag, attrs):
-        if tag == "a":
-            self._href = dict(attrs).get("href") or ""
-            self._open = []
-
-    def handle_data(self, data):
-        if self._open is not None:
-            self._open.append(data)
-
-    def handle_endtag(self, tag):
-        if tag == "a" and self._open is not None:
-            self.links.append((self._href, " ".join("".join(self._open).split())))
-            self._open = None
+def _anchors(html_body: str) -> list[tuple[str, str]]:
+    """The <a href> of an HTML body with their text, in order, in one pass: each anchor's
+    text runs to its </a> (or to the next anchor, or the end, if it never closes)."""
+    lowered = html_body.lower()
+    anchors = []
+    position = 0
+    while match := ANCHOR_OPEN.search(html_body, position):
+        href = HREF.search(match.group(0))
+        start = match.end()
+        following = ANCHOR_OPEN.search(html_body, start)
+        limit = following.start() if following is not None else len(html_body)
+        end = lowered.find("</a", start, limit)
+        end = limit if end < 0 else end
+        if href is not None:
+            url = html.unescape(next(group for group in href.groups() if group is not None))
+            label = " ".join(html.unescape(TAG.sub(" ", html_body[start:end])).split())
+            anchors.append((url, label))
+        position = max(end, start)
+    return anchors
 
 
 def find_links(text: str, html_body: str) -> list[dict]:
     """`[{"url", "text"}]`: the HTML's http(s) anchors, then the text's URLs, each URL once."""
     found: list[tuple[str, str]] = []
     if html_body:
-        parser = _Anchors()
-        try:
-            parser.feed(html_body[:MAX_SCAN])
-            parser.close()
-        except Exception:  # malformed markup: keep what was read
-            pass
-        found += parser.links
+        found += _anchors(html_body[:MAX_SCAN])
     found += [(match.group(0).rstrip(".,;:!?"), "") for match in URL.finditer(text[:MAX_SCAN])]
     links, seen = [], set()
     for url, label in found:

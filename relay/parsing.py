@@ -56,11 +56,33 @@ def clean_text(value: str) -> str:
     return value.replace("\x00", "").encode("utf-8", "replace").decode("utf-8")
 
 
+def unescape_8bit(value: str) -> str:
+    """A header value as the parser read it from bytes, with its 8-bit bytes decoded: as
+    UTF-8 (RFC 6532, which SMTPUTF8 announces, and what most senders write anyway), else
+    as Latin-1, which maps every byte to a character and so loses none. The parser keeps
+    such bytes as surrogate escapes; left alone they end up as U+FFFD."""
+    if not any("\udc80" <= char <= "\udcff" for char in value):
+        return value
+    data = value.encode("utf-8", "surrogateescape")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data.decode("latin-1")
+
+
+def _raw_header(message: EmailMessage, name: str) -> str | None:
+    """The first `name` header as stored, before the compat32 policy turns a value with
+    8-bit bytes into a Header object whose text has lost them."""
+    name = name.lower()
+    return next((value for key, value in message.raw_items() if key.lower() == name), None)
+
+
 def decode_header_value(raw) -> str:
-    """A header value as text: RFC 2047 words decoded, folding undone, capped."""
+    """A header value as text: 8-bit bytes decoded, RFC 2047 words decoded, folding
+    undone, capped."""
     if raw is None:
         return ""
-    text = str(raw)[:MAX_HEADER_CHARS]
+    text = unescape_8bit(str(raw)[:MAX_HEADER_CHARS])
     try:
         text = str(make_header(decode_header(text)))
     except Exception:
@@ -97,7 +119,7 @@ def _attachment(part: EmailMessage) -> dict:
     except Exception:
         size = 0
     filename = _filename(part)
-    content_id = decode_header_value(part.get("Content-ID")).strip().strip("<>") or None
+    content_id = decode_header_value(_raw_header(part, "Content-ID")).strip().strip("<>") or None
     return {"filename": filename, "content_type": clean_text(part.get_content_type()), "size": size,
             "content_id": content_id}
 
@@ -145,14 +167,14 @@ def parse_message(raw: bytes) -> ParsedMessage:
         except Exception:
             return parsed
 
-    items = message.items()
+    items = list(message.raw_items())
     if len(items) > MAX_HEADERS:
         items, parsed.parsed_fully = items[:MAX_HEADERS], False
     for name, value in items:
-        parsed.headers.append([clean_text(name), decode_header_value(value)])
-    parsed.from_header = decode_header_value(message.get("From"))
-    parsed.to_header = decode_header_value(message.get("To"))
-    parsed.subject = decode_header_value(message.get("Subject"))
+        parsed.headers.append([clean_text(unescape_8bit(name)), decode_header_value(value)])
+    parsed.from_header = decode_header_value(_raw_header(message, "From"))
+    parsed.to_header = decode_header_value(_raw_header(message, "To"))
+    parsed.subject = decode_header_value(_raw_header(message, "Subject"))
 
     try:
         parts = message.walk()

@@ -25,6 +25,8 @@ from mailboxes.ending import mailboxes_expire_due
 from mailboxes.models import Mailbox, MailboxStatus, Message, MessageContent, Plan
 from mailboxes.quotas import stored_bytes_limit
 from relay import events
+from mailboxes.text import text_of_html
+from relay.extraction import find_codes, find_links
 from relay.parsing import parse_message
 from relay.tasks import index_owed_words
 
@@ -95,6 +97,8 @@ def deliver_message(*, raw: bytes, mail_from: str, recipients: list[Recipient]) 
     deadline (RELAY_SMTP_STORE_SECONDS): storage that cannot finish in time is rolled
     back whole, and the client is told to try again, so nothing is stored twice."""
     parsed = parse_message(raw)
+    codes = find_codes(parsed.subject, parsed.text or text_of_html(parsed.html))
+    links = find_links(parsed.text, parsed.html)
     with transaction.atomic():
         if connection.vendor == "postgresql":
             with connection.cursor() as cursor:
@@ -105,7 +109,7 @@ def deliver_message(*, raw: bytes, mail_from: str, recipients: list[Recipient]) 
                 raise MailboxFull()
             return []
         content = MessageContent(raw=raw, text=parsed.text, html=parsed.html, headers=parsed.headers,
-                                 attachments=parsed.attachments,
+                                 attachments=parsed.attachments, codes=codes, links=links,
                                  parsed_fully=parsed.parsed_fully)  # its words are owed: see words_owed
         _insert([content])
         messages = [
