@@ -355,7 +355,17 @@ RELAY_SMTP_IDLE_SECONDS = _int("RELAY_SMTP_IDLE_SECONDS", 60, minimum=1)
 # transaction is rolled back and the client told 451, so nothing is stored twice.
 RELAY_SMTP_STORE_SECONDS = _int("RELAY_SMTP_STORE_SECONDS", 30, minimum=1)
 RELAY_SMTP_MAX_CONNECTIONS = _int("RELAY_SMTP_MAX_CONNECTIONS", 200, minimum=1)
-RELAY_SMTP_MAX_CONNECTIONS_PER_CLIENT = _int("RELAY_SMTP_MAX_CONNECTIONS_PER_CLIENT", 20, minimum=1)
+# Per client address (an IPv6 /64 counts as one address): low enough that a few slow
+# clients cannot hold every slot.
+RELAY_SMTP_MAX_CONNECTIONS_PER_CLIENT = _int("RELAY_SMTP_MAX_CONNECTIONS_PER_CLIENT", 10, minimum=1)
+# STARTTLS (RFC 3207) is offered when both are set: a PEM certificate chain and its key.
+RELAY_SMTP_TLS_CERT = env.str("RELAY_SMTP_TLS_CERT", default="").strip()
+RELAY_SMTP_TLS_KEY = env.str("RELAY_SMTP_TLS_KEY", default="").strip()
+if bool(RELAY_SMTP_TLS_CERT) != bool(RELAY_SMTP_TLS_KEY):
+    raise ImproperlyConfigured("RELAY_SMTP_TLS_CERT and RELAY_SMTP_TLS_KEY must be set together (or neither)")
+for _name, _path in (("RELAY_SMTP_TLS_CERT", RELAY_SMTP_TLS_CERT), ("RELAY_SMTP_TLS_KEY", RELAY_SMTP_TLS_KEY)):
+    if _path and not os.access(_path, os.R_OK):
+        raise ImproperlyConfigured(f"{_name} names {_path!r}, which is not a readable file")
 
 # Outbound mail for POST /mailboxes/{id}/messages.
 try:

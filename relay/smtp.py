@@ -8,6 +8,7 @@ import logging
 import os
 import signal
 import socket
+import ssl
 import threading
 import time
 import uuid
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 
 from aiosmtpd.smtp import SMTP, Envelope, Session
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.db import close_old_connections, connection, connections, transaction
 from django.dispatch import Signal
 from django.utils import timezone
@@ -26,6 +28,7 @@ from mailboxes.models import Mailbox, MailboxStatus, Message, MessageContent, Pl
 from mailboxes.quotas import stored_bytes_limit
 from relay import events
 from mailboxes.text import text_of_html
+from relay.clients import client_group
 from relay.extraction import find_codes, find_links
 from relay.parsing import parse_message
 from relay.tasks import index_owed_words
@@ -327,11 +330,15 @@ class RelaySMTP(SMTP):
     sessions: set = set()
 
     def connection_made(self, transport) -> None:
+        if getattr(self, "_session_timer", None) is not None:
+            # Called again by the TLS layer after STARTTLS: the same connection, counted once.
+            super().connection_made(transport)
+            return
         super().connection_made(transport)
         self.storing = False
         peer = (transport.get_extra_info("peername") or ("?",))[0]
-        self.peer_host = peer
-        same_peer = sum(1 for session in RelaySMTP.sessions if session.peer_host == peer)
+        self.peer_host = client_group(peer)
+        same_peer = sum(1 for session in RelaySMTP.sessions if session.peer_host == self.peer_host)
         RelaySMTP.sessions.add(self)
         self._session_timer = self.loop.call_later(settings.RELAY_SMTP_SESSION_SECONDS, self._session_too_long)
         if (len(RelaySMTP.sessions) > settings.RELAY_SMTP_MAX_CONNECTIONS
@@ -377,9 +384,25 @@ class RelaySMTP(SMTP):
         await super().push(status)
 
 
-def make_smtp(handler: RelayHandler) -> RelaySMTP:
+def tls_context() -> ssl.SSLContext | None:
+    """The server's TLS context when RELAY_SMTP_TLS_CERT and RELAY_SMTP_TLS_KEY are set:
+    STARTTLS is offered then, and only then. A pair that does not load stops the server
+    at start, naming the settings."""
+    if not settings.RELAY_SMTP_TLS_CERT:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(settings.RELAY_SMTP_TLS_CERT, settings.RELAY_SMTP_TLS_KEY)
+    except (ssl.SSLError, OSError) as exc:
+        raise ImproperlyConfigured(f"RELAY_SMTP_TLS_CERT and RELAY_SMTP_TLS_KEY do not load as a certificate "
+                                   f"chain and its key: {exc}") from None
+    return context
+
+
+def make_smtp(handler: RelayHandler, context: ssl.SSLContext | None = None) -> RelaySMTP:
     return RelaySMTP(
         handler,
+        tls_context=context,
         data_size_limit=settings.RELAY_MAX_MESSAGE_BYTES,
         enable_SMTPUTF8=True,
         hostname=settings.RELAY_DOMAINS[0],
@@ -397,9 +420,12 @@ async def serve(host: str, port: int, *, stop: asyncio.Event, ready=None, drain_
     kernel spreads the connections among them."""
     loop = asyncio.get_running_loop()
     handler = RelayHandler()
-    server = await loop.create_server(lambda: make_smtp(handler), host=host, port=port, reuse_port=reuse_port or None)
+    context = tls_context()
+    server = await loop.create_server(lambda: make_smtp(handler, context), host=host, port=port,
+                                      reuse_port=reuse_port or None)
     bound = server.sockets[0].getsockname()
-    logger.info("SMTP listening on %s:%s (process %d)", bound[0], bound[1], os.getpid())
+    logger.info("SMTP listening on %s:%s (process %d)%s", bound[0], bound[1], os.getpid(),
+                ", offering STARTTLS" if context else "")
     if ready is not None:
         ready(bound)
     await stop.wait()

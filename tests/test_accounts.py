@@ -488,3 +488,15 @@ def test_the_sign_up_limit_holds_across_web_processes(processes):
         except urllib.error.HTTPError as error:
             codes.append(error.code)
     assert codes.count(202) == 4 and codes.count(429) == 8
+
+
+def test_the_addresses_of_one_ipv6_block_share_one_sign_up_budget(api, settings):
+    """The attack: a client with a /64 of its own sends each guess from a new address."""
+    settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": {
+        **settings.REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"], "signup": "2/hour"}}
+    codes = [api.post("/api/v1/accounts", {"email": f"v{i}@example.com", "login": f"vsix{i}"}, format="json",
+                      REMOTE_ADDR=f"2001:db8:5:6::{i + 1:x}").status_code for i in range(3)]
+    assert codes == [202, 202, 429]
+    other_block = api.post("/api/v1/accounts", {"email": "w@example.com", "login": "wsix"}, format="json",
+                           REMOTE_ADDR="2001:db8:5:7::1")
+    assert other_block.status_code == 202

@@ -24,6 +24,10 @@ CASES = [
     ({"RELAY_TRUSTED_PROXIES": "all"}, "RELAY_TRUSTED_PROXIES"),
     ({"RELAY_QUOTA_FREE_SENDS_PER_DAY": "lots"}, "RELAY_QUOTA_FREE_SENDS_PER_DAY"),
     ({"RELAY_HTTPS": "sometimes"}, "RELAY_HTTPS"),
+    ({"RELAY_SMTP_TLS_CERT": "/etc/hostname"}, "RELAY_SMTP_TLS_CERT"),
+    ({"RELAY_SMTP_TLS_CERT": "/no/such/cert.pem", "RELAY_SMTP_TLS_KEY": "/no/such/key.pem"}, "RELAY_SMTP_TLS_CERT"),
+    ({"RELAY_MAX_OPEN_WAITS": "0"}, "RELAY_MAX_OPEN_WAITS"),
+    ({"RELAY_MAX_WEBHOOKS": "many"}, "RELAY_MAX_WEBHOOKS"),
     # With DEBUG off, no default, short or missing secret key.
     ({"DJANGO_DEBUG": "false", "DJANGO_SECRET_KEY": ""}, "DJANGO_SECRET_KEY"),
     ({"DJANGO_DEBUG": "false", "DJANGO_SECRET_KEY": "short-key"}, "DJANGO_SECRET_KEY"),

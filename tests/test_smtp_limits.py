@@ -199,11 +199,11 @@ def test_one_data_to_fifty_mailboxes_is_stored_once_and_smtp_memory_stays_flat(t
     assert peak_mb < 300, f"runsmtp peaked at {peak_mb:.0f} MB"
 
 
-def start_runsmtp(processes: int = 1, log=subprocess.DEVNULL) -> tuple[int, subprocess.Popen]:
+def start_runsmtp(processes: int = 1, log=subprocess.DEVNULL, env: dict | None = None) -> tuple[int, subprocess.Popen]:
     """`manage.py runsmtp` in a process of its own (or `processes`), on the test database;
     once it answers."""
     port = free_port()
-    env = {**os.environ, "DATABASE_URL": _test_database_url(), "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "DATABASE_URL": _test_database_url(), "PYTHONUNBUFFERED": "1", **(env or {})}
     server = subprocess.Popen([sys.executable, "manage.py", "runsmtp", "--port", str(port),
                                "--processes", str(processes)], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     wait_until(lambda: _answers(port) or server.poll() is not None, timeout=30, message="runsmtp")
@@ -283,7 +283,9 @@ def _connections_on(pid: int, port: int) -> int:
 @pytest.mark.workers
 def test_several_processes_share_the_port_and_store_every_message(transactional_db, client_pro, tmp_path):
     address = create_via_api(client_pro, local_part="shared").json()["address"]
-    port, server = start_runsmtp(processes=2, log=(tmp_path / "smtp.log").open("wb"))
+    # Twenty connections from one address: more than one client may hold by default.
+    port, server = start_runsmtp(processes=2, log=(tmp_path / "smtp.log").open("wb"),
+                                 env={"RELAY_SMTP_MAX_CONNECTIONS_PER_CLIENT": "20"})
     try:
         wait_until(lambda: len(_children(server.pid)) == 2 and
                    (tmp_path / "smtp.log").read_text().count("SMTP listening") == 2, timeout=30,
@@ -325,3 +327,12 @@ def test_a_killed_smtp_process_is_replaced_and_sigterm_stops_them_all(transactio
     assert all(not os.path.exists(f"/proc/{pid}") for pid in children), "an SMTP process outlived SIGTERM"
     assert Message.objects.filter(mailbox__address=address, subject="after").exists()
     assert "exited (status 9); starting another" in (tmp_path / "smtp.log").read_text()
+
+
+def test_one_ipv6_block_counts_as_one_client():
+    from relay.clients import client_group
+
+    assert client_group("2001:db8:1:2::1") == client_group("2001:db8:1:2:ffff:ffff:ffff:fffe")
+    assert client_group("2001:db8:1:2::1") != client_group("2001:db8:1:3::1")
+    assert client_group("::ffff:192.0.2.7") == client_group("192.0.2.7") == "192.0.2.7"
+    assert client_group("192.0.2.7") != client_group("192.0.2.8")
