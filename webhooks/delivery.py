@@ -7,68 +7,31 @@ finds nothing), POST the signed body, record the outcome.
 - 410 Gone: failed, and the webhook is disabled.
 - Any other status (4xx, and 3xx: redirects are not followed): failed at once.
 
-A failed delivery is a dead letter an operator redelivers from the admin. The call has a
-timeout, follows no redirect, reads at most MAX_BODY bytes of the answer, and refuses
-an address on a private network unless RELAY_WEBHOOK_ALLOW_PRIVATE."""
-import ipaddress
+A failed delivery is a dead letter an operator redelivers from the admin. The HTTP call
+and its guards (one deadline, the checked address pinned, no redirect, no body kept) are
+webhooks.transport's. A delivery's stored error names the status, never the answer's
+body: the body of a receiver is the receiver owner's business, not ours to pass on."""
 import json
 import logging
-import socket
 import time
 import uuid
 from datetime import timedelta
-from urllib.parse import urlsplit
 
-import requests
 from django.conf import settings
 from django.db.models import Count, F, Q
 from django.utils import timezone
 
 from webhooks import signing
 from webhooks.models import DeliveryStatus, Webhook, WebhookDelivery
+from webhooks.transport import DeliveryTimedOut, PrivateAddress, TransportFailed, post
 
 logger = logging.getLogger(__name__)
 
-MAX_BODY = 4096
 RETRY_STATUSES = {408, 429}
-# One HTTP session per worker process: deliveries to the same receiver reuse its
-# keep-alive connection instead of opening one each (bench/waiting.py).
-_session: requests.Session | None = None
-
-
-def _http() -> requests.Session:
-    global _session
-    if _session is None:
-        _session = requests.Session()
-        _session.trust_env = False  # no proxy or netrc from the environment: the URL is the receiver
-    return _session
 
 
 class RetryableDelivery(Exception):
     """The receiver could not take it now; a later attempt may."""
-
-
-class PrivateAddress(ValueError):
-    pass
-
-
-def check_url(url: str) -> None:
-    """Raise PrivateAddress if `url` is not http(s) or resolves to a loopback, private,
-    link-local or otherwise non-public address (unless RELAY_WEBHOOK_ALLOW_PRIVATE)."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise PrivateAddress("The URL must be http:// or https:// with a host.")
-    if settings.RELAY_WEBHOOK_ALLOW_PRIVATE:
-        return
-    try:
-        infos = socket.getaddrinfo(parts.hostname, parts.port or (443 if parts.scheme == "https" else 80),
-                                   type=socket.SOCK_STREAM)
-    except (socket.gaierror, UnicodeError):
-        raise PrivateAddress(f"{parts.hostname} does not resolve.") from None
-    for info in infos:
-        address = ipaddress.ip_address(info[4][0].split("%")[0])
-        if not address.is_global or address.is_multicast:
-            raise PrivateAddress(f"{parts.hostname} resolves to {address}, which is not a public address.")
 
 
 def _lease(seconds: float) -> "timezone.datetime":
@@ -108,23 +71,18 @@ def deliver(*, delivery_id: int) -> str:
     body = json.dumps(delivery.payload, separators=(",", ":")).encode()
     status_code, error = None, ""
     try:
-        check_url(webhook.url)
         timestamp = int(time.time())
-        response = _http().post(webhook.url, data=body, allow_redirects=False, stream=True,
-                                 timeout=(min(5, settings.RELAY_WEBHOOK_TIMEOUT_SECONDS),
-                                          settings.RELAY_WEBHOOK_TIMEOUT_SECONDS),
-                                 headers={"Content-Type": "application/json", "User-Agent": "Relay-Webhooks",
-                                          "webhook-id": delivery.message_id, "webhook-timestamp": str(timestamp),
-                                          "webhook-signature": signing.sign(webhook.secret, delivery.message_id,
-                                                                            timestamp, body)})
-        with response:
-            status_code = response.status_code
-            answer = response.raw.read(MAX_BODY, decode_content=True) or b""
-        error = "" if 200 <= status_code < 300 else f"HTTP {status_code}: {answer.decode(errors='replace')[:500]}"
+        status_code = post(webhook.url, body, {
+            "Content-Type": "application/json", "User-Agent": "Relay-Webhooks", "webhook-id": delivery.message_id,
+            "webhook-timestamp": str(timestamp),
+            "webhook-signature": signing.sign(webhook.secret, delivery.message_id, timestamp, body)})
+        error = "" if 200 <= status_code < 300 else f"HTTP {status_code}"
     except PrivateAddress as exc:
         error = f"refused: {exc}"
-    except requests.RequestException as exc:
-        error = f"{type(exc).__name__}: {exc}"[:1000]
+    except DeliveryTimedOut as exc:
+        error = f"timed out: {exc}"
+    except TransportFailed as exc:
+        error = str(exc)
     return _record(delivery, claim, status_code, error)
 
 
@@ -158,8 +116,15 @@ def lapsed_requeue(*, limit: int = 500) -> list[int]:
     """The sweep's safety net: pending deliveries whose lease lapsed (their task was lost
     with a worker or a broker) get a fresh lease; the caller queues them again."""
     now = timezone.now()
-    ids = list(WebhookDelivery.objects.filter(status=DeliveryStatus.PENDING, lease_until__lte=now)
-               .values_list("id", flat=True)[:limit])
+    lapsed = WebhookDelivery.objects.filter(status=DeliveryStatus.PENDING, lease_until__lte=now)
+    # A delivery whose every attempt was lost with its worker (a receiver that kills the
+    # worker, say) is not tried for ever: past its attempts it is a dead letter.
+    gave_up = lapsed.filter(attempts__gt=settings.RELAY_WEBHOOK_MAX_RETRIES).update(
+        status=DeliveryStatus.FAILED, claim=None, lease_until=None,
+        last_error="gave up: the worker running the last attempt was lost")
+    if gave_up:
+        logger.error("%d webhook delivery(ies) failed for good after their last attempt was lost", gave_up)
+    ids = list(lapsed.values_list("id", flat=True)[:limit])
     if ids:
         WebhookDelivery.objects.filter(id__in=ids, status=DeliveryStatus.PENDING, lease_until__lte=now).update(
             claim=None, lease_until=_lease(settings.RELAY_WEBHOOK_LEASE_SECONDS))

@@ -1,0 +1,204 @@
+"""The one HTTP call a webhook delivery makes, and what guards it (SECURITY.md, "Webhooks").
+
+- The receiver's name is resolved once, and every address it resolves to must be public
+  (unless RELAY_WEBHOOK_ALLOW_PRIVATE): no loopback, private, link-local, multicast or
+  reserved address, nor one that embeds such an IPv4 address (IPv4-mapped, 6to4, NAT64).
+- The connection goes to the address that was checked, not to whatever the name
+  resolves to a moment later (DNS rebinding); TLS still checks the certificate against
+  the URL's host name.
+- The whole call has one deadline, RELAY_WEBHOOK_TIMEOUT_SECONDS, from connect to the
+  last byte read: a receiver that answers one byte at a time is cut off when it passes,
+  not after each byte. At most MAX_BODY bytes of the answer are read; none is kept.
+- No redirect is followed, and no proxy or netrc from the environment is used."""
+import ipaddress
+import socket
+import threading
+from urllib.parse import urlsplit
+
+import requests
+import urllib3
+from django.conf import settings
+from requests.adapters import HTTPAdapter
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+
+MAX_BODY = 4096
+NAT64_WELL_KNOWN = ipaddress.ip_network("64:ff9b::/96")
+NAT64_LOCAL_USE = ipaddress.ip_network("64:ff9b:1::/48")
+
+
+class PrivateAddress(ValueError):
+    pass
+
+
+class DeliveryTimedOut(Exception):
+    pass
+
+
+class TransportFailed(Exception):
+    """The call failed below HTTP: refused, reset, TLS, a broken answer."""
+
+
+# --- the address check ----------------------------------------------------------------------
+def _public(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    if address.version == 6:
+        if address in NAT64_LOCAL_USE:
+            return False
+        embedded = (address.ipv4_mapped or address.sixtofour
+                    or (ipaddress.IPv4Address(int(address) & 0xFFFFFFFF) if address in NAT64_WELL_KNOWN else None))
+        if embedded is not None:
+            return _public(embedded)
+    return address.is_global and not address.is_multicast
+
+
+def resolve_checked(url: str) -> str:
+    """The address to connect to for `url`: its host resolved once, every address checked.
+    Raises PrivateAddress. The message never says what the name resolved to, so it tells
+    nothing about names on Relay's own network."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise PrivateAddress("The URL must be http:// or https:// with a host.")
+    refused = PrivateAddress(f"{parts.hostname} does not resolve to a public address.")
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        infos = socket.getaddrinfo(parts.hostname, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError, ValueError):
+        raise refused from None
+    addresses = [ipaddress.ip_address(info[4][0].split("%")[0]) for info in infos]
+    if not addresses or not (settings.RELAY_WEBHOOK_ALLOW_PRIVATE or all(_public(a) for a in addresses)):
+        raise refused
+    return str(addresses[0])
+
+
+def check_url(url: str) -> None:
+    resolve_checked(url)
+
+
+# --- one deadline for the whole call ------------------------------------------------------------
+_watched = threading.local()
+
+
+class Deadline:
+    """Cuts the connections opened or used while it is current off when `seconds` pass:
+    a socket timeout only bounds each read, and a receiver can keep a call alive for
+    hours by sending a byte just under it each time."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.connections: list[HTTPConnection] = []
+        self.passed = False
+        self._timer = threading.Timer(seconds, self._cut_off)
+        self._timer.daemon = True
+
+    def _cut_off(self) -> None:
+        self.passed = True
+        for connection in self.connections:
+            sock = connection.sock
+            if sock is not None:
+                try:
+                    # The plain socket's shutdown, also under TLS: the reader blocked in
+                    # recv gets end-of-file at once.
+                    socket.socket.shutdown(sock, socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def __enter__(self) -> "Deadline":
+        _watched.deadline = self
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._timer.cancel()
+        _watched.deadline = None
+
+
+def _watch(connection: HTTPConnection) -> None:
+    deadline = getattr(_watched, "deadline", None)
+    if deadline is not None and connection not in deadline.connections:
+        deadline.connections.append(connection)
+
+
+class _WatchedHTTPConnection(HTTPConnection):
+    def connect(self):
+        _watch(self)
+        return super().connect()
+
+    def request(self, *args, **kwargs):
+        _watch(self)
+        return super().request(*args, **kwargs)
+
+
+class _WatchedHTTPSConnection(HTTPSConnection):
+    def connect(self):
+        _watch(self)
+        return super().connect()
+
+    def request(self, *args, **kwargs):
+        _watch(self)
+        return super().request(*args, **kwargs)
+
+
+class _WatchedHTTPPool(HTTPConnectionPool):
+    ConnectionCls = _WatchedHTTPConnection
+
+
+class _WatchedHTTPSPool(HTTPSConnectionPool):
+    ConnectionCls = _WatchedHTTPSConnection
+
+
+class PinnedAdapter(HTTPAdapter):
+    """Connects to the address a request carries as `relay_address` (the one checked), with
+    the URL's host name kept for the Host header, SNI and the certificate check."""
+
+    def init_poolmanager(self, *args, **kwargs) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = {"http": _WatchedHTTPPool, "https": _WatchedHTTPSPool}
+
+    def build_connection_pool_key_attributes(self, request, verify, cert=None):
+        host_params, pool_kwargs = super().build_connection_pool_key_attributes(request, verify, cert)
+        address = getattr(request, "relay_address", None)
+        if address:
+            hostname = host_params["host"]
+            host_params = {**host_params, "host": address}
+            if host_params["scheme"] == "https":
+                pool_kwargs = {**pool_kwargs, "server_hostname": hostname, "assert_hostname": hostname}
+        return host_params, pool_kwargs
+
+
+_session: requests.Session | None = None
+
+
+def _http() -> requests.Session:
+    """One session per worker process, so connections to a receiver's address are reused."""
+    global _session
+    if _session is None:
+        _session = requests.Session()
+        _session.trust_env = False
+        adapter = PinnedAdapter()
+        _session.mount("http://", adapter)
+        _session.mount("https://", adapter)
+    return _session
+
+
+def post(url: str, body: bytes, headers: dict) -> int:
+    """POST `body` to `url` under every guard above; the receiver's status code. Raises
+    PrivateAddress, DeliveryTimedOut or TransportFailed."""
+    address = resolve_checked(url)
+    netloc = urlsplit(url).netloc.rpartition("@")[2]
+    session = _http()
+    request = session.prepare_request(requests.Request("POST", url, data=body, headers={**headers, "Host": netloc}))
+    request.relay_address = address
+    seconds = settings.RELAY_WEBHOOK_TIMEOUT_SECONDS
+    with Deadline(seconds) as deadline:
+        try:
+            response = session.send(request, allow_redirects=False, stream=True, timeout=(min(5, seconds), seconds))
+            with response:
+                status_code = response.status_code
+                response.raw.read(MAX_BODY)  # drained up to a bound, never kept
+        except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
+            if deadline.passed:
+                raise DeliveryTimedOut(f"no complete answer within {seconds} s") from None
+            raise TransportFailed(f"{type(exc).__name__}: {exc}"[:300]) from None
+    if deadline.passed and not 200 <= status_code < 300:
+        raise DeliveryTimedOut(f"no complete answer within {seconds} s")
+    return status_code
