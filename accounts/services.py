@@ -14,7 +14,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 from accounts import revocations, tokens
@@ -28,6 +28,7 @@ API_KEY_PREFIX = "rk_"
 LAST_USED_RESOLUTION = timedelta(minutes=1)
 TOKEN_GONE = "This link or code has expired or was already used."
 WRONG_CODE = "That code is not right."
+ACTIVATION_NO_MATCH = "That email and code do not match an account waiting for activation."
 
 
 # --- status ----------------------------------------------------------------------------
@@ -205,9 +206,15 @@ class IssuedToken:
 def token_issue(*, account: Account, action: str) -> IssuedToken:
     secret, code = tokens.new_secret(), tokens.new_code()
     digest = tokens.secret_hash(secret)
+    # A new activation token starts with the wrong codes its account's earlier ones had
+    # met: signing up again with the same email must not buy five new guesses.
+    tried = 0
+    if action == TokenAction.ACTIVATION:
+        tried = max(Token.objects.filter(account=account, action=action).values_list("wrong_codes", flat=True),
+                    default=0)
     token = Token.objects.create(
         account=account, action=action, secret_hash=digest, code_hash=tokens.code_hash(digest, code),
-        expires_at=timezone.now() + timedelta(seconds=settings.RELAY_TOKEN_TTL_SECONDS))
+        expires_at=timezone.now() + timedelta(seconds=settings.RELAY_TOKEN_TTL_SECONDS), wrong_codes=tried)
     return IssuedToken(token=token, link_token=tokens.sign(action, secret, code), code=code)
 
 
@@ -216,19 +223,29 @@ def token_usable(token: Token, now=None) -> bool:
     return token.consumed_at is None and token.expires_at > now and token.wrong_codes < tokens.MAX_WRONG_CODES
 
 
-def _consume(token: Token) -> None:
+def _consume(token: Token, *, try_counted: bool = False) -> None:
     """Use the token up, or raise Gone. The compare-and-set is the single use: of two
-    confirms racing on one token, one updates the row and the other finds it used."""
+    confirms racing on one token, one updates the row and the other finds it used. With
+    `try_counted`, the code that is being accepted was counted as a try already."""
     now = timezone.now()
-    used = Token.objects.filter(id=token.id, consumed_at=None, expires_at__gt=now,
-                                wrong_codes__lt=tokens.MAX_WRONG_CODES).update(consumed_at=now)
+    tries = Q(wrong_codes__lte=tokens.MAX_WRONG_CODES) if try_counted else Q(wrong_codes__lt=tokens.MAX_WRONG_CODES)
+    used = Token.objects.filter(tries, id=token.id, consumed_at=None, expires_at__gt=now).update(consumed_at=now)
     if not used:
         raise Gone(TOKEN_GONE)
 
 
+def _count_try(token: Token) -> bool:
+    """Count a try of a code against `token` before the code is checked; False if no try
+    is left. Counting first is what makes the limit hold under parallel guesses: each
+    one takes a try in one UPDATE, and a sixth finds none left, instead of all of them
+    reading "no wrong codes yet" and being checked."""
+    return bool(Token.objects.filter(id=token.id, consumed_at=None, expires_at__gt=timezone.now(),
+                                     wrong_codes__lt=tokens.MAX_WRONG_CODES)
+                .update(wrong_codes=F("wrong_codes") + 1))
+
+
 def _wrong_code(token: Token) -> InvalidRequest:
-    """Count a wrong code against `token`; the fifth burns it."""
-    Token.objects.filter(id=token.id).update(wrong_codes=F("wrong_codes") + 1)
+    """What a wrong recovery code (already counted by _count_try) answers."""
     left = tokens.MAX_WRONG_CODES - token.wrong_codes - 1
     logger.info("wrong code for %s token %s (%d tries left)", token.action, token.id, max(left, 0))
     if left <= 0:
@@ -244,10 +261,10 @@ def _token_by_secret(secret: bytes, action: str) -> Token:
     return token
 
 
-def _activate(token: Token) -> tuple[Account, str]:
+def _activate(token: Token, *, try_counted: bool = False) -> tuple[Account, str]:
     """Consume an activation token and give its account its first key."""
     with transaction.atomic():
-        _consume(token)
+        _consume(token, try_counted=try_counted)
         account = Account.objects.select_for_update().get(id=token.account_id)
         if account.status == AccountStatus.SUSPENDED:
             raise AccountSuspended()
@@ -265,18 +282,21 @@ def account_activate_by_link(*, link_token: str) -> tuple[Account, str]:
 
 
 def account_activate_by_code(*, email: str, code: str) -> tuple[Account, str]:
-    """Activation by the code typed from the mail. A wrong email and a wrong code get the
-    same answer, so this says nothing about which emails have accounts."""
+    """Activation by the code typed from the mail. An unknown email, a wrong code and a
+    token with no tries left get one and the same answer, so this says nothing about
+    which emails have accounts. Tries are counted per email: against the newest token,
+    which starts where the account's earlier tokens stopped (token_issue)."""
+    no_match = InvalidRequest(ACTIVATION_NO_MATCH, field="code")
     token = (Token.objects.select_related("account")
              .filter(account__email__iexact=email, account__status=AccountStatus.PROVISIONED,
-                     action=TokenAction.ACTIVATION, consumed_at=None, expires_at__gt=timezone.now(),
-                     wrong_codes__lt=tokens.MAX_WRONG_CODES)
+                     action=TokenAction.ACTIVATION, consumed_at=None, expires_at__gt=timezone.now())
              .order_by("-created_at").first())
-    if token is None:
-        raise InvalidRequest("That email and code do not match an account waiting for activation.", field="code")
+    if token is None or not _count_try(token):
+        raise no_match
     if not secrets.compare_digest(tokens.code_hash(token.secret_hash, str(code)), token.code_hash):
-        raise _wrong_code(token)
-    return _activate(token)
+        logger.info("wrong activation code for account %s", token.account.login)
+        raise no_match
+    return _activate(token, try_counted=True)
 
 
 def activation_token_for_page(*, link_token: str) -> Token:
@@ -289,16 +309,19 @@ def activation_token_for_page(*, link_token: str) -> Token:
 def recovery_confirm(*, link_token: str, code: str) -> tuple[Account, str]:
     """A new key for the account; every other key of it is revoked."""
     secret, mac = tokens.decode(link_token)
-    if not tokens.signature_valid(TokenAction.KEY_RECOVERY, secret, mac, str(code)):
-        # The MAC covers the code, so it cannot tell a wrong code from a forged link.
-        # Count it against the token the secret names, if any: a forged secret names none.
-        token = Token.objects.filter(secret_hash=tokens.secret_hash(secret), action=TokenAction.KEY_RECOVERY).first()
-        if token is not None and token_usable(token):
-            raise _wrong_code(token)
+    token = Token.objects.filter(secret_hash=tokens.secret_hash(secret), action=TokenAction.KEY_RECOVERY).first()
+    if token is None:
+        # A forged secret names no token; one of ours that was purged is gone. The MAC
+        # covers the code, so a wrong code cannot be told from a forged link.
+        if tokens.signature_valid(TokenAction.KEY_RECOVERY, secret, mac, str(code)):
+            raise Gone(TOKEN_GONE)
         raise tokens.BadSignature("This link or code is not valid.")
-    token = _token_by_secret(secret, TokenAction.KEY_RECOVERY)
+    if not _count_try(token):
+        raise Gone(TOKEN_GONE)
+    if not tokens.signature_valid(TokenAction.KEY_RECOVERY, secret, mac, str(code)):
+        raise _wrong_code(token)
     with transaction.atomic():
-        _consume(token)
+        _consume(token, try_counted=True)
         account = Account.objects.select_for_update().get(id=token.account_id)
         if account.status != AccountStatus.ACTIVE:
             raise Gone(TOKEN_GONE)

@@ -7,6 +7,7 @@ from django.conf import settings
 
 from mailboxes.services import contents_index_words
 from relay import outbox
+from relay.account_mail import account_recovery_request
 from relay.backends import NothingToReconcile
 from relay.reconcile import orphans_find
 
@@ -29,6 +30,14 @@ logger = logging.getLogger(__name__)
 def send_outbox_batch(claim: str, mail_ids: list[int]) -> dict:
     """Send one batch the mailer claimed; see relay.outbox.batch_send."""
     return outbox.batch_send(claim=uuid.UUID(claim), mail_ids=mail_ids)
+
+
+@shared_task(acks_late=True)
+def mail_key_recovery(email: str) -> None:
+    """POST /accounts/recover's work, done off the request: the request only queues this,
+    so it answers in the same time whether the email has an account or not (looking it
+    up, making a token and queueing its mail took measurably longer than finding none)."""
+    account_recovery_request(email=email)
 
 
 # One run of index_owed_words writes words for this long, then queues its successor: a

@@ -38,6 +38,17 @@ def sign_up(api, email="ann@example.com", login="ann"):
     return api.post("/api/v1/accounts", {"email": email, "login": login}, format="json")
 
 
+@pytest.fixture(autouse=True)
+def tasks_run_here():
+    """A recovery request is queued as a task (relay.tasks.mail_key_recovery); these tests
+    read its mail at once, so tasks run in this process, as a worker would run them."""
+    from config.celery import app
+
+    app.conf.task_always_eager = True
+    yield
+    app.conf.task_always_eager = False
+
+
 def last_mail(email: str) -> tuple[str, str, OutboxMail]:
     """The link token and the code of the latest mail to `email`, as its reader sees them."""
     mail = OutboxMail.objects.filter(to=[email]).latest("id")
@@ -500,3 +511,70 @@ def test_the_addresses_of_one_ipv6_block_share_one_sign_up_budget(api, settings)
     other_block = api.post("/api/v1/accounts", {"email": "w@example.com", "login": "wsix"}, format="json",
                            REMOTE_ADDR="2001:db8:5:7::1")
     assert other_block.status_code == 202
+
+
+# --- guessing activation codes --------------------------------------------------------------------
+def test_an_unknown_email_and_a_wrong_code_get_one_and_the_same_answer(api):
+    sign_up(api)
+    _, code, _ = last_mail("ann@example.com")
+    wrong = f"{(int(code) + 1) % 100000:05d}"
+    unknown = activate(api, email="nobody@example.com", code=code)
+    known = activate(api, email="ann@example.com", code=wrong)
+    assert (unknown.status_code, unknown.json()) == (known.status_code, known.json())
+    assert known.status_code == 400
+
+
+def test_signing_up_again_does_not_buy_new_guesses(api):
+    sign_up(api)
+    _, first_code, _ = last_mail("ann@example.com")
+    wrong = f"{(int(first_code) + 1) % 100000:05d}"
+    assert [activate(api, email="ann@example.com", code=wrong).status_code for _ in range(3)] == [400] * 3
+    sign_up(api)  # the same email again: a fresh mail, not five fresh tries
+    _, code, _ = last_mail("ann@example.com")
+    wrong = f"{(int(code) + 1) % 100000:05d}"
+    assert [activate(api, email="ann@example.com", code=wrong).status_code for _ in range(2)] == [400] * 2
+    assert activate(api, email="ann@example.com", code=code).status_code == 400
+    assert Account.objects.get(login="ann").status == "provisioned"
+
+
+def test_parallel_wrong_codes_get_no_more_checks_than_the_limit(transactional_db, monkeypatch):
+    """The attack: twenty guesses at once, each hoping to be checked before any is counted."""
+    issued = services.account_sign_up(email="ann@example.com", login="ann")
+    checked = []
+    real_hash = tokens.code_hash
+    monkeypatch.setattr(tokens, "code_hash", lambda digest, code: checked.append(code) or real_hash(digest, code))
+    barrier = threading.Barrier(20)
+    answers = []
+
+    def guess(number: int) -> None:
+        barrier.wait(10)
+        try:
+            wrong = (int(issued.code) + 1 + number) % 100000
+            services.account_activate_by_code(email="ann@example.com", code=f"{wrong:05d}")
+        except InvalidRequest:
+            answers.append("refused")
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=guess, args=(number,)) for number in range(20)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert answers == ["refused"] * 20
+    assert len(checked) <= tokens.MAX_WRONG_CODES
+    assert Token.objects.get().wrong_codes == tokens.MAX_WRONG_CODES
+
+
+def test_a_recovery_request_does_the_same_work_for_a_known_and_an_unknown_email(api, active, monkeypatch):
+    """The attack: timing the answer to learn which emails have accounts. The request
+    only queues the work, the same way for both."""
+    queued = []
+    monkeypatch.setattr("api.account_views.mail_key_recovery.delay", queued.append)
+    with CaptureQueriesContext(connection) as known_queries:
+        known = api.post("/api/v1/accounts/recover", {"email": "ann@example.com"}, format="json")
+    with CaptureQueriesContext(connection) as unknown_queries:
+        unknown = api.post("/api/v1/accounts/recover", {"email": "nobody@example.com"}, format="json")
+    assert known.status_code == unknown.status_code == 202
+    assert len(known_queries) == len(unknown_queries) == 0
+    assert queued == ["ann@example.com", "nobody@example.com"]
