@@ -9,6 +9,9 @@ class ApiConfig(AppConfig):
     name = "api"
     default_auto_field = "django.db.models.BigAutoField"
 
+    def ready(self) -> None:
+        from api import metrics  # noqa: F401 (registers its deploy check)
+
 
 class RelayAdminConfig(admin_apps.AdminConfig):
     """django.contrib.admin with Relay's site (api/admin_site.py) as the default one."""

@@ -7,6 +7,7 @@ import hmac
 import os
 
 from django.conf import settings
+from django.core import checks
 from django.http import HttpResponse
 from django.views.decorators.http import require_GET
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest, multiprocess
@@ -66,3 +67,14 @@ def metrics(request):
         registry.register(ProcessCounters())
     registry.register(StateCollector())
     return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
+
+
+@checks.register(checks.Tags.security, deploy=True)
+def metrics_token_check(app_configs, **kwargs) -> list:
+    """`check --deploy`: /metrics is readable by anyone without RELAY_METRICS_TOKEN."""
+    if settings.RELAY_METRICS_TOKEN:
+        return []
+    return [checks.Warning(
+        "RELAY_METRICS_TOKEN is not set, so /metrics is public: it tells anyone how many mailboxes, "
+        "cleanups and deliveries there are.", hint="Set RELAY_METRICS_TOKEN and give Prometheus the same token.",
+        id="relay.W001")]

@@ -18,12 +18,16 @@ env = environ.Env()
 # Where `make run` keeps its files: the SQLite database, the broker's folders, static
 # files, and the development values in relay.env.
 VAR_DIR = Path(env.str("RELAY_VAR_DIR", default=str(BASE_DIR / "var"))).resolve()
-# `make run` writes its development values (DEBUG on, a random secret key) to this file,
-# so that manage.py commands in the same checkout see them too. Variables already in the
-# environment win over it; production sets everything in the environment.
+# `make run` keeps the random secret key of this checkout in this file, so that
+# manage.py commands in another terminal start with the same key. Only that key is read
+# from it: debug is on in `make run`'s own processes alone (scripts/run.sh), never in a
+# process that merely starts in this checkout. The environment wins over the file.
 ENV_FILE = Path(env.str("RELAY_ENV_FILE", default=str(VAR_DIR / "relay.env")))
 if ENV_FILE.is_file():
-    environ.Env.read_env(ENV_FILE)
+    for _line in ENV_FILE.read_text().splitlines():
+        _name, _, _value = _line.strip().partition("=")
+        if _name == "DJANGO_SECRET_KEY" and _value:
+            os.environ.setdefault(_name, _value)
 
 
 def _int(name: str, default: int, *, minimum: int = 0) -> int:

@@ -66,10 +66,40 @@ def test_production_settings_pass_check_deploy_cleanly():
     result = subprocess.run(
         [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"], cwd=ROOT,
         env={**os.environ, "DJANGO_DEBUG": "false", "RELAY_HTTPS": "true", "DJANGO_ALLOWED_HOSTS": "relay.example.com",
-             "DJANGO_SECRET_KEY": "x7Lq9-production-like-secret-key-Zr4Tn8Wm2Pv6Yc1Hs5Jd0Kf3Gb"},
+             "DJANGO_SECRET_KEY": "x7Lq9-production-like-secret-key-Zr4Tn8Wm2Pv6Yc1Hs5Jd0Kf3Gb",
+             "RELAY_METRICS_TOKEN": "metrics-token-for-the-check"},
         capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "no issues" in result.stdout
+
+
+def test_check_deploy_warns_that_metrics_are_public_without_a_token():
+    env = {key: value for key, value in os.environ.items() if key != "RELAY_METRICS_TOKEN"}
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy"], cwd=ROOT,
+        env={**env, "DJANGO_DEBUG": "false", "RELAY_HTTPS": "true", "DJANGO_ALLOWED_HOSTS": "relay.example.com",
+             "DJANGO_SECRET_KEY": "x7Lq9-production-like-secret-key-Zr4Tn8Wm2Pv6Yc1Hs5Jd0Kf3Gb"},
+        capture_output=True, text=True, timeout=60)
+    assert "relay.W001" in result.stdout + result.stderr
+
+
+def test_docker_compose_demands_a_metrics_token_and_gives_it_to_prometheus():
+    compose = (ROOT / "docker-compose.yml").read_text()
+    assert "${RELAY_METRICS_TOKEN:?" in compose
+    assert "credentials_file" in (ROOT / "deploy" / "prometheus.yml").read_text()
+
+
+def test_the_development_file_of_make_run_turns_no_debug_on(tmp_path):
+    """Only `make run` turns debug on; a process that merely starts in the checkout takes
+    the file's secret key and nothing else, even from a file an older Relay wrote."""
+    dev_file = tmp_path / "relay.env"
+    dev_file.write_text("DJANGO_DEBUG=true\nDJANGO_SECRET_KEY=file-key-file-key-file-key-file-key-file-key-0123456789\n")
+    env = {key: value for key, value in os.environ.items() if key not in ("DJANGO_DEBUG", "DJANGO_SECRET_KEY")}
+    result = subprocess.run([sys.executable, "-c", "import django; django.setup(); from django.conf import settings; "
+                             "print(settings.DEBUG, settings.SECRET_KEY[:8])"], cwd=ROOT,
+                            env={**env, "RELAY_ENV_FILE": str(dev_file), "DJANGO_SETTINGS_MODULE": "config.settings"},
+                            capture_output=True, text=True, timeout=60)
+    assert result.stdout.strip() == "False file-key", result.stderr
 
 
 def test_docker_compose_demands_a_secret_key():
