@@ -218,17 +218,23 @@ def token_issue(*, account: Account, action: str) -> IssuedToken:
     return IssuedToken(token=token, link_token=tokens.sign(action, secret, code), code=code)
 
 
-def token_usable(token: Token, now=None) -> bool:
+def token_usable(token: Token, now=None, *, by_link: bool = False) -> bool:
+    """Unused, unexpired, and (unless used `by_link`) not burnt by wrong codes. An
+    activation link carries a 256-bit secret that no one guesses: wrong codes tried
+    against its account do not take the link away from the one who holds the mail."""
     now = now or timezone.now()
-    return token.consumed_at is None and token.expires_at > now and token.wrong_codes < tokens.MAX_WRONG_CODES
+    return (token.consumed_at is None and token.expires_at > now
+            and (by_link or token.wrong_codes < tokens.MAX_WRONG_CODES))
 
 
-def _consume(token: Token, *, try_counted: bool = False) -> None:
+def _consume(token: Token, *, try_counted: bool = False, by_link: bool = False) -> None:
     """Use the token up, or raise Gone. The compare-and-set is the single use: of two
     confirms racing on one token, one updates the row and the other finds it used. With
-    `try_counted`, the code that is being accepted was counted as a try already."""
+    `try_counted`, the code that is being accepted was counted as a try already; an
+    activation `by_link` does not care for wrong codes (token_usable)."""
     now = timezone.now()
-    tries = Q(wrong_codes__lte=tokens.MAX_WRONG_CODES) if try_counted else Q(wrong_codes__lt=tokens.MAX_WRONG_CODES)
+    tries = Q() if by_link else (Q(wrong_codes__lte=tokens.MAX_WRONG_CODES) if try_counted
+                                 else Q(wrong_codes__lt=tokens.MAX_WRONG_CODES))
     used = Token.objects.filter(tries, id=token.id, consumed_at=None, expires_at__gt=now).update(consumed_at=now)
     if not used:
         raise Gone(TOKEN_GONE)
@@ -253,18 +259,18 @@ def _wrong_code(token: Token) -> InvalidRequest:
     return InvalidRequest(WRONG_CODE, field="code")
 
 
-def _token_by_secret(secret: bytes, action: str) -> Token:
+def _token_by_secret(secret: bytes, action: str, *, by_link: bool = False) -> Token:
     token = Token.objects.select_related("account").filter(secret_hash=tokens.secret_hash(secret), action=action).first()
-    if token is None or not token_usable(token):
+    if token is None or not token_usable(token, by_link=by_link):
         # Signed by us but gone: used, expired, burnt, or purged with its account.
         raise Gone(TOKEN_GONE)
     return token
 
 
-def _activate(token: Token, *, try_counted: bool = False) -> tuple[Account, str]:
+def _activate(token: Token, *, try_counted: bool = False, by_link: bool = False) -> tuple[Account, str]:
     """Consume an activation token and give its account its first key."""
     with transaction.atomic():
-        _consume(token, try_counted=try_counted)
+        _consume(token, try_counted=try_counted, by_link=by_link)
         account = Account.objects.select_for_update().get(id=token.account_id)
         if account.status == AccountStatus.SUSPENDED:
             raise AccountSuspended()
@@ -278,7 +284,7 @@ def _activate(token: Token, *, try_counted: bool = False) -> tuple[Account, str]
 
 def account_activate_by_link(*, link_token: str) -> tuple[Account, str]:
     secret = tokens.verify(TokenAction.ACTIVATION, link_token)
-    return _activate(_token_by_secret(secret, TokenAction.ACTIVATION))
+    return _activate(_token_by_secret(secret, TokenAction.ACTIVATION, by_link=True), by_link=True)
 
 
 def account_activate_by_code(*, email: str, code: str) -> tuple[Account, str]:
@@ -303,7 +309,7 @@ def activation_token_for_page(*, link_token: str) -> Token:
     """What an activation link's page shows (GET /activate/{token}): the token, if the
     link is ours and still usable. Changes nothing: mail scanners open links."""
     secret = tokens.verify(TokenAction.ACTIVATION, link_token)
-    return _token_by_secret(secret, TokenAction.ACTIVATION)
+    return _token_by_secret(secret, TokenAction.ACTIVATION, by_link=True)
 
 
 def recovery_confirm(*, link_token: str, code: str) -> tuple[Account, str]:

@@ -25,6 +25,7 @@ from django.db import connection, transaction
 from django.db.models import BinaryField, Case, Count, F, Q, TextField, Value, When
 from django.utils import timezone
 
+from accounts.models import TokenAction
 from accounts.services import token_usable
 from mailboxes.models import MailboxStatus
 from relay.models import KIND_PRIORITY, OutboxKind, OutboxMail, OutboxStatus
@@ -109,7 +110,8 @@ def attempt_limit() -> int:
 
 def _why_not_send(mail: OutboxMail) -> str:
     """Why this mail should no longer go out, or "" if it should."""
-    if mail.token_id is not None and not token_usable(mail.token):
+    # An activation mail carries a link that wrong codes do not burn (token_usable).
+    if mail.token_id is not None and not token_usable(mail.token, by_link=mail.token.action == TokenAction.ACTIVATION):
         return "its token was used or expired before the mail left"
     if mail.mailbox_id is not None:
         mailbox = mail.mailbox

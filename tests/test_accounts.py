@@ -578,3 +578,11 @@ def test_a_recovery_request_does_the_same_work_for_a_known_and_an_unknown_email(
     assert known.status_code == unknown.status_code == 202
     assert len(known_queries) == len(unknown_queries) == 0
     assert queued == ["ann@example.com", "nobody@example.com"]
+
+
+def test_wrong_codes_from_a_guesser_do_not_take_the_link_from_the_one_who_holds_the_mail(api):
+    sign_up(api)
+    link, code, _ = last_mail("ann@example.com")
+    wrong = f"{(int(code) + 1) % 100000:05d}"
+    assert [activate(api, email="ann@example.com", code=wrong).status_code for _ in range(6)] == [400] * 6
+    assert activate(api, token=link).status_code == 200
