@@ -1,5 +1,5 @@
 """Who owns mailboxes: accounts and their lifecycle, their API keys, and the one-time
-tokens that activate an account or recover its key (SPEC §8, after the mailroom design).
+tokens that activate an account or recover its key (docs/api.md, after the mailroom design).
 
 Status changes go through accounts.services only (the admin's actions call them too):
 the timestamp rules below live there, in one function, the way mailroom keeps them in
@@ -24,7 +24,7 @@ class AccountStatus(models.TextChoices):
     SUSPENDED = "suspended"
 
 
-# What a login may look like (SPEC §8). Accounts migrated from before sign-up kept the
+# What a login may look like (docs/api.md). Accounts migrated from before sign-up kept the
 # names they had; every new login matches this.
 LOGIN_PATTERN = r"^[a-z0-9_-]{3,32}$"
 

@@ -1,4 +1,4 @@
-"""Accounts, their keys and their one-time tokens (SPEC §8).
+"""Accounts, their keys and their one-time tokens (docs/api.md).
 
 Every status change goes through `account_set_status`, which keeps mailroom's timestamp
 rules in one place. Sign-up and recovery create tokens here; the mail that carries a

@@ -1,5 +1,5 @@
 """One-time tokens as links: `base64url(secret || HMAC-SHA256(key, path || secret [|| code]))`
-(SPEC §8, the mailroom design).
+(docs/api.md, the mailroom design).
 
 The link proves itself: a forged or altered one fails the HMAC before any database
 lookup. The first key of RELAY_TOKEN_SIGNING_KEYS signs; every key verifies, so a key can
@@ -21,7 +21,7 @@ from accounts.models import TokenAction
 SECRET_BYTES = 32
 MAC_BYTES = 32
 CODE_DIGITS = 5
-# Wrong codes a token survives; the fifth burns it (SPEC §8).
+# Wrong codes a token survives; the fifth burns it (docs/api.md).
 MAX_WRONG_CODES = 5
 
 # The path each action's link opens, which is also signed: an activation link cannot be

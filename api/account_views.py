@@ -1,4 +1,4 @@
-"""The account routes of SPEC §8: sign-up, activation, key recovery, keys, the account.
+"""The account routes of docs/api.md: sign-up, activation, key recovery, keys, the account.
 
 Sign-up and recovery answer the same whatever the email: no response tells whether an
 address has an account. The unauthenticated routes are limited per client address

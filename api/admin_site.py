@@ -1,5 +1,5 @@
 """The operator's admin site: Django's, with a first screen that says how the system is
-doing (SPEC §10). Installed as the default site by api.apps.RelayAdminConfig, so every
+doing (docs/architecture.md). Installed as the default site by api.apps.RelayAdminConfig, so every
 app's `@admin.register` lands here."""
 from django.contrib import admin
 from django.urls import reverse

@@ -40,7 +40,7 @@ DOMAIN_ERRORS = {
     domain.QuotaExceeded: status.HTTP_429_TOO_MANY_REQUESTS,
     domain.RateLimited: status.HTTP_429_TOO_MANY_REQUESTS,
 }
-# Where a status has more than one code (SPEC §5: 429 is rate_limited or quota_exceeded;
+# Where a status has more than one code (docs/api.md: 429 is rate_limited or quota_exceeded;
 # 403 is forbidden or account_suspended).
 DOMAIN_CODES = {domain.QuotaExceeded: "quota_exceeded", domain.AccountSuspended: "account_suspended"}
 

@@ -1,4 +1,4 @@
-"""Probes for orchestrators (SPEC §10), at the site root and open to anyone.
+"""Probes for orchestrators (docs/architecture.md), at the site root and open to anyone.
 
 /healthz: the process is up and serving. /readyz: the database and the broker answer,
 each within a short timeout; 503 naming what does not, so a load balancer stops sending

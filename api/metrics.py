@@ -1,4 +1,4 @@
-"""GET /metrics (SPEC §10), Prometheus' text format.
+"""GET /metrics (docs/architecture.md), Prometheus' text format.
 
 Two kinds of figures: the counters every process keeps (relay/metrics.py: backend calls,
 limiter waits, task runs), summed over the host's processes in multiprocess mode; and

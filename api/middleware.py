@@ -1,4 +1,4 @@
-"""Middleware that runs under ASGI without a thread per request (SPEC §9: a held
+"""Middleware that runs under ASGI without a thread per request (docs/api.md: a held
 `?wait=` request or an event stream must cost a coroutine, not a blocked thread). Each
 is both sync- and async-capable, as Django's own are: one sync-only middleware in the
 chain would park a thread for every request for its whole life.

@@ -1,4 +1,4 @@
-"""The pages the links in Relay's mails open (SPEC §8): GET /activate/{token} and
+"""The pages the links in Relay's mails open (docs/api.md): GET /activate/{token} and
 GET /recover/{token}. A GET only shows: mail scanners open every link in a mail, so the
 token is used only when the person presses the button, which POSTs to the API."""
 from django.http import HttpResponse

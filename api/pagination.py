@@ -3,7 +3,7 @@ from rest_framework.pagination import PageNumberPagination
 
 
 class RelayPagination(PageNumberPagination):
-    """Page numbers as SPEC §5 lists them. A malformed `page` or `page_size` is a 400
+    """Page numbers as docs/api.md lists them. A malformed `page` or `page_size` is a 400
     saying what is wrong, not DRF's 404 "Invalid page"; a page past the end is a 404."""
 
     page_size = 50

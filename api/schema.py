@@ -12,7 +12,7 @@ from api.errors import DOMAIN_CODES, STATUS_CODES
 from mailboxes.models import Plan
 from mailboxes.services import plan_ttl_cap_ms
 
-# The errors any operation may answer (SPEC §5): bad input, credentials, another owner's
+# The errors any operation may answer (docs/api.md): bad input, credentials, another owner's
 # or a missing mailbox, an expired one, a body too large or not JSON, a rate or a quota.
 COMMON_ERRORS = (400, 401, 403, 404, 405, 406, 410, 413, 415, 429)
 # And those only some operations answer: a taken address or login, a backend that

@@ -122,7 +122,7 @@ class DomainField(StrictCharField):
     pass
 
 
-# --- labels (SPEC §11) ------------------------------------------------------------------
+# --- labels (docs/api.md) ------------------------------------------------------------------
 TAG_PATTERN = r"^[a-z0-9_-]{1,32}$"
 METADATA_MAX_BYTES = 4096
 
@@ -241,7 +241,7 @@ class MessageSearchQuerySerializer(serializers.Serializer):
 
 
 class WaitQuerySerializer(MessageSearchQuerySerializer):
-    """`?wait=S&after=MID` on the message list (SPEC §9), with the list's search filters
+    """`?wait=S&after=MID` on the message list (docs/api.md), with the list's search filters
     (waiting for the first new message that matches). Query values are text, so these
     are integer fields with the bounds the schema states, and `after=` is a 400 like any
     malformed value."""
@@ -368,7 +368,7 @@ class OutboundSerializer(serializers.ModelSerializer):
         fields = ["id", "to", "subject", "status", "attempts", "last_error", "created_at", "sent_at"]
 
 
-# --- accounts (SPEC §8) -------------------------------------------------------------------
+# --- accounts (docs/api.md) -------------------------------------------------------------------
 @extend_schema_field({"type": "string", "pattern": ADDRESS_PATTERN, "maxLength": 254})
 class EmailAddressField(StrictCharField):
     """An account's email: an address, at most 254 characters (RFC 5321's path limit)."""
@@ -479,7 +479,7 @@ class EmptySerializer(StrictSerializer):
     pass
 
 
-# --- webhooks (SPEC §9) -------------------------------------------------------------------
+# --- webhooks (docs/api.md) -------------------------------------------------------------------
 # A webhook URL, as a pattern a client (or a fuzzer) can read and the server checks as is:
 # http(s), optional credentials, a host that is localhost, an IPv4 address or names
 # ending in a top-level domain of 2 to 63 letters, an optional port, and no whitespace.

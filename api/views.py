@@ -1,4 +1,4 @@
-"""The REST API of SPEC §5. Views validate input, call one service or selector, render
+"""The REST API of docs/api.md. Views validate input, call one service or selector, render
 the result; the domain's exceptions become responses in api.errors."""
 from django.http import HttpResponse
 from django.urls import reverse

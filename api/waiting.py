@@ -1,4 +1,4 @@
-"""Waiting for mail without a thread per waiter (SPEC §9): `GET …/messages?wait=S&after=MID`
+"""Waiting for mail without a thread per waiter (docs/api.md): `GET …/messages?wait=S&after=MID`
 and the event stream `GET …/events`. Both are async views; the rest of the API stays
 DRF's.
 

@@ -1,4 +1,4 @@
-"""The webhook routes of SPEC §9: subscribe, list, unsubscribe, and see deliveries."""
+"""The webhook routes of docs/api.md: subscribe, list, unsubscribe, and see deliveries."""
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.response import Response

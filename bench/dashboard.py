@@ -1,4 +1,4 @@
-"""The operator's first screen (SPEC §10) at scale: 1,000,000 mailboxes (5 % active, the
+"""The operator's first screen (docs/architecture.md) at scale: 1,000,000 mailboxes (5 % active, the
 rest expired and cleaned up over the last day, 1,000 dead letters, 1,000 owed cleanups),
 100,000 sent mails and 100,000 webhook deliveries. Times the admin's home page, logged
 in, rendered by Django in this process: cold (the state read from the database, as the

@@ -1,4 +1,4 @@
-"""Backend-limited burst (SPEC §10): N mailboxes due at once, 3 workers of concurrency 4,
+"""Backend-limited burst (docs/architecture.md): N mailboxes due at once, 3 workers of concurrency 4,
 against the Stalwart stand-in enforcing Stalwart's limits (1000 requests a minute, 4 at
 once, refusing the rest as Stalwart does). Run twice: with Relay's shared limiter set to
 those limits, and without it (limits set out of reach). Prints cleanups per second

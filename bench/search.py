@@ -1,4 +1,4 @@
-"""Message search (SPEC §11) over 1,000,000 stored messages of 10 KB: GET /messages?q=word
+"""Message search (docs/api.md) over 1,000,000 stored messages of 10 KB: GET /messages?q=word
 under gunicorn (uvicorn workers) and wrk, against GET /mailboxes/{id} in the same run.
 Also the size of the word index, and what each delivered message costs: stored
 (deliver_message in this process), then its words written (as the worker writes them).

@@ -1,4 +1,4 @@
-"""Waiting and webhooks (SPEC §9), on gunicorn with uvicorn workers, runsmtp, Redis and
+"""Waiting and webhooks (docs/api.md), on gunicorn with uvicorn workers, runsmtp, Redis and
 PostgreSQL:
 
 1. wake-up latency: from runsmtp's `250` to the waiting client's response, over

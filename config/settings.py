@@ -303,7 +303,7 @@ if not RELAY_MIN_TTL_MS <= RELAY_DEFAULT_TTL_MS:
         f"RELAY_DEFAULT_TTL_MS ({RELAY_DEFAULT_TTL_MS}) must be at least RELAY_MIN_TTL_MS ({RELAY_MIN_TTL_MS})"
     )
 
-# Quotas per plan (SPEC §4): RELAY_QUOTA_<PLAN>_<QUOTA>, e.g. RELAY_QUOTA_FREE_SENDS_PER_DAY.
+# Quotas per plan (docs/api.md): RELAY_QUOTA_<PLAN>_<QUOTA>, e.g. RELAY_QUOTA_FREE_SENDS_PER_DAY.
 # Over one: 429 quota_exceeded with Retry-After (SMTP: 552 5.2.2 for a full mailbox).
 QUOTA_DEFAULTS = {
     "free": {"active_mailboxes": 10, "sends_per_day": 20, "recipients_per_send": 5,
@@ -390,7 +390,7 @@ RELAY_SEND_RETRY_BACKOFF_SECONDS = _int("RELAY_SEND_RETRY_BACKOFF_SECONDS", 30, 
 # The From of the mails Relay sends for itself (activation, recovery).
 DEFAULT_FROM_EMAIL = env.str("RELAY_MAIL_FROM", default=f"Relay <noreply@{RELAY_DOMAINS[0]}>")
 
-# --- Calls to the mail backend, from all workers together (SPEC §10; relay/limiter.py) ----
+# --- Calls to the mail backend, from all workers together (docs/architecture.md; relay/limiter.py) ----
 RELAY_BACKEND_MAX_PER_MINUTE = _int("RELAY_BACKEND_MAX_PER_MINUTE", 1000, minimum=1)
 RELAY_BACKEND_MAX_CONCURRENT = _int("RELAY_BACKEND_MAX_CONCURRENT", 4, minimum=1)
 # How long a call may wait for a slot before its task steps aside (a cleanup comes back
@@ -398,7 +398,7 @@ RELAY_BACKEND_MAX_CONCURRENT = _int("RELAY_BACKEND_MAX_CONCURRENT", 4, minimum=1
 RELAY_BACKEND_SLOT_WAIT_SECONDS = _int("RELAY_BACKEND_SLOT_WAIT_SECONDS", 2)
 RELAY_BACKEND_SLOT_HOLD_SECONDS = _int("RELAY_BACKEND_SLOT_HOLD_SECONDS", 60, minimum=1)
 
-# --- Health and metrics (SPEC §10; api/health.py, api/metrics.py) --------------------------
+# --- Health and metrics (docs/architecture.md; api/health.py, api/metrics.py) --------------------------
 # prometheus_client's multiprocess mode: every process of one host writes its counters to
 # files in this directory and /metrics sums them. Empty it when the host's processes
 # start (run.sh does; docker-compose mounts a tmpfs). Unset: each process counts alone.
@@ -412,7 +412,7 @@ RELAY_METRICS_CACHE_SECONDS = _int("RELAY_METRICS_CACHE_SECONDS", 15)
 # When set, /metrics wants "Authorization: Bearer <this>" (Prometheus' bearer_token).
 RELAY_METRICS_TOKEN = env.str("RELAY_METRICS_TOKEN", default="")
 
-# --- Webhooks (SPEC §9) ------------------------------------------------------------------
+# --- Webhooks (docs/api.md) ------------------------------------------------------------------
 RELAY_WEBHOOK_TIMEOUT_SECONDS = _int("RELAY_WEBHOOK_TIMEOUT_SECONDS", 10, minimum=1)
 # Webhooks one account may have: each inbound mail makes a delivery per webhook, so
 # without a cap one account could point Relay at a third party many times over.
@@ -424,7 +424,7 @@ RELAY_WEBHOOK_RETRY_BACKOFF_MAX_SECONDS = _int("RELAY_WEBHOOK_RETRY_BACKOFF_MAX_
 # How long a queued delivery is trusted to its task before the sweep queues it again.
 RELAY_WEBHOOK_LEASE_SECONDS = _int("RELAY_WEBHOOK_LEASE_SECONDS", 60, minimum=1)
 
-# --- Accounts and the mailer (SPEC §8) -------------------------------------------------
+# --- Accounts and the mailer (docs/api.md) -------------------------------------------------
 RELAY_PUBLIC_URL = env.str("RELAY_PUBLIC_URL", default="http://127.0.0.1:8000").rstrip("/")
 if not RELAY_PUBLIC_URL.startswith(("http://", "https://")):
     raise ImproperlyConfigured(f"RELAY_PUBLIC_URL must start with http:// or https://, got {RELAY_PUBLIC_URL!r}")

@@ -15,7 +15,7 @@ from mailboxes.selectors import mailbox_counts
 
 logger = logging.getLogger(__name__)
 
-# expirystats reports these statuses (SPEC §6); a mailbox still provisioning is not yet one.
+# expirystats reports these statuses (docs/architecture.md); a mailbox still provisioning is not yet one.
 REPORTED_STATUSES = (MailboxStatus.ACTIVE, MailboxStatus.EXPIRED, MailboxStatus.DELETED)
 
 

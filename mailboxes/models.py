@@ -77,7 +77,7 @@ class Mailbox(models.Model):
     # The bytes of the messages it holds (each counted in full, shared or not), kept in
     # step the same way: the plan's storage quota is checked against it.
     stored_bytes = models.PositiveBigIntegerField(default=0)
-    # The owner's labels (SPEC §11): set at creation or by PATCH, filtered on by the list.
+    # The owner's labels (docs/api.md): set at creation or by PATCH, filtered on by the list.
     name = models.CharField(max_length=100, blank=True, default="")
     tags = models.JSONField(default=list, blank=True)
     # A JSON object kept as its JSON text: PostgreSQL's jsonb cannot hold the NUL
@@ -165,7 +165,7 @@ class MessageContent(models.Model):
     # are whole, the parsed fields hold what was read before the cap.
     parsed_fully = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
-    # The words of the subject and text for `q` (SPEC §11): PostgreSQL's to_tsvector with
+    # The words of the subject and text for `q` (docs/api.md): PostgreSQL's to_tsvector with
     # the `simple` configuration, so codes and words of any language match as written.
     # Here, not on each Message, because every recipient of one DATA has the same subject
     # and text: 50 recipients share one word list, as they share the bytes. Null until

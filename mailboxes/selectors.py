@@ -23,14 +23,14 @@ def mailboxes_visible_to(caller: Caller) -> QuerySet:
     return mailboxes.filter(id=caller.mailbox_id)
 
 
-# The orderings a list may ask for (SPEC §11); the id breaks ties so pages never overlap.
+# The orderings a list may ask for (docs/api.md); the id breaks ties so pages never overlap.
 MAILBOX_ORDERINGS = ("created_at", "-created_at", "expires_at", "-expires_at")
 
 
 def mailbox_list(*, caller: Caller, include_expired: bool = False, status: str | None = None,
                  tags: list[str] = (), text: str = "", created_after: datetime | None = None,
                  created_before: datetime | None = None, ordering: str = "-created_at") -> QuerySet:
-    """The caller's mailboxes, filtered (SPEC §11): `status` (else active ones, and the
+    """The caller's mailboxes, filtered (docs/api.md): `status` (else active ones, and the
     expired too with `include_expired`), every one of `tags`, `text` in the address or
     name, created within the bounds; ordered by `ordering`."""
     visible = mailboxes_visible_to(caller)
@@ -106,7 +106,7 @@ def words_search_plan(words: str):
 def message_search(*, caller: Caller | None, mailbox: Mailbox | None = None, words: str = "", sender: str = "",
                    subject: str = "", since: datetime | None = None, until: datetime | None = None,
                    unread: bool = False, after: int | None = None) -> QuerySet:
-    """Messages matching every filter given (SPEC §11), newest first: in `mailbox`, or in
+    """Messages matching every filter given (docs/api.md), newest first: in `mailbox`, or in
     all the caller's mailboxes (expired ones too, while retained; never another owner's).
     `after`: only messages received after that message, which must be one of them
     (InvalidRequest naming `after` otherwise: a cursor from elsewhere is a client's bug).

@@ -77,7 +77,7 @@ def mailbox_insert(*, caller: Caller | None, local_part: str | None, domain: str
     `lease_seconds`, before anything is asked of the mail backend: whatever happens to
     the caller after this, the row is there to own (and clean up) what the backend makes.
     With `active`, for a backend that keeps no accounts, it is written active at once.
-    `labels`: its name, tags and metadata (SPEC §11), as the API validated them.
+    `labels`: its name, tags and metadata (docs/api.md), as the API validated them.
     Returns it and, for an anonymous caller, the token that authorizes it (shown once)."""
     owner = caller.owner if caller else None
     plan = caller.plan if caller else Plan.FREE
@@ -156,7 +156,7 @@ def message_delete(*, mailbox: Mailbox, message_id: int) -> bool:
     return True
 
 
-# The fields a PATCH may change (SPEC §11).
+# The fields a PATCH may change (docs/api.md).
 LABEL_FIELDS = ("name", "tags", "metadata")
 
 

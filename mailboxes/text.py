@@ -1,5 +1,5 @@
-"""The readable text of a message, for what reads it: its words for `q` (SPEC §11) and its
-codes (SPEC §9)."""
+"""The readable text of a message, for what reads it: its words for `q` (docs/api.md) and its
+codes (docs/api.md)."""
 import html
 import re
 

@@ -1,4 +1,4 @@
-"""The mails accounts cause (SPEC §8): a sign-up queues an activation mail, a recovery
+"""The mails accounts cause (docs/api.md): a sign-up queues an activation mail, a recovery
 request a recovery mail, each in the transaction that makes its token, so an account is
 never left with a token and no mail, nor a mail with no token."""
 from django.conf import settings

@@ -1,4 +1,4 @@
-"""Wake-ups for clients waiting on a mailbox (SPEC §9: `?wait=`, the event stream).
+"""Wake-ups for clients waiting on a mailbox (docs/api.md: `?wait=`, the event stream).
 
 After a message commits, or a mailbox ends, one Redis PUBLISH on `relay:mailbox:<id>`
 says so; every web process holds one subscription for all of its waiters

@@ -1,4 +1,4 @@
-"""What a client usually wants out of a mail (SPEC §9): the one-time code, and the links.
+"""What a client usually wants out of a mail (docs/api.md): the one-time code, and the links.
 
 Codes are 4–8 digits (also written 123-456 or 123 456), or 6–12 letters and digits with
 at least one digit, found in the subject and the text near a word that announces a code

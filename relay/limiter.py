@@ -1,4 +1,4 @@
-"""One limit on calls to the mail backend for all workers together (SPEC §10):
+"""One limit on calls to the mail backend for all workers together (docs/architecture.md):
 RELAY_BACKEND_MAX_CONCURRENT calls at once and RELAY_BACKEND_MAX_PER_MINUTE in any
 sliding minute, Stalwart's own limits, so that a burst of expiries waits its turn
 instead of being refused by the backend and burning retries.
@@ -13,7 +13,7 @@ Without Redis the same two sets are rows of one table (BackendCallSlot), taken u
 lock that serialises the takers: a PostgreSQL advisory lock, or SQLite's one writer.
 That costs a few round trips more than Redis, which no backend call notices.
 
-Waiting for a slot is not a retry (SPEC §10): `slot()` raises NoBackendSlot, and the
+Waiting for a slot is not a retry (docs/architecture.md): `slot()` raises NoBackendSlot, and the
 callers give the attempt back."""
 import time
 import uuid

@@ -1,4 +1,4 @@
-"""The outbox's collector (`manage.py runmailer`, SPEC §8, after mailroom's collector).
+"""The outbox's collector (`manage.py runmailer`, docs/api.md, after mailroom's collector).
 
 On PostgreSQL it LISTENs on `relay_outbox` (a trigger NOTIFYs for every queued row) and
 claims a batch when RELAY_MAILER_BATCH_LIMIT notifications have arrived, or when

@@ -1,4 +1,4 @@
-"""The counters every Relay process keeps for /metrics (SPEC §10; api/metrics.py serves
+"""The counters every Relay process keeps for /metrics (docs/architecture.md; api/metrics.py serves
 them with the gauges read from the database).
 
 With PROMETHEUS_MULTIPROC_DIR set (run.sh and docker-compose set it), prometheus_client

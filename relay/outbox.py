@@ -1,4 +1,4 @@
-"""The outbox (SPEC §8): every mail Relay sends is a row first.
+"""The outbox (docs/api.md): every mail Relay sends is a row first.
 
 The shape is the one cleanups have: a row records what is owed; a claim with a lease
 takes it (relay.mailer claims batches with FOR UPDATE SKIP LOCKED); a Celery task sends

@@ -61,8 +61,8 @@ def recipient_mailbox(address: str) -> Recipient | None:
 
     The mailbox's own `expires_at` is checked here, with the same lazy expiry the API
     uses: a mailbox past its time is expired on the spot and refused, even if no worker
-    has run yet. A suspended account's mailboxes refuse mail while it is suspended (SPEC
-    §8). One statement, written out rather than built by the ORM on every RCPT: building
+    has run yet. A suspended account's mailboxes refuse mail while it is suspended
+    (docs/api.md). One statement, written out rather than built by the ORM on every RCPT: building
     it was a fifth of runsmtp's Python time (bench/smtp_ingest.py)."""
     address = address.strip().lower()
     local_part, at, domain = address.rpartition("@")

@@ -1,5 +1,5 @@
 """A Stalwart stand-in: a real HTTP server speaking the JMAP management calls Relay uses
-(SPEC §7), with failures that tests switch on.
+(docs/architecture.md), with failures that tests switch on.
 
 Stalwart itself cannot run here; this is the one double the suite allows. It keeps
 accounts in memory, enforces Stalwart's limit of 4 concurrent requests, and records

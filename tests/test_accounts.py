@@ -1,4 +1,4 @@
-"""Accounts (SPEC §8): the lifecycle and its timestamps, sign-up, activation by link or
+"""Accounts (docs/api.md): the lifecycle and its timestamps, sign-up, activation by link or
 code, recovery, keys, suspension, and the pages the mailed links open."""
 import re
 import smtplib

@@ -1,4 +1,4 @@
-"""Creating a mailbox is crash-safe (SPEC §6): the row exists, `provisioning` and leased,
+"""Creating a mailbox is crash-safe (docs/architecture.md): the row exists, `provisioning` and leased,
 before the backend is asked for anything, so a web process killed at any point leaves
 nothing on the backend that no Relay row owns. And `reconcile` finds what came before."""
 import json

@@ -1,4 +1,4 @@
-"""Each case of the expire decision (SPEC §6): what one expire task does with one
+"""Each case of the expire decision (docs/architecture.md): what one expire task does with one
 mailbox, run in this process against the fake Stalwart. Real worker processes are in
 test_workers.py; the sweep is in test_sweep.py."""
 import threading

@@ -1,4 +1,4 @@
-"""SPEC §5's expiry table: every row, for the info routes and the operational ones."""
+"""docs/api.md's expiry table: every row, for the info routes and the operational ones."""
 from datetime import timedelta
 
 import pytest

@@ -1,4 +1,4 @@
-"""Codes and links (SPEC §9) over a corpus of real-shaped mails, parsed the way ingest
+"""Codes and links (docs/api.md) over a corpus of real-shaped mails, parsed the way ingest
 parses them, and shown on message detail."""
 import base64
 import quopri

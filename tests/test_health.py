@@ -1,4 +1,4 @@
-"""/healthz and /readyz (SPEC §10) on a real web process: ready when the database and
+"""/healthz and /readyz (docs/architecture.md) on a real web process: ready when the database and
 the broker answer, 503 naming the one that does not."""
 import json
 import urllib.error

@@ -1,4 +1,4 @@
-"""Naming, tagging and finding mailboxes (SPEC §11): name, tags and metadata at creation
+"""Naming, tagging and finding mailboxes (docs/api.md): name, tags and metadata at creation
 and by PATCH, and the list's filters and orderings."""
 import json
 import threading

@@ -1,4 +1,4 @@
-"""Imports point down (SPEC §1): api/ above expiry/ above relay/ above mailboxes/, and
+"""Imports point down (docs/architecture.md): api/ above expiry/ above relay/ above mailboxes/, and
 only api/ knows DRF. import-linter checks the contracts in .importlinter."""
 import shutil
 import subprocess

@@ -1,4 +1,4 @@
-"""The limit on backend calls shared by all workers (relay/limiter.py, SPEC §10): on its
+"""The limit on backend calls shared by all workers (relay/limiter.py, docs/architecture.md): on its
 own, in both its forms (real Redis, and the database when there is no Redis), then with
 real workers against the Stalwart stand-in enforcing Stalwart's limits."""
 import functools

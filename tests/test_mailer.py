@@ -1,4 +1,4 @@
-"""The outbox and `runmailer` (SPEC §8): batching by count and timeout, any number of
+"""The outbox and `runmailer` (docs/api.md): batching by count and timeout, any number of
 mailers, a killed database connection, a flushed broker, retries and dead letters. Real
 PostgreSQL, a real SMTP sink, real worker and mailer processes."""
 from collections import Counter

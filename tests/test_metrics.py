@@ -1,4 +1,4 @@
-"""GET /metrics (SPEC §10) on a real web process: the gauges match the database after a
+"""GET /metrics (docs/architecture.md) on a real web process: the gauges match the database after a
 known set of changes, the counters of a real worker reach the web process through the
 shared multiprocess directory, the cache's staleness is bounded, and a token guards it."""
 import urllib.error

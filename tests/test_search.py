@@ -1,4 +1,4 @@
-"""Finding mail (SPEC §11): GET /messages over all the caller's mailboxes and the filters
+"""Finding mail (docs/api.md): GET /messages over all the caller's mailboxes and the filters
 of GET /mailboxes/{id}/messages: words (PostgreSQL full-text search), sender, subject,
 time bounds, unread; never another owner's message."""
 import smtplib

@@ -1,4 +1,4 @@
-"""The sweep (SPEC §6): what it expires, what it requeues and when, what it schedules
+"""The sweep (docs/architecture.md): what it expires, what it requeues and when, what it schedules
 ahead, and that two sweeps at once never claim the same mailbox."""
 import logging
 import threading

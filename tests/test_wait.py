@@ -1,4 +1,4 @@
-"""Waiting for mail (SPEC §9): `?wait=S&after=MID` and the event stream, against a real
+"""Waiting for mail (docs/api.md): `?wait=S&after=MID` and the event stream, against a real
 ASGI server (gunicorn with uvicorn workers), woken by Redis when a message commits."""
 import json
 import threading

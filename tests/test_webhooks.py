@@ -1,4 +1,4 @@
-"""Webhooks (SPEC §9) against a real local HTTP receiver and real worker processes:
+"""Webhooks (docs/api.md) against a real local HTTP receiver and real worker processes:
 signatures, retries with one webhook-id, dead letters, 410, SSRF refusal, and a broker
 flushed between the event and its delivery."""
 import base64

@@ -1,4 +1,4 @@
-"""Event subscriptions and their deliveries (SPEC §9).
+"""Event subscriptions and their deliveries (docs/api.md).
 
 A delivery is a row first, written in the transaction that causes its event; a Celery
 task POSTs it, and the same lease-and-sweep net as cleanups and outbox mail catches a

@@ -1,5 +1,5 @@
 """Takes over mailboxes' Owner and ApiKey tables (renamed by mailboxes.0005) as Account
-and ApiKey, then gives them what SPEC §8 asks: an email, a login, a status with its
+and ApiKey, then gives them what docs/api.md asks: an email, a login, a status with its
 timestamps, and one-time tokens. Every owner that existed becomes an active account."""
 import django.db.models.deletion
 import django.db.models.functions.text

@@ -1,4 +1,4 @@
-"""Owners and their keys become the accounts app's Account and ApiKey (SPEC §8). The
+"""Owners and their keys become the accounts app's Account and ApiKey (docs/api.md). The
 rows stay where they are: their tables are renamed here, and accounts.0001 takes them
 over in Django's state without touching the database."""
 from django.db import migrations

@@ -1,4 +1,4 @@
-"""Sent mail becomes relay's outbox (SPEC §8: every outbound mail is one outbox row).
+"""Sent mail becomes relay's outbox (docs/api.md: every outbound mail is one outbox row).
 The rows stay: the table is renamed here and relay.0001 takes it over in state."""
 from django.db import migrations
 

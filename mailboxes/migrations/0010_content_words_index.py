@@ -1,4 +1,4 @@
-"""The GIN index behind `q` (SPEC §11), on PostgreSQL only: SQLite has no GIN and no
+"""The GIN index behind `q` (docs/api.md), on PostgreSQL only: SQLite has no GIN and no
 tsvector, and matches `q` as a substring instead."""
 from django.db import migrations
 

@@ -1,4 +1,4 @@
-"""Mail backends: where a mailbox's principal lives. See SPEC §7.
+"""Mail backends: where a mailbox's principal lives. See docs/architecture.md.
 
 A backend has two calls, `provision(mailbox)` and `deprovision(mailbox)`. Both raise
 TransientBackendError for what a retry may fix (timeouts, 5xx, rate limits) and

@@ -1,4 +1,4 @@
-"""The outbox (SPEC §8): mailboxes' sent-mail table, taken over and widened to every mail
+"""The outbox (docs/api.md): mailboxes' sent-mail table, taken over and widened to every mail
 Relay sends, with the claim and lease the mailer needs. On PostgreSQL every row that
 becomes queued NOTIFYs `relay_outbox`, which wakes the mailers (relay/mailer.py)."""
 import django.db.models.deletion
