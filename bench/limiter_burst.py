@@ -20,7 +20,7 @@ def burst(count: int, *, per_minute: int, latency_ms: float, limited: bool, brok
     from django.utils import timezone
 
     from mailboxes.models import Mailbox
-    from relay.limiter import KEY_HOLDERS, KEY_STARTS
+    from relay.backends.limiter import KEY_HOLDERS, KEY_STARTS
     from tests.stalwart_fake import TOKEN, FakeStalwart
 
     broker.flushdb()

@@ -390,7 +390,7 @@ RELAY_SEND_RETRY_BACKOFF_SECONDS = _int("RELAY_SEND_RETRY_BACKOFF_SECONDS", 30, 
 # The From of the mails Relay sends for itself (activation, recovery).
 DEFAULT_FROM_EMAIL = env.str("RELAY_MAIL_FROM", default=f"Relay <noreply@{RELAY_DOMAINS[0]}>")
 
-# --- Calls to the mail backend, from all workers together (docs/architecture.md; relay/limiter.py) ----
+# --- Calls to the mail backend, from all workers together (docs/architecture.md; relay/backends/limiter.py) ----
 RELAY_BACKEND_MAX_PER_MINUTE = _int("RELAY_BACKEND_MAX_PER_MINUTE", 1000, minimum=1)
 RELAY_BACKEND_MAX_CONCURRENT = _int("RELAY_BACKEND_MAX_CONCURRENT", 4, minimum=1)
 # How long a call may wait for a slot before its task steps aside (a cleanup comes back

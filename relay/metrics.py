@@ -8,13 +8,10 @@ variable must be set before this module is first imported, which the environment
 
 Files are named by host and process id, not the process id alone: docker-compose's
 containers share one directory, and each container numbers its processes from 1."""
-import functools
 import os
 import socket
 
 from prometheus_client import Counter, values
-
-from relay.backends import NoBackendSlot, PermanentBackendError, TransientBackendError
 
 if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
     values.ValueClass = values.MultiProcessValue(process_identifier=lambda: f"{socket.gethostname()}-{os.getpid()}")
@@ -26,29 +23,3 @@ LIMITER_WAITS = Counter("relay_backend_limiter_waits",
 LIMITER_GAVE_UP = Counter("relay_backend_limiter_gave_up",
                           "Backend calls that found no slot within their wait; their task came back later.")
 TASKS = Counter("relay_tasks", "Celery task runs, by task name and outcome.", ["task", "outcome"])
-
-
-def counted_backend_call(operation: str):
-    """Count each call of the decorated backend method by how it ended: ok, transient
-    (retried), permanent (a dead letter), no_slot (Relay's limiter had none; not tried)."""
-    def decorate(method):
-        @functools.wraps(method)
-        def call(*args, **kwargs):
-            try:
-                result = method(*args, **kwargs)
-            except NoBackendSlot:
-                BACKEND_CALLS.labels(operation, "no_slot").inc()
-                raise
-            except PermanentBackendError:
-                BACKEND_CALLS.labels(operation, "permanent").inc()
-                raise
-            except TransientBackendError:
-                BACKEND_CALLS.labels(operation, "transient").inc()
-                raise
-            except Exception:
-                BACKEND_CALLS.labels(operation, "error").inc()
-                raise
-            BACKEND_CALLS.labels(operation, "ok").inc()
-            return result
-        return call
-    return decorate

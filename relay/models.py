@@ -81,7 +81,7 @@ class OutboxMail(models.Model):
 
 
 class BackendCallSlot(models.Model):
-    """One call to the mail backend, for the limiter's database form (relay/limiter.py),
+    """One call to the mail backend, for the limiter's database form (relay/backends/limiter.py),
     used when there is no Redis: held while `hold_until` is ahead, counted in the
     per-minute window while `started_at` is within the last minute."""
 

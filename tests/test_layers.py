@@ -1,5 +1,6 @@
-"""Imports point down (docs/architecture.md): api/ above expiry/ above relay/ above mailboxes/, and
-only api/ knows DRF. import-linter checks the contracts in .importlinter."""
+"""Imports point down (docs/architecture.md): api/ above expiry/ above relay/ above mailboxes/;
+only api/ knows DRF; and no modules of an app import one another in a circle.
+import-linter checks the contracts in .importlinter."""
 import shutil
 import subprocess
 import sys
@@ -21,13 +22,27 @@ def test_no_app_imports_an_app_above_it():
     assert "0 broken" in result.stdout
 
 
-def test_an_upward_import_breaks_the_contract(tmp_path):
-    # The same check on a copy of the tree with one upward import added must fail, or
-    # the test above would pass whatever the code did.
+def copy_of_the_tree(tmp_path: Path) -> Path:
     for app in APPS:
         shutil.copytree(ROOT / app, tmp_path / app, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / ".importlinter", tmp_path)
+    return tmp_path
+
+
+def test_an_upward_import_breaks_the_contract(tmp_path):
+    # The same check on a copy of the tree with one upward import added must fail, or
+    # the test above would pass whatever the code did.
+    copy_of_the_tree(tmp_path)
     (tmp_path / "mailboxes" / "upward.py").write_text("from api import views  # noqa\n")
     result = lint_imports(tmp_path)
     assert result.returncode != 0
     assert "mailboxes.upward -> api.views" in result.stdout
+
+
+def test_an_import_circle_inside_an_app_breaks_the_contract(tmp_path):
+    copy_of_the_tree(tmp_path)
+    (tmp_path / "relay" / "circle_a.py").write_text("from relay import circle_b  # noqa\n")
+    (tmp_path / "relay" / "circle_b.py").write_text("from relay import circle_a  # noqa\n")
+    result = lint_imports(tmp_path)
+    assert result.returncode != 0
+    assert "No cycles are allowed in relay" in result.stdout

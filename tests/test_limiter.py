@@ -1,4 +1,4 @@
-"""The limit on backend calls shared by all workers (relay/limiter.py, docs/architecture.md): on its
+"""The limit on backend calls shared by all workers (relay/backends/limiter.py, docs/architecture.md): on its
 own, in both its forms (real Redis, and the database when there is no Redis), then with
 real workers against the Stalwart stand-in enforcing Stalwart's limits."""
 import functools
@@ -12,7 +12,7 @@ from django.db import connection
 
 from mailboxes.models import CleanupState, Mailbox
 from relay.backends import NoBackendSlot
-from relay.limiter import KEY_HOLDERS, KEY_STARTS, DatabaseLimiter, Limiter, RedisLimiter
+from relay.backends.limiter import KEY_HOLDERS, KEY_STARTS, DatabaseLimiter, Limiter, RedisLimiter
 from tests.helpers import make_mailbox, wait_until
 
 

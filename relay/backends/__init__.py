@@ -1,4 +1,6 @@
-"""Mail backends: where a mailbox's principal lives. See docs/architecture.md.
+"""Mail backends: where a mailbox's principal lives (docs/architecture.md). This package
+holds the backends, their errors (relay/backends/errors.py) and the limit on calls to
+them that every worker shares (relay/backends/limiter.py).
 
 A backend has two calls, `provision(mailbox)` and `deprovision(mailbox)`. Both raise
 TransientBackendError for what a retry may fix (timeouts, 5xx, rate limits) and
@@ -11,28 +13,13 @@ from typing import Protocol
 
 from django.conf import settings
 
-
-class BackendError(Exception):
-    """Anything a backend call can fail with; one of the two kinds below."""
-
-
-class TransientBackendError(BackendError):
-    """A retry may fix it: a timeout, a 5xx, a rate limit. `retry_after`: seconds the
-    backend asked us to wait (its Retry-After), if it said."""
-
-    def __init__(self, message: str = "", *, retry_after: float | None = None):
-        super().__init__(message)
-        self.retry_after = retry_after
-
-
-class NoBackendSlot(TransientBackendError):
-    """Relay's own limiter (relay/limiter.py) had no slot for a call within the wait it
-    allows: the call was not made. Waiting for a slot is not a retry: a cleanup that
-    meets this is put back unattempted and comes back after `retry_after` seconds."""
-
-
-class PermanentBackendError(BackendError):
-    """A retry will not fix it: bad credentials, a rejected request."""
+from relay.backends.errors import (  # noqa: F401 (the backends' errors, re-exported for their callers)
+    BackendError,
+    NoBackendSlot,
+    NothingToReconcile,
+    PermanentBackendError,
+    TransientBackendError,
+)
 
 
 def retry_wait_max_seconds(retries: int) -> float:
@@ -68,10 +55,6 @@ class MailBackend(Protocol):
         """Every account the backend holds in `domain`, as (backend id, address), page by
         page. Raises NothingToReconcile where the backend keeps no accounts of its own."""
         ...
-
-
-class NothingToReconcile(Exception):
-    """The backend keeps no accounts apart from Relay's rows (the local backend)."""
 
 
 @lru_cache(maxsize=8)

@@ -10,8 +10,8 @@ import threading
 import requests
 from django.conf import settings
 
-from relay.backends import PermanentBackendError, TransientBackendError
-from relay.metrics import counted_backend_call
+from relay.backends.errors import PermanentBackendError, TransientBackendError
+from relay.backends.errors import counted_backend_call
 
 
 USING = ["urn:ietf:params:jmap:core", "urn:stalwart:jmap"]
@@ -157,10 +157,10 @@ class StalwartBackend:
         return result
 
     def _send(self, verb: str, url: str, **kwargs) -> requests.Response:
-        from relay.limiter import backend_limiter
+        from relay.backends.limiter import backend_limiter
 
         try:
-            # Every call takes a slot of the limit all workers share (relay/limiter.py).
+            # Every call takes a slot of the limit all workers share (relay/backends/limiter.py).
             with backend_limiter().slot(max_wait=settings.RELAY_BACKEND_SLOT_WAIT_SECONDS):
                 response = self.http.request(verb, url, timeout=self.timeout, **kwargs)
         except requests.Timeout as exc:

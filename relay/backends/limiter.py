@@ -26,7 +26,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from relay import metrics
-from relay.backends import NoBackendSlot
+from relay.backends.errors import NoBackendSlot
 from relay.models import BackendCallSlot
 
 # A call counts against the minute for a little more than a minute: the backend starts

@@ -1,0 +1,61 @@
+"""What a backend call can fail with, and the count of calls by how they ended.
+
+Two kinds, as types (docs/architecture.md, "Expiry"): TransientBackendError for what a
+retry may fix, PermanentBackendError for what it will not. Their own module, below the
+backends and the limiter, so that each imports them without importing the other."""
+import functools
+
+from relay.metrics import BACKEND_CALLS
+
+
+class BackendError(Exception):
+    """Anything a backend call can fail with; one of the two kinds below."""
+
+
+class TransientBackendError(BackendError):
+    """A retry may fix it: a timeout, a 5xx, a rate limit. `retry_after`: seconds the
+    backend asked us to wait (its Retry-After), if it said."""
+
+    def __init__(self, message: str = "", *, retry_after: float | None = None):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class NoBackendSlot(TransientBackendError):
+    """Relay's own limiter (relay/backends/limiter.py) had no slot for a call within the wait it
+    allows: the call was not made. Waiting for a slot is not a retry: a cleanup that
+    meets this is put back unattempted and comes back after `retry_after` seconds."""
+
+
+class PermanentBackendError(BackendError):
+    """A retry will not fix it: bad credentials, a rejected request."""
+
+
+class NothingToReconcile(Exception):
+    """The backend keeps no accounts apart from Relay's rows (the local backend)."""
+
+
+def counted_backend_call(operation: str):
+    """Count each call of the decorated backend method by how it ended: ok, transient
+    (retried), permanent (a dead letter), no_slot (Relay's limiter had none; not tried)."""
+    def decorate(method):
+        @functools.wraps(method)
+        def call(*args, **kwargs):
+            try:
+                result = method(*args, **kwargs)
+            except NoBackendSlot:
+                BACKEND_CALLS.labels(operation, "no_slot").inc()
+                raise
+            except PermanentBackendError:
+                BACKEND_CALLS.labels(operation, "permanent").inc()
+                raise
+            except TransientBackendError:
+                BACKEND_CALLS.labels(operation, "transient").inc()
+                raise
+            except Exception:
+                BACKEND_CALLS.labels(operation, "error").inc()
+                raise
+            BACKEND_CALLS.labels(operation, "ok").inc()
+            return result
+        return call
+    return decorate
