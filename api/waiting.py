@@ -2,7 +2,7 @@
 and the event stream `GET …/events`. Both are async views; the rest of the API stays
 DRF's.
 
-Each web process holds one Redis subscription (`relay:mailbox:*`, relay/events.py) and
+Each web process holds one Redis subscription (`relay:mailbox:*`, mailboxes/wakeups.py) and
 wakes the waiters of a mailbox when its channel speaks. A woken waiter reads the
 database, which stays the record; every waiter also looks again at least every
 `RECHECK_SECONDS`, so a lost event or a Redis outage costs latency, never an answer.
@@ -27,7 +27,7 @@ from api.serializers import EventsQuerySerializer, MessageSummarySerializer, Wai
 from mailboxes import selectors
 from mailboxes.errors import Forbidden, RelayError
 from mailboxes.models import MailboxStatus
-from relay.events import CHANNEL_PREFIX
+from mailboxes.wakeups import CHANNEL_PREFIX
 
 logger = logging.getLogger(__name__)
 

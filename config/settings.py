@@ -169,7 +169,7 @@ else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.db.DatabaseCache", "LOCATION": "relay_cache"}}
 
 # Where new-message and mailbox-ended events are published for waiting clients
-# (relay/events.py, api/waiting.py): Redis, from CACHE_URL or the broker. Without one,
+# (mailboxes/wakeups.py, api/waiting.py): Redis, from CACHE_URL or the broker. Without one,
 # waiters poll the database.
 _cache_url = env.str("CACHE_URL", default="")
 RELAY_EVENTS_REDIS_URL = env.str(

@@ -13,10 +13,4 @@ class ExpiryConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from expiry.publishing import on_cleanups_owed
-        from mailboxes.ending import cleanups_owed
-
         post_migrate.connect(_sync_schedules, sender=self, dispatch_uid="relay-sync-schedules")
-        # Cleanups owed by the domain below (expiry, deletion, failed provisioning) are
-        # queued here, so mailboxes/ needs no knowledge of Celery.
-        cleanups_owed.connect(on_cleanups_owed, dispatch_uid="relay-publish-cleanups")

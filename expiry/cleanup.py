@@ -14,7 +14,8 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from mailboxes.ending import cleanup_dead, cleanup_lease_until, mailboxes_expire_due
+from mailboxes.ending import cleanup_lease_until, mailboxes_expire_due
+from mailboxes.signals import event_happened
 from mailboxes.models import CleanupState, Mailbox, MailboxStatus
 from relay.backends import NoBackendSlot, PermanentBackendError, TransientBackendError, get_backend
 
@@ -140,7 +141,7 @@ def _record_outcome(mailbox_id, claim: uuid.UUID, state: CleanupState, *, error:
         recorded = Mailbox.objects.filter(id=mailbox_id, cleanup_state=CleanupState.RUNNING,
                                           cleanup_claim=claim).update(**changes)
         if recorded and state == CleanupState.DEAD:
-            cleanup_dead.send(sender=Mailbox, mailbox_id=mailbox_id)
+            event_happened.send(sender=Mailbox, event="cleanup.dead", mailbox_id=mailbox_id)
     if state == CleanupState.DEAD:
         logger.error("cleanup of %s is a dead letter: %s", mailbox_id, error)
     else:

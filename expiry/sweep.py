@@ -26,8 +26,8 @@ from django.db.models.functions import Greatest, Least
 from django.utils import timezone
 
 from config.celery import queue_length
-from expiry.publishing import publish_cleanups
-from mailboxes.ending import cleanup_lease_until, mailboxes_expire_due, provisionings_abandon, publish_after_commit
+from mailboxes.ending import (cleanup_lease_until, mailboxes_expire_due, provisionings_abandon, publish_after_commit,
+                              publish_cleanups)
 from mailboxes.models import CleanupState, Mailbox, MailboxStatus
 
 logger = logging.getLogger(__name__)

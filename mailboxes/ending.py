@@ -4,33 +4,28 @@ server, the sweep and the workers agree on it.
 
 A mailbox that stops being active owes one deprovision on the mail backend. The row
 records it (`cleanup_state = pending`) with a lease, in the same transaction that ends
-the mailbox, and once that commits the `cleanups_owed` signal announces the ids. The
-expiry app queues one cleanup task per id on that signal (expiry/publishing.py); if
-that publish is lost, the lease lapses and a sweep queues the cleanup again. So this
-module, at the bottom of the stack, needs to know nothing of Celery.
+the mailbox. What follows is called here, in order: inside the transaction, the
+`event_happened` signal lets webhooks/ record its deliveries; once it commits, one
+cleanup task per mailbox is queued (publish_cleanups) and its waiters are woken
+(mailboxes.wakeups). A lost publish loses nothing: the lease lapses and a sweep queues
+the cleanup again.
 """
 import logging
 import uuid
 from datetime import datetime, timedelta
 
+from celery import current_app
 from django.conf import settings
 from django.db import transaction
-from django.dispatch import Signal
 from django.utils import timezone
 
+from mailboxes import wakeups
 from mailboxes.models import CleanupState, Mailbox, MailboxStatus
 from mailboxes.quotas import give_back_mailbox_slots
+from mailboxes.signals import event_happened
 
 logger = logging.getLogger(__name__)
 
-# Sent after commit with `mailbox_ids` (and `not_before`, a datetime or None): those
-# mailboxes' cleanups became pending, to run no earlier than `not_before`.
-cleanups_owed = Signal()
-# Sent inside the transaction that ends mailboxes (`mailbox_ids`, `event`: "expired" or
-# "deleted"), and that makes a cleanup a dead letter (`mailbox_id`): webhooks/ records
-# its deliveries in that same transaction, so an event is owed exactly when it happened.
-mailboxes_ended = Signal()
-cleanup_dead = Signal()
 
 
 def cleanup_lease_until(now: datetime, *, extra_seconds: float = 0) -> datetime:
@@ -49,12 +44,31 @@ def cleanup_pending_fields(*, now: datetime, claim: uuid.UUID, not_before: datet
     }
 
 
+# The task that deprovisions one mailbox (expiry/tasks.py), sent by its name: expiry/
+# sits above this app, which must not import it.
+EXPIRE_TASK = "expiry.tasks.expire_mailbox"
+
+
+def publish_cleanups(mailbox_ids: list, *, etas: list[datetime] | None = None) -> None:
+    """Queue one expire task per mailbox, over one broker connection. A publish that
+    fails is only logged: the cleanup's lease lapses and a sweep queues it again (or, for
+    a scheduled one, the sweep expires the mailbox when due)."""
+    with current_app.producer_or_acquire() as producer:
+        for index, mailbox_id in enumerate(mailbox_ids):
+            try:
+                current_app.send_task(EXPIRE_TASK, args=(str(mailbox_id),), eta=etas[index] if etas else None,
+                                      producer=producer)
+            except Exception:
+                logger.exception("could not queue the cleanup of %s; the sweep will see to it", mailbox_id)
+
+
 def publish_after_commit(mailbox_ids: list, *, not_before: datetime | None = None) -> None:
-    """Announce owed cleanups once the transaction commits: a worker must never look for
-    a pending cleanup that is not in the database yet."""
+    """Queue the owed cleanups once the transaction commits: a worker must never look
+    for a pending cleanup that is not in the database yet."""
     if mailbox_ids:
-        transaction.on_commit(lambda: cleanups_owed.send(sender=Mailbox, mailbox_ids=list(mailbox_ids),
-                                                         not_before=not_before))
+        ids = list(mailbox_ids)
+        etas = [not_before] * len(ids) if not_before else None
+        transaction.on_commit(lambda: publish_cleanups(ids, etas=etas))
 
 
 def mailboxes_expire_due(*, mailbox_ids: list, now: datetime | None = None, publish: bool = True) -> list:
@@ -78,9 +92,10 @@ def mailboxes_expire_due(*, mailbox_ids: list, now: datetime | None = None, publ
         else:
             return []
         give_back_mailbox_slots(expired)
-        mailboxes_ended.send(sender=Mailbox, mailbox_ids=expired, event="expired")
+        event_happened.send(sender=Mailbox, event="mailbox.expired", mailbox_ids=expired)
         if publish:
             publish_after_commit(expired)
+        wakeups.publish_after_commit(expired, "ended")
     logger.info("expired %d mailbox(es)", len(expired))
     return expired
 
@@ -128,7 +143,8 @@ def mailbox_delete(*, mailbox: Mailbox, now: datetime | None = None) -> None:
             owes_cleanup = Mailbox.objects.filter(id=mailbox.id, status=MailboxStatus.EXPIRED).update(
                 status=MailboxStatus.DELETED, deleted_at=now)
         if owes_cleanup:
-            mailboxes_ended.send(sender=Mailbox, mailbox_ids=[mailbox.id], event="deleted")
+            event_happened.send(sender=Mailbox, event="mailbox.deleted", mailbox_ids=[mailbox.id])
+            wakeups.publish_after_commit([mailbox.id], "ended")
     logger.info("deleted mailbox %s (%s)", mailbox.id, mailbox.address)
 
 

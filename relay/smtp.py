@@ -19,14 +19,14 @@ from aiosmtpd.smtp import SMTP, Envelope, Session
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import close_old_connections, connection, connections, transaction
-from django.dispatch import Signal
 from django.utils import timezone
 
 from accounts.models import Account, AccountStatus
+from mailboxes import wakeups
 from mailboxes.ending import mailboxes_expire_due
 from mailboxes.models import Mailbox, MailboxStatus, Message, MessageContent, Plan
 from mailboxes.quotas import stored_bytes_limit
-from relay import events
+from mailboxes.signals import event_happened
 from mailboxes.text import text_of_html
 from relay.clients import client_group
 from relay.extraction import find_codes, find_links
@@ -34,11 +34,6 @@ from relay.parsing import parse_message
 from relay.tasks import index_owed_words
 
 logger = logging.getLogger(__name__)
-
-# Sent inside the transaction that stores a DATA's messages (`messages`: the new Message
-# rows): webhooks/ records its deliveries in that same transaction.
-messages_stored = Signal()
-
 
 # --- the plain functions ----------------------------------------------------------------
 @dataclass(frozen=True)
@@ -130,8 +125,8 @@ def deliver_message(*, raw: bytes, mail_from: str, recipients: list[Recipient]) 
             for recipient in recipients if recipient.mailbox_id in live
         ]
         _insert(messages)
-        messages_stored.send(sender=Message, messages=messages)
-        events.publish_after_commit(live, "message")
+        event_happened.send(sender=Message, event="message.received", messages=messages)
+        wakeups.publish_after_commit(live, "message")
         transaction.on_commit(words_owed)
     logger.info("stored a %d-byte message from %s for %d mailbox(es)", len(raw), mail_from or "<>", len(messages))
     return [message.id for message in messages]

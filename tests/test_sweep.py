@@ -6,6 +6,7 @@ from datetime import timedelta
 
 import pytest
 import time_machine
+from celery import current_app
 from django.conf import settings
 from django.db import connection
 from django.utils import timezone
@@ -13,9 +14,8 @@ from django.utils import timezone
 import config.celery
 from expiry import sweep
 from expiry.sweep import schedule_upcoming, sweep_due_and_lapsed
-from expiry.tasks import expire_mailbox
 from mailboxes import ending
-from mailboxes.ending import mailboxes_expire_due
+from mailboxes.ending import EXPIRE_TASK, mailboxes_expire_due
 from mailboxes.models import Mailbox
 from tests.helpers import make_mailbox, make_mailboxes
 
@@ -145,7 +145,8 @@ def test_a_pending_cleanup_requeued_again_and_again_waits_twice_as_long_each_tim
 def test_sweep_schedules_mailboxes_falling_due_before_the_next_sweeps_once(db, stalwart, monkeypatch,
                                                                            django_capture_on_commit_callbacks):
     scheduled = []
-    monkeypatch.setattr(expire_mailbox, "apply_async", lambda args, eta=None, **kw: scheduled.append((args[0], eta)))
+    monkeypatch.setattr(current_app, "send_task",
+                        lambda name, args, eta=None, **kw: scheduled.append((args[0], eta)) if name == EXPIRE_TASK else None)
     soon = make_mailbox("soon", stalwart=stalwart, expires_at=timezone.now() + timedelta(seconds=1))
     make_mailbox("later", stalwart=stalwart)  # ten minutes away: not yet
     with django_capture_on_commit_callbacks(execute=True):

@@ -73,9 +73,7 @@ def record(event: str, deliveries: list[tuple[Webhook, dict]]) -> None:
     transaction.on_commit(publish)
 
 
-def on_messages_stored(sender, messages, **kwargs) -> None:
-    if not _any_webhooks():
-        return
+def _messages_received(messages) -> None:
     mailboxes = {mailbox.id: mailbox for mailbox in Mailbox.objects.filter(
         id__in={message.mailbox_id for message in messages}).only("id", "owner_id")}
     by_mailbox = {}
@@ -88,20 +86,28 @@ def on_messages_stored(sender, messages, **kwargs) -> None:
     ])
 
 
-def on_mailboxes_ended(sender, mailbox_ids, event, **kwargs) -> None:
-    if not _any_webhooks():
-        return
-    name = WebhookEvent.MAILBOX_EXPIRED if event == "expired" else WebhookEvent.MAILBOX_DELETED
+def _mailboxes_ended(name: str, mailbox_ids) -> None:
     mailboxes = {mailbox.id: mailbox for mailbox in Mailbox.objects.filter(id__in=mailbox_ids, owner__isnull=False)}
     record(name, [(webhook, {"mailbox": _mailbox_data(mailbox)}) for webhook, mailbox in _subscribers(name, mailboxes)])
 
 
-def on_cleanup_dead(sender, mailbox_id, **kwargs) -> None:
-    if not _any_webhooks():
-        return
+def _cleanup_dead(mailbox_id) -> None:
     mailboxes = {mailbox.id: mailbox for mailbox in Mailbox.objects.filter(id=mailbox_id, owner__isnull=False)}
     record(WebhookEvent.CLEANUP_DEAD, [
         (webhook, {"mailbox": _mailbox_data(mailbox), "attempts": mailbox.cleanup_attempts,
                    "last_error": mailbox.cleanup_last_error})
         for webhook, mailbox in _subscribers(WebhookEvent.CLEANUP_DEAD, mailboxes)
     ])
+
+
+def on_event_happened(sender, event: str, **kwargs) -> None:
+    """mailboxes.signals.event_happened: record the deliveries `event` owes, inside the
+    transaction in which it happened."""
+    if not _any_webhooks():
+        return
+    if event == WebhookEvent.MESSAGE_RECEIVED:
+        _messages_received(kwargs["messages"])
+    elif event in (WebhookEvent.MAILBOX_EXPIRED, WebhookEvent.MAILBOX_DELETED):
+        _mailboxes_ended(event, kwargs["mailbox_ids"])
+    elif event == WebhookEvent.CLEANUP_DEAD:
+        _cleanup_dead(kwargs["mailbox_id"])

@@ -56,8 +56,3 @@ def publish(mailbox_ids, event: str) -> None:
 def publish_after_commit(mailbox_ids, event: str) -> None:
     ids = list(mailbox_ids)
     transaction.on_commit(lambda: publish(ids, event))
-
-
-def on_cleanups_owed(sender, mailbox_ids, **kwargs) -> None:
-    """A mailbox ended (expired, deleted, or never provisioned): wake its waiters."""
-    publish(mailbox_ids, "ended")
