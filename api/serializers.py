@@ -14,7 +14,7 @@ from accounts.models import LOGIN_PATTERN, Account, ApiKey
 from mailboxes.models import Mailbox, MailboxStatus
 from mailboxes.selectors import MAILBOX_ORDERINGS
 from mailboxes.text import text_of_html
-from relay.extraction import find_codes, find_links
+from relay.inbound.extraction import find_codes, find_links
 from relay.models import OutboxMail
 from webhooks.models import Webhook, WebhookDelivery, WebhookEvent
 

@@ -119,7 +119,7 @@ def ingest_cost(count: int) -> tuple[float, float]:
     from mailboxes.keys import Caller
     from mailboxes.services import contents_index_words
     from relay.provisioning import mailbox_create
-    from relay.smtp import deliver_message, recipient_mailbox
+    from relay.inbound.storing import deliver_message, recipient_mailbox
 
     name = f"ingest{random.randrange(10 ** 9)}"  # a run with --reuse makes its own
     owner, _ = account_create_with_key(login=name, plan="enterprise")

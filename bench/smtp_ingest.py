@@ -160,8 +160,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=4000)
     parser.add_argument("--connections", type=int, default=8)
-    parser.add_argument("--processes", type=int, default=None,
-                        help="runsmtp --processes (default: runsmtp's own, one per core)")
+    parser.add_argument("--processes", type=int, default=1,
+                        help="runsmtp processes sharing the port (--reuse-port), as a process manager would start them")
     args = parser.parse_args()
     fresh_database()
     setup_django()
@@ -175,9 +175,10 @@ def main() -> None:
                                 ttl_ms=3_600_000)[0].address for _ in range(50)]
 
     bare = spawn("smtp-bare", [sys.executable, "-c", BARE_SERVER], ready="ready")
-    processes = ["--processes", str(args.processes)] if args.processes else []
-    relay = spawn("smtp-relay", [sys.executable, "manage.py", "runsmtp", "--port", str(RELAY_PORT), *processes],
-                  env={"RELAY_LOG_LEVEL": "WARNING"}, ready="Relay SMTP on")
+    servers = [spawn(f"smtp-relay-{number}", [sys.executable, "manage.py", "runsmtp", "--port", str(RELAY_PORT),
+                                              *(["--reuse-port"] if args.processes > 1 else [])],
+                     env={"RELAY_LOG_LEVEL": "WARNING"}, ready="Relay SMTP on") for number in range(args.processes)]
+    relay = servers[0]
     wait_until(lambda: _answers(RELAY_PORT), 30, "runsmtp")
     worker = celery_worker("smtp-words")
     try:
@@ -186,7 +187,7 @@ def main() -> None:
         rss_before = rss_mb(relay.pid)
         total = args.messages // args.connections * args.connections
         parts = {"senders": lambda: sum(os.times()[:2]), "bare": lambda: cpu_seconds(bare.pid),
-                 "runsmtp": lambda: cpu_seconds(relay.pid), "PostgreSQL": postgres_cpu_seconds,
+                 "runsmtp": lambda: sum(cpu_seconds(server.pid) for server in servers), "PostgreSQL": postgres_cpu_seconds,
                  "worker": lambda: cpu_seconds(worker.pid)}
         bare_rate, bare_cpu = cpu_per_message(
             lambda: (blast(BARE_PORT, addresses, args.messages, args.connections), total), parts)
@@ -200,7 +201,7 @@ def main() -> None:
         relay_alone = one_at_a_time(RELAY_PORT, addresses, LATENCY_MESSAGES)
         stored = Message.objects.count()
     finally:
-        stop(relay, bare, worker)
+        stop(*servers, bare, worker)
     mailbox_ids = [str(mailbox_id) for mailbox_id in Mailbox.objects.filter(address__in=addresses)
                    .values_list("id", flat=True)]
     databases = [psycopg2.connect(os.environ["DATABASE_URL"]) for _ in range(args.connections)]
@@ -211,7 +212,7 @@ def main() -> None:
     expected = 200 + args.messages // args.connections * args.connections + LATENCY_MESSAGES
     assert stored == expected, f"{stored} messages stored, {expected} accepted"
     figures = (f"{args.messages:,} × 10 KB over {args.connections} connections: runsmtp "
-               f"({args.processes or os.cpu_count()} process{'es' if (args.processes or os.cpu_count()) > 1 else ''}) "
+               f"({args.processes} process{'es' if args.processes > 1 else ''}) "
                f"{relay_rate:.0f} msg/s stored vs "
                f"bare aiosmtpd {bare_rate:.0f} msg/s = ratio **{relay_rate / bare_rate:.2f}**; "
                f"every message's search words written {words_lag:.1f} s after the last 250; CPU ms per message, "

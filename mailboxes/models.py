@@ -70,7 +70,7 @@ class Mailbox(models.Model):
     deleted_at = models.DateTimeField(null=True, blank=True)
     # SHA-256 of the anonymous creator's token, if any.
     token_hash = models.CharField(max_length=64, null=True, blank=True, unique=True)
-    # Kept in step with the messages by every insert and delete (relay.smtp, the API), so
+    # Kept in step with the messages by every insert and delete (relay.inbound.storing, the API), so
     # reading a mailbox is one primary-key lookup: counting per read cost GET /mailboxes/{id}
     # half its throughput (bench/api.py).
     message_count = models.PositiveIntegerField(default=0)

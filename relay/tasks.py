@@ -47,7 +47,7 @@ WORDS_RUN_SECONDS = 60
 
 @shared_task(acks_late=True, soft_time_limit=WORDS_RUN_SECONDS * 3, time_limit=WORDS_RUN_SECONDS * 4)
 def index_owed_words() -> int:
-    """Write the search words that stored messages owe (relay.smtp.words_owed, and beat's
+    """Write the search words that stored messages owe (relay.inbound.storing.words_owed, and beat's
     backstop every minute), batch by batch, passing over batches another run holds.
     Safe to overlap."""
     started, total = time.monotonic(), 0

@@ -86,7 +86,7 @@ class SmtpServerThread:
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        from relay.smtp import serve
+        from relay.inbound.server import serve
 
         asyncio.set_event_loop(self.loop)
 

@@ -60,7 +60,7 @@ def create_via_api(client, **body):
 def deliver(raw: bytes, *addresses: str, mail_from: str = "a@example.com") -> list[int]:
     """Store `raw` for `addresses` as the SMTP server does after RCPT and DATA (without a
     socket); returns the new message ids."""
-    from relay.smtp import deliver_message, recipient_mailbox
+    from relay.inbound.storing import deliver_message, recipient_mailbox
 
     recipients = [recipient_mailbox(address) for address in addresses]
     assert all(recipients), f"not all of {addresses} take mail"

@@ -87,7 +87,7 @@ def test_a_lapsed_provisioning_is_invisible_and_then_owes_a_deprovision(client_p
 
 
 def test_smtp_refuses_a_mailbox_still_provisioning(db):
-    from relay.smtp import recipient_mailbox
+    from relay.inbound.storing import recipient_mailbox
 
     make_mailbox("notyet", status="provisioning", provision_lease_until=timezone.now() + timedelta(seconds=30))
     assert recipient_mailbox("notyet@relay.localhost") is None

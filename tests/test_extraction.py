@@ -6,8 +6,8 @@ import quopri
 import pytest
 
 from mailboxes.text import text_of_html
-from relay.extraction import find_codes, find_links
-from relay.parsing import parse_message
+from relay.inbound.extraction import find_codes, find_links
+from relay.inbound.parsing import parse_message
 from tests.helpers import create_via_api, deliver
 
 

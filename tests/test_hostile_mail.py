@@ -10,7 +10,7 @@ import pytest
 
 from mailboxes.models import MessageContent
 from mailboxes.text import text_of_html
-from relay.extraction import find_codes, find_links
+from relay.inbound.extraction import find_codes, find_links
 from tests.helpers import create_via_api
 
 # What a read may take at the most, for a mail a few hundred KB long. Each attack below

@@ -247,7 +247,7 @@ def test_garbage_on_the_wire_does_not_crash_the_server(smtp_server, new_box):
 
 
 def test_shutdown_waits_for_a_message_in_flight_and_keeps_it(transactional_db, new_box, monkeypatch):
-    from relay import smtp as relay_smtp
+    from relay.inbound import server as relay_smtp
     from tests.conftest import SmtpServerThread
 
     box = new_box("inflight")

@@ -2,7 +2,6 @@
 session, one copy of a DATA for all its recipients, the storage quota, a storage
 deadline, storage time not taken for idleness, connection caps, a neutral banner."""
 import os
-import signal
 import smtplib
 import socket
 import subprocess
@@ -14,8 +13,8 @@ import pytest
 from django.db import connection, connections
 
 from mailboxes.models import Mailbox, Message, MessageContent
-from relay import smtp as relay_smtp
-from relay.parsing import parse_message
+from relay.inbound import server as relay_smtp
+from relay.inbound.parsing import parse_message
 from tests.conftest import _test_database_url, free_port
 from tests.helpers import ROOT, create_via_api, wait_until
 
@@ -199,13 +198,15 @@ def test_one_data_to_fifty_mailboxes_is_stored_once_and_smtp_memory_stays_flat(t
     assert peak_mb < 300, f"runsmtp peaked at {peak_mb:.0f} MB"
 
 
-def start_runsmtp(processes: int = 1, log=subprocess.DEVNULL, env: dict | None = None) -> tuple[int, subprocess.Popen]:
-    """`manage.py runsmtp` in a process of its own (or `processes`), on the test database;
-    once it answers."""
-    port = free_port()
+def start_runsmtp(log=subprocess.DEVNULL, env: dict | None = None, port: int | None = None,
+                  reuse_port: bool = False) -> tuple[int, subprocess.Popen]:
+    """`manage.py runsmtp` in a process of its own, on the test database; once it answers
+    (with `reuse_port`, once it says it listens: another process may answer already)."""
+    port = port or free_port()
     env = {**os.environ, "DATABASE_URL": _test_database_url(), "PYTHONUNBUFFERED": "1", **(env or {})}
     server = subprocess.Popen([sys.executable, "manage.py", "runsmtp", "--port", str(port),
-                               "--processes", str(processes)], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+                               *(["--reuse-port"] if reuse_port else [])], cwd=ROOT, env=env, stdout=log,
+                              stderr=subprocess.STDOUT)
     wait_until(lambda: _answers(port) or server.poll() is not None, timeout=30, message="runsmtp")
     assert server.poll() is None, "runsmtp exited"
     return port, server
@@ -254,11 +255,6 @@ def _data_ignoring_errors(smtp, raw: bytes) -> None:
 
 
 # --- several processes on one port (SO_REUSEPORT) ------------------------------------------
-def _children(pid: int) -> list[int]:
-    with open(f"/proc/{pid}/task/{pid}/children") as children:
-        return [int(child) for child in children.read().split()]
-
-
 def _connections_on(pid: int, port: int) -> int:
     """Established TCP connections to local `port` that process `pid` holds. Counted by
     socket inode from /proc/net/tcp, so the process's other sockets (its database and
@@ -280,53 +276,73 @@ def _connections_on(pid: int, port: int) -> int:
     return count
 
 
+def two_runsmtp_on_one_port(tmp_path, env: dict | None = None) -> tuple[int, list[subprocess.Popen]]:
+    """Two `runsmtp --reuse-port` on one port, as a process manager would start them."""
+    port, first = start_runsmtp(log=(tmp_path / "smtp-1.log").open("wb"), env=env, reuse_port=True)
+    _, second = start_runsmtp(log=(tmp_path / "smtp-2.log").open("wb"), env=env, reuse_port=True, port=port)
+    wait_until(lambda: all("SMTP listening" in (tmp_path / f"smtp-{n}.log").read_text() for n in (1, 2)),
+               timeout=30, message="two SMTP processes listening")
+    return port, [first, second]
+
+
+def stop(servers: list[subprocess.Popen]) -> None:
+    for server in servers:
+        if server.poll() is None:
+            server.terminate()
+    for server in servers:
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+
+
 @pytest.mark.workers
 def test_several_processes_share_the_port_and_store_every_message(transactional_db, client_pro, tmp_path):
     address = create_via_api(client_pro, local_part="shared").json()["address"]
     # Twenty connections from one address: more than one client may hold by default.
-    port, server = start_runsmtp(processes=2, log=(tmp_path / "smtp.log").open("wb"),
-                                 env={"RELAY_SMTP_MAX_CONNECTIONS_PER_CLIENT": "20"})
+    port, servers = two_runsmtp_on_one_port(tmp_path, env={"RELAY_SMTP_MAX_CONNECTIONS_PER_CLIENT": "20"})
     try:
-        wait_until(lambda: len(_children(server.pid)) == 2 and
-                   (tmp_path / "smtp.log").read_text().count("SMTP listening") == 2, timeout=30,
-                   message="two SMTP processes listening")
-        children = _children(server.pid)
         # Twenty connections held open at once: the kernel spreads them over both processes.
         held = [connect(port) for _ in range(20)]
-        wait_until(lambda: sum(_connections_on(pid, port) for pid in children) == 20, timeout=10,
+        wait_until(lambda: sum(_connections_on(server.pid, port) for server in servers) == 20, timeout=10,
                    message="the twenty connections to be accepted")
-        assert all(_connections_on(pid, port) > 0 for pid in children), "one process took every connection"
+        assert all(_connections_on(server.pid, port) > 0 for server in servers), "one process took every connection"
         for number, smtp in enumerate(held):
             assert smtp.sendmail("a@example.com", [address], f"Subject: m{number}\r\n\r\nhello\r\n".encode()) == {}
             smtp.quit()
     finally:
-        server.terminate()
-        server.wait(30)
+        stop(servers)
     subjects = sorted(Message.objects.filter(mailbox__address=address).values_list("subject", flat=True))
     assert subjects == sorted(f"m{number}" for number in range(20))
 
 
 @pytest.mark.workers
-def test_a_killed_smtp_process_is_replaced_and_sigterm_stops_them_all(transactional_db, client_pro, tmp_path):
+def test_a_killed_smtp_process_leaves_the_port_served_by_the_others(transactional_db, client_pro, tmp_path):
+    """Restarting it is the process manager's job; meanwhile the others take its share."""
     address = create_via_api(client_pro, local_part="replaced").json()["address"]
-    port, server = start_runsmtp(processes=2, log=(tmp_path / "smtp.log").open("wb"))
+    port, (first, second) = two_runsmtp_on_one_port(tmp_path)
     try:
-        wait_until(lambda: len(_children(server.pid)) == 2, timeout=30, message="two SMTP processes")
-        first, second = _children(server.pid)
-        os.kill(first, signal.SIGKILL)
-        wait_until(lambda: first not in _children(server.pid) and len(_children(server.pid)) == 2, timeout=15,
-                   message="the killed process replaced")
-        with connect(port) as smtp:
-            assert smtp.sendmail("a@example.com", [address], b"Subject: after\r\n\r\nstill here\r\n") == {}
-        children = _children(server.pid)
-        server.terminate()
-        server.wait(15)
+        first.kill()
+        first.wait(10)
+        for number in range(5):  # new connections: none may land on the dead process
+            with connect(port) as smtp:
+                assert smtp.sendmail("a@example.com", [address], f"Subject: after{number}\r\n\r\nok\r\n".encode()) == {}
+        second.terminate()
+        second.wait(15)
     finally:
-        if server.poll() is None:
-            server.kill()
-    assert all(not os.path.exists(f"/proc/{pid}") for pid in children), "an SMTP process outlived SIGTERM"
-    assert Message.objects.filter(mailbox__address=address, subject="after").exists()
-    assert "exited (status 9); starting another" in (tmp_path / "smtp.log").read_text()
+        stop([first, second])
+    assert Message.objects.filter(mailbox__address=address, subject__startswith="after").count() == 5
+
+
+def test_without_reuse_port_a_taken_port_is_an_error(transactional_db, tmp_path):
+    port, server = start_runsmtp()
+    try:
+        second = subprocess.run([sys.executable, "manage.py", "runsmtp", "--port", str(port)], cwd=ROOT,
+                                env={**os.environ, "DATABASE_URL": _test_database_url()},
+                                capture_output=True, text=True, timeout=60)
+        assert second.returncode != 0 and f"cannot listen on 127.0.0.1:{port}" in second.stderr
+    finally:
+        stop([server])
 
 
 def test_one_ipv6_block_counts_as_one_client():

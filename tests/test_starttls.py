@@ -60,7 +60,7 @@ def test_a_client_that_verifies_refuses_a_certificate_it_does_not_trust(tls_smtp
 
 
 def test_a_tls_session_counts_once_against_the_per_client_cap(tls_smtp_server, settings, certificates):
-    from relay.smtp import RelaySMTP
+    from relay.inbound.server import RelaySMTP
 
     settings.RELAY_SMTP_MAX_CONNECTIONS_PER_CLIENT = 1
     context = ssl.create_default_context(cafile=str(certificates / "ca.pem"))

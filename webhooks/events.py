@@ -1,5 +1,5 @@
 """Turning what happened into owed deliveries, inside the transaction that made it
-happen (the signals of relay.smtp and mailboxes.ending), and queueing each delivery's
+happen (mailboxes.signals.event_happened), and queueing each delivery's
 task once that transaction commits."""
 import uuid
 from datetime import timedelta

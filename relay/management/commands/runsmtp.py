@@ -1,10 +1,7 @@
-import os
-
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
-from django.db import connection
 
-from relay.smtp import run_forever
+from relay.inbound.server import run_forever
 
 
 class Command(BaseCommand):
@@ -13,21 +10,17 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--host", default=settings.RELAY_SMTP_HOST)
         parser.add_argument("--port", type=int, default=settings.RELAY_SMTP_PORT)
-        parser.add_argument("--processes", type=int, default=None,
-                            help="server processes on the one port (SO_REUSEPORT); default: one per core on "
-                                 "PostgreSQL, 1 on SQLite (one writer at a time)")
+        parser.add_argument("--reuse-port", action="store_true",
+                            help="let other runsmtp processes listen on the same port (SO_REUSEPORT): start one per "
+                                 "core under your process manager to use more cores")
 
-    def handle(self, *args, host: str, port: int, processes: int | None, **options):
-        if processes is None:
-            processes = 1 if connection.vendor == "sqlite" else (os.cpu_count() or 1)
-        if processes < 1:
-            raise CommandError("--processes must be at least 1")
-        if processes > 1 and port == 0:
-            raise CommandError("--port 0 picks a port per process; give a port to run several processes")
-        self.stdout.write(f"Relay SMTP on {host}:{port} for {', '.join(settings.RELAY_DOMAINS)}, "
-                          f"{processes} process{'es' if processes > 1 else ''}")
+    def handle(self, *args, host: str, port: int, reuse_port: bool, **options):
+        if reuse_port and port == 0:
+            raise CommandError("--port 0 picks a port per process; give a port to share it")
+        self.stdout.write(f"Relay SMTP on {host}:{port} for {', '.join(settings.RELAY_DOMAINS)}"
+                          f"{' (port shared: SO_REUSEPORT)' if reuse_port else ''}")
         self.stdout.flush()
         try:
-            run_forever(host, port, processes=processes)
+            run_forever(host, port, reuse_port=reuse_port)
         except OSError as exc:
             raise CommandError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc

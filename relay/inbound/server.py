@@ -1,0 +1,263 @@
+"""Relay's inbound SMTP server (aiosmtpd): `manage.py runsmtp`. It only ever delivers to
+its own mailboxes, through relay/inbound/storing.py.
+
+One process serves one port. To use more cores, run several `runsmtp --reuse-port` on
+the same port under the process manager (systemd, compose, Kubernetes): the kernel
+spreads connections among them (SO_REUSEPORT), and the manager restarts one that dies.
+"""
+import asyncio
+import logging
+import os
+import signal
+import ssl
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+from aiosmtpd.smtp import SMTP, Envelope, Session
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.db import close_old_connections, connections
+
+from relay.clients import client_group
+from relay.inbound.storing import MailboxFull, deliver_message, recipient_mailbox
+
+logger = logging.getLogger(__name__)
+
+# RCPT lookups and DATA storage run in pools of their own: a slow message (parsing,
+# storing) can hold the storage threads, never the threads that answer other sessions'
+# RCPT commands.
+LOOKUP_THREADS = 8
+STORAGE_THREADS = 4
+
+
+class DatabasePool:
+    """A thread pool whose threads each keep a Django database connection."""
+
+    def __init__(self, name: str, size: int) -> None:
+        self.size = size
+        self.executor = ThreadPoolExecutor(max_workers=size, thread_name_prefix=f"smtp-{name}")
+
+    async def run(self, function, **kwargs):
+        """Run a database function in the pool, as Django runs a request: a connection
+        that broke or outlived CONN_MAX_AGE is replaced first."""
+
+        def call():
+            close_old_connections()
+            return function(**kwargs)
+
+        return await asyncio.get_running_loop().run_in_executor(self.executor, call)
+
+    async def close(self) -> None:
+        """Close the connection each thread holds, then the pool. Django keeps
+        connections per thread, so each thread must close its own: one task per thread,
+        held at a barrier so no thread can take two."""
+        barrier = threading.Barrier(self.size)
+
+        def close() -> None:
+            connections.close_all()
+            barrier.wait(timeout=10)
+
+        loop = asyncio.get_running_loop()
+        await asyncio.gather(*(loop.run_in_executor(self.executor, close) for _ in range(self.size)),
+                             return_exceptions=True)
+        self.executor.shutdown(wait=True)
+
+
+def _declared_size(envelope: Envelope) -> int:
+    for option in envelope.mail_options or []:
+        name, _, value = option.partition("=")
+        if name.upper() == "SIZE" and value.isdigit():
+            return int(value)
+    return 0
+
+
+class RelayHandler:
+    def __init__(self) -> None:
+        # DATA commands between their first byte and their reply, counted so a shutdown
+        # can wait for them: a message answered 250 must be stored, and one being stored
+        # must get its 250 out before the connection closes.
+        self.deliveries_in_flight = 0
+        self.idle = asyncio.Event()
+        self.idle.set()
+        self.lookups = DatabasePool("lookup", LOOKUP_THREADS)
+        self.storage = DatabasePool("store", STORAGE_THREADS)
+
+    async def handle_RCPT(self, server: SMTP, session: Session, envelope: Envelope, address: str, rcpt_options):
+        accepted = getattr(envelope, "relay_recipients", None)
+        if accepted is None:
+            accepted = envelope.relay_recipients = {}
+        if len(envelope.rcpt_tos) >= settings.RELAY_SMTP_MAX_RECIPIENTS:
+            return "452 4.5.3 Too many recipients"
+        try:
+            recipient = await self.lookups.run(recipient_mailbox, address=address)
+        except Exception:
+            logger.exception("RCPT lookup failed for %s", address)
+            return "451 4.3.0 Temporary lookup failure, try again later"
+        if recipient is None:
+            logger.info("refused RCPT %s from %s", address, session.peer)
+            return "550 5.1.1 No such mailbox here"
+        if not recipient.fits(max(_declared_size(envelope), 1)):
+            logger.info("refused RCPT %s: mailbox full", address)
+            return "552 5.2.2 Mailbox full"
+        accepted.setdefault(recipient.mailbox_id, recipient)
+        envelope.rcpt_tos.append(address)
+        return "250 2.1.5 OK"
+
+    async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope):
+        recipients = list((getattr(envelope, "relay_recipients", None) or {}).values())
+        if not recipients:
+            return "554 5.5.1 No valid recipients"
+        server.storing = True
+        try:
+            await self.storage.run(
+                deliver_message,
+                raw=envelope.original_content or envelope.content or b"",
+                mail_from=envelope.mail_from or "",
+                recipients=recipients,
+            )
+        except MailboxFull:
+            return "552 5.2.2 Mailbox full"
+        except Exception:
+            logger.exception("could not store a message from %s", envelope.mail_from)
+            return "451 4.3.0 Could not store the message, try again later"
+        finally:
+            server.storing = False
+        # Only now, with the message committed, does the client hear 250.
+        return "250 2.0.0 OK: queued"
+
+
+class RelaySMTP(SMTP):
+    """aiosmtpd's SMTP with Relay's limits: enhanced status codes on oversize mail, a
+    ceiling on how long one connection may last whatever it does, caps on connections
+    (in all and per client address), and an idle timer that does not count the time
+    Relay itself spends storing a message."""
+
+    sessions: set = set()
+
+    def connection_made(self, transport) -> None:
+        if getattr(self, "_session_timer", None) is not None:
+            # Called again by the TLS layer after STARTTLS: the same connection, counted once.
+            super().connection_made(transport)
+            return
+        super().connection_made(transport)
+        self.storing = False
+        peer = (transport.get_extra_info("peername") or ("?",))[0]
+        self.peer_host = client_group(peer)
+        same_peer = sum(1 for session in RelaySMTP.sessions if session.peer_host == self.peer_host)
+        RelaySMTP.sessions.add(self)
+        self._session_timer = self.loop.call_later(settings.RELAY_SMTP_SESSION_SECONDS, self._session_too_long)
+        if (len(RelaySMTP.sessions) > settings.RELAY_SMTP_MAX_CONNECTIONS
+                or same_peer >= settings.RELAY_SMTP_MAX_CONNECTIONS_PER_CLIENT):
+            logger.warning("refused a connection from %s: too many connections", peer)
+            transport.write(b"421 4.7.0 Too many connections, try again later\r\n")
+            transport.close()
+
+    def _timeout_cb(self) -> None:
+        # Storage time is not idle time: a client waiting for the reply to its DATA is
+        # not idle, and cutting it off would make it send the message again.
+        if self.storing:
+            self._reset_timeout()
+            return
+        super()._timeout_cb()
+
+    def connection_lost(self, exc) -> None:
+        self._session_timer.cancel()
+        RelaySMTP.sessions.discard(self)
+        super().connection_lost(exc)
+
+    def _session_too_long(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(b"421 4.4.2 Session time limit reached, closing\r\n")
+            self.transport.close()
+
+    async def smtp_DATA(self, arg: str) -> None:
+        handler = self.event_handler
+        handler.deliveries_in_flight += 1
+        handler.idle.clear()
+        try:
+            await super().smtp_DATA(arg)
+        finally:
+            handler.deliveries_in_flight -= 1
+            if not handler.deliveries_in_flight:
+                handler.idle.set()
+
+    async def push(self, status) -> None:
+        # aiosmtpd says "552 Error: ..." for an oversize message (at SIZE= or in DATA).
+        text = status.decode() if isinstance(status, bytes) else status
+        if text.startswith("552 Error"):
+            status = "552 5.3.4 Message size exceeds fixed maximum message size"
+        await super().push(status)
+
+
+def tls_context() -> ssl.SSLContext | None:
+    """The server's TLS context when RELAY_SMTP_TLS_CERT and RELAY_SMTP_TLS_KEY are set:
+    STARTTLS is offered then, and only then. A pair that does not load stops the server
+    at start, naming the settings."""
+    if not settings.RELAY_SMTP_TLS_CERT:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(settings.RELAY_SMTP_TLS_CERT, settings.RELAY_SMTP_TLS_KEY)
+    except (ssl.SSLError, OSError) as exc:
+        raise ImproperlyConfigured(f"RELAY_SMTP_TLS_CERT and RELAY_SMTP_TLS_KEY do not load as a certificate "
+                                   f"chain and its key: {exc}") from None
+    return context
+
+
+def make_smtp(handler: RelayHandler, context: ssl.SSLContext | None = None) -> RelaySMTP:
+    return RelaySMTP(
+        handler,
+        tls_context=context,
+        data_size_limit=settings.RELAY_MAX_MESSAGE_BYTES,
+        enable_SMTPUTF8=True,
+        hostname=settings.RELAY_DOMAINS[0],
+        ident="Relay",
+        timeout=settings.RELAY_SMTP_IDLE_SECONDS,
+        command_call_limit=1000,
+    )
+
+
+async def serve(host: str, port: int, *, stop: asyncio.Event, ready=None, drain_seconds: float = 30,
+                reuse_port: bool = False) -> None:
+    """Serve until `stop` is set, then stop accepting, let every delivery in progress
+    finish (a message whose DATA was answered 250 is already committed), and close.
+    With `reuse_port`, other processes listen on the same port (SO_REUSEPORT) and the
+    kernel spreads the connections among them."""
+    loop = asyncio.get_running_loop()
+    handler = RelayHandler()
+    context = tls_context()
+    server = await loop.create_server(lambda: make_smtp(handler, context), host=host, port=port,
+                                      reuse_port=reuse_port or None)
+    bound = server.sockets[0].getsockname()
+    logger.info("SMTP listening on %s:%s (process %d)%s", bound[0], bound[1], os.getpid(),
+                ", offering STARTTLS" if context else "")
+    if ready is not None:
+        ready(bound)
+    await stop.wait()
+    server.close()
+    try:
+        await asyncio.wait_for(handler.idle.wait(), timeout=drain_seconds)
+    except asyncio.TimeoutError:
+        logger.warning("%d deliveries still running after %ss; stopping anyway", handler.deliveries_in_flight, drain_seconds)
+    for session in list(RelaySMTP.sessions):
+        if session.transport is not None:
+            session.transport.write(b"421 4.3.2 Server shutting down\r\n")
+            session.transport.close()
+    await server.wait_closed()
+    await handler.lookups.close()
+    await handler.storage.close()
+    logger.info("SMTP server stopped")
+
+
+def run_forever(host: str, port: int, *, reuse_port: bool = False) -> None:
+    """`manage.py runsmtp`: serve until SIGTERM or SIGINT. With `reuse_port`, other
+    processes may listen on the same port (SO_REUSEPORT) and the kernel spreads the
+    connections among them; without it, a port already taken is an error."""
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        await serve(host, port, stop=stop, reuse_port=reuse_port)
+
+    asyncio.run(main())
