@@ -10,23 +10,23 @@ from rest_framework import permissions, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from accounts import services
+from accounts import keys, services
 from accounts.models import ApiKey
 from api.authentication import AccountRouteThrottle, IsAccount
 from api.schema import PAGE_PARAMETERS, paginated
-from api.serializers import (
+from api.account_serializers import (
     AcceptedSerializer,
     AccountSerializer,
     ActivateByCodeSerializer,
     ActivateByLinkSerializer,
-    ActivatedSerializer,
     ActivateSerializer,
+    ActivatedSerializer,
     ApiKeyCreatedSerializer,
     ApiKeySerializer,
     EmptySerializer,
     RecoverConfirmSerializer,
-    RecoveredSerializer,
     RecoverSerializer,
+    RecoveredSerializer,
     SignUpSerializer,
 )
 from api.views import _paginated, _valid
@@ -115,14 +115,14 @@ class KeyCollectionView(APIView):
     @extend_schema(operation_id="keys_list", summary="Your API keys (never the keys themselves)",
                    parameters=PAGE_PARAMETERS, responses=paginated(ApiKeySerializer))
     def get(self, request):
-        keys = ApiKey.objects.filter(account=request.user.owner).order_by("-created_at", "-id")
-        return _paginated(request, self, keys, ApiKeySerializer)
+        api_keys = ApiKey.objects.filter(account=request.user.owner).order_by("-created_at", "-id")
+        return _paginated(request, self, api_keys, ApiKeySerializer)
 
     @extend_schema(operation_id="keys_create", summary="A new API key, shown once", request=EmptySerializer,
                    responses={201: ApiKeyCreatedSerializer})
     def post(self, request):
         _valid(EmptySerializer, request.data)
-        api_key, key = services.api_key_create(account=request.user.owner)
+        api_key, key = keys.api_key_create(account=request.user.owner)
         return Response({**ApiKeySerializer(api_key).data, "api_key": key}, status=status.HTTP_201_CREATED)
 
 
@@ -132,5 +132,5 @@ class KeyDetailView(APIView):
     @extend_schema(operation_id="keys_revoke", summary="Revoke a key: it is 401 from then on",
                    responses={204: OpenApiResponse(description="Revoked.")})
     def delete(self, request, key_id):
-        services.api_key_revoke(account=request.user.owner, key_id=key_id)
+        keys.api_key_revoke(account=request.user.owner, key_id=key_id)
         return Response(status=status.HTTP_204_NO_CONTENT)

@@ -1,125 +1,35 @@
-"""Input and output shapes of the API. Input serializers check the format; the rules of
-the domain (TTL bounds per plan, addresses never reused) are the services' to enforce."""
+"""Input and output shapes of the mailbox and message routes. Input serializers check the
+format; the rules of the domain (TTL bounds per plan, addresses never reused) are the
+services' to enforce. The account routes' shapes are api/account_serializers.py, the
+webhooks' api/webhook_serializers.py; the fields they share are api/fields.py."""
 import json
-import re
 
 from django.conf import settings
 from django.core.validators import RegexValidator
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from drf_spectacular.utils import extend_schema_field
-
-from api.schema import domain_schema, local_part_schema, ttl_bounds
-from accounts.models import LOGIN_PATTERN, Account, ApiKey
-from mailboxes.models import Mailbox, MailboxStatus
+from api.fields import (
+    ADDRESS_PATTERN,
+    DomainField,
+    LOCAL_PART_RE,
+    LocalPartField,
+    OneLineField,
+    QueryChoiceField,
+    QueryDateTimeField,
+    QueryIntegerField,
+    QueryTextField,
+    StrictBooleanField,
+    StrictCharField,
+    StrictIntegerField,
+    StrictSerializer,
+)
+from api.schema import ttl_bounds
+from mailboxes.models import MailboxStatus
 from mailboxes.selectors import MAILBOX_ORDERINGS
 from mailboxes.text import text_of_html
 from relay.inbound.extraction import find_codes, find_links
 from relay.models import OutboxMail
-from webhooks.models import Webhook, WebhookDelivery, WebhookEvent
-
-# A dot-atom of [a-z0-9._-]: no leading, trailing or doubled dot.
-LOCAL_PART_RE = re.compile(r"[a-z0-9_-]+(\.[a-z0-9_-]+)*")
-
-
-# Refuses fields it does not know, naming them: a typo such as "ttl" must not silently
-# make a mailbox with the default lifetime. (A comment, not a docstring: the schema
-# would show a docstring as the description of every request body.)
-class StrictSerializer(serializers.Serializer):
-
-    def to_internal_value(self, data):
-        if isinstance(data, dict):
-            unknown = sorted(set(data) - set(self.fields))
-            if unknown:
-                raise serializers.ValidationError({name: ["Unknown field."] for name in unknown})
-        return super().to_internal_value(data)
-
-
-@extend_schema_field({"type": "string", "pattern": "^[^\\u0000]*$"})
-class StrictCharField(serializers.CharField):
-    """A JSON string and nothing else (DRF would take 0 for "0"), with no NUL in it
-    (PostgreSQL cannot store one; DRF refuses it, and the schema says so)."""
-
-    def to_internal_value(self, data):
-        if not isinstance(data, str):
-            self.fail("invalid")
-        return super().to_internal_value(data)
-
-
-@extend_schema_field({"type": "string", "pattern": "^[^\\u0000\\r\\n]*$"})
-class OneLineField(StrictCharField):
-    def to_internal_value(self, data):
-        value = super().to_internal_value(data)
-        # A line break would end the header and start another: refused here, not at send time.
-        if "\r" in value or "\n" in value:
-            raise serializers.ValidationError("must be one line: no CR or LF.")
-        return value
-
-
-class StrictIntegerField(serializers.IntegerField):
-    """A JSON integer and nothing else: not "300000", not 300000.0, not true."""
-
-    def to_internal_value(self, data):
-        if isinstance(data, bool) or not isinstance(data, int):
-            self.fail("invalid")
-        return super().to_internal_value(data)
-
-
-class PresentEmptyIsAValue:
-    """DRF takes a present but empty query parameter for an absent one; `?status=` or
-    `?until=` is a malformed value, not a default, and gets its 400."""
-
-    def get_value(self, dictionary):
-        if self.field_name in dictionary and dictionary.get(self.field_name) == "":
-            return ""
-        return super().get_value(dictionary)
-
-
-class StrictBooleanField(PresentEmptyIsAValue, serializers.BooleanField):
-    """A query-string boolean: true or false only, so `include_expired=banana` is a 400."""
-
-    # The bools are what DRF passes for an absent parameter.
-    TRUE_VALUES = {"true", True}
-    FALSE_VALUES = {"false", False}
-    NULL_VALUES = set()
-
-
-class QueryChoiceField(PresentEmptyIsAValue, serializers.ChoiceField):
-    pass
-
-
-class QueryDateTimeField(PresentEmptyIsAValue, serializers.DateTimeField):
-    pass
-
-
-class QueryTextField(PresentEmptyIsAValue, OneLineField):
-    """Query text: one line, and not empty (`?q=` is a 400). A value of only whitespace is
-    trimmed to nothing, as DRF trims text, and filters nothing: the schema allows it."""
-
-    def __init__(self, **kwargs):
-        kwargs.setdefault("allow_blank", True)
-        super().__init__(**kwargs)
-
-    def run_validation(self, data=serializers.empty):
-        if data == "":
-            self.fail("blank")
-        if isinstance(data, str) and ("\r" in data or "\n" in data):
-            raise serializers.ValidationError("must be one line: no CR or LF.")
-        return super().run_validation(data)
-
-
-class QueryIntegerField(PresentEmptyIsAValue, serializers.IntegerField):
-    pass
-
-
-@extend_schema_field(local_part_schema())
-class LocalPartField(StrictCharField):
-    pass
-
-
-@extend_schema_field(domain_schema())
-class DomainField(StrictCharField):
-    pass
 
 
 # --- labels (docs/api.md) ------------------------------------------------------------------
@@ -325,10 +235,6 @@ class MessageDetailSerializer(MessageSummarySerializer):
         return content.links if content.links is not None else find_links(content.text, content.html)
 
 
-# What `to` takes: an address whose local part is RFC 5322 atext and dots, and whose
-# domain is labels of letters, digits and hyphens. The schema states the same pattern, so
-# a client (or a fuzzer) and the server agree on what an address is.
-ADDRESS_PATTERN = r"^[A-Za-z0-9!#$%&'*+/=?^_`{|}~.-]{1,64}@[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+$"
 
 
 @extend_schema_field({"type": "string", "pattern": ADDRESS_PATTERN, "maxLength": 320})
@@ -366,168 +272,3 @@ class OutboundSerializer(serializers.ModelSerializer):
     class Meta:
         model = OutboxMail
         fields = ["id", "to", "subject", "status", "attempts", "last_error", "created_at", "sent_at"]
-
-
-# --- accounts (docs/api.md) -------------------------------------------------------------------
-@extend_schema_field({"type": "string", "pattern": ADDRESS_PATTERN, "maxLength": 254})
-class EmailAddressField(StrictCharField):
-    """An account's email: an address, at most 254 characters (RFC 5321's path limit)."""
-
-    def __init__(self, **kwargs):
-        super().__init__(max_length=254, **kwargs)
-        self.validators.append(RegexValidator(ADDRESS_PATTERN, "Enter a valid email address."))
-
-
-LINK_TOKEN_PATTERN = r"^[A-Za-z0-9_-]{86}$"
-
-
-@extend_schema_field({"type": "string", "pattern": LINK_TOKEN_PATTERN})
-class LinkTokenField(StrictCharField):
-    """The token of an activation or recovery link: 86 base64url characters."""
-
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        self.validators.append(RegexValidator(LINK_TOKEN_PATTERN, "Not a link token: copy it whole from the mail."))
-
-
-@extend_schema_field({"type": "string", "pattern": "^[0-9]{5}$"})
-class CodeField(StrictCharField):
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        self.validators.append(RegexValidator(r"^[0-9]{5}$", "A code is 5 digits."))
-
-
-@extend_schema_field({"type": "string", "pattern": LOGIN_PATTERN})
-class LoginField(StrictCharField):
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        self.validators.append(RegexValidator(LOGIN_PATTERN, "A login is 3 to 32 of a-z, 0-9, '_' and '-'."))
-
-
-class SignUpSerializer(StrictSerializer):
-    email = EmailAddressField()
-    login = LoginField()
-
-
-class ActivateSerializer(StrictSerializer):
-    token = LinkTokenField(required=False, help_text="From the activation link (the part after /activate/).")
-    email = EmailAddressField(required=False, help_text="With `code`: activation by the code in the mail.")
-    code = CodeField(required=False)
-
-    def validate(self, data):
-        if "token" in data and not ({"email", "code"} & set(data)):
-            return data
-        if "token" not in data and {"email", "code"} <= set(data):
-            return data
-        raise serializers.ValidationError("Give either `token`, or `email` and `code`.")
-
-
-# The two bodies ActivateSerializer takes, as the schema states them (one of the two):
-# a body with neither, or with parts of both, is a 400, and the schema says so.
-class ActivateByLinkSerializer(StrictSerializer):
-    token = LinkTokenField(help_text="From the activation link (the part after /activate/).")
-
-
-class ActivateByCodeSerializer(StrictSerializer):
-    email = EmailAddressField(help_text="The address the activation mail went to.")
-    code = CodeField(help_text="The code in the activation mail.")
-
-
-class RecoverSerializer(StrictSerializer):
-    email = EmailAddressField()
-
-
-class RecoverConfirmSerializer(StrictSerializer):
-    token = LinkTokenField(help_text="From the recovery link (the part after /recover/).")
-    code = CodeField()
-
-
-class AcceptedSerializer(serializers.Serializer):
-    status = serializers.CharField()
-
-
-class AccountSerializer(serializers.ModelSerializer):
-    class Meta:
-        model = Account
-        fields = ["login", "email", "plan", "status", "created_at", "status_changed_at", "activated_at",
-                  "suspended_at", "unsuspended_at"]
-
-
-class ApiKeySerializer(serializers.ModelSerializer):
-    class Meta:
-        model = ApiKey
-        fields = ["id", "prefix", "created_at", "last_used_at", "revoked_at"]
-
-
-class ApiKeyCreatedSerializer(ApiKeySerializer):
-    api_key = serializers.CharField(help_text="The key itself, shown only now.")
-
-    class Meta(ApiKeySerializer.Meta):
-        fields = [*ApiKeySerializer.Meta.fields, "api_key"]
-
-
-class ActivatedSerializer(serializers.Serializer):
-    account = AccountSerializer()
-    api_key = serializers.CharField(help_text="The account's first key, shown only now.")
-
-
-class RecoveredSerializer(serializers.Serializer):
-    api_key = serializers.CharField(help_text="A new key, shown only now; every other key of the account is revoked.")
-
-
-class EmptySerializer(StrictSerializer):
-    pass
-
-
-# --- webhooks (docs/api.md) -------------------------------------------------------------------
-# A webhook URL, as a pattern a client (or a fuzzer) can read and the server checks as is:
-# http(s), optional credentials, a host that is localhost, an IPv4 address or names
-# ending in a top-level domain of 2 to 63 letters, an optional port, and no whitespace.
-_OCTET = r"(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
-WEBHOOK_URL_PATTERN = (r"^[Hh][Tt][Tt][Pp][Ss]?://([^\s:@/]+(:[^\s:@/]*)?@)?"
-                       rf"(localhost|{_OCTET}(\.{_OCTET}){{3}}|([A-Za-z0-9]([A-Za-z0-9-]{{0,61}}[A-Za-z0-9])?\.)+[A-Za-z]{{2,63}}\.?)"
-                       r"(:[0-9]{1,5})?([/?#][^\s]*)?$")
-
-
-@extend_schema_field({"type": "string", "format": "uri", "maxLength": 2000, "pattern": WEBHOOK_URL_PATTERN})
-class WebhookUrlField(StrictCharField):
-    def __init__(self, **kwargs):
-        super().__init__(max_length=2000, **kwargs)
-
-    def to_internal_value(self, data):
-        value = super().to_internal_value(data)
-        # The schema's pattern is the rule, so a client and the server never disagree.
-        if not re.fullmatch(WEBHOOK_URL_PATTERN, value):
-            raise serializers.ValidationError(
-                "Enter an http:// or https:// URL whose host is a name with a top-level domain, an IPv4 address "
-                "or localhost.")
-        return value
-
-
-class WebhookCreateSerializer(StrictSerializer):
-    url = WebhookUrlField()
-    events = serializers.ListField(child=serializers.ChoiceField(choices=WebhookEvent.values), min_length=1,
-                                   max_length=len(WebhookEvent.values))
-    mailbox_id = serializers.UUIDField(required=False, allow_null=True,
-                                       help_text="Only this mailbox's events; all of yours when absent.")
-
-
-class WebhookSerializer(serializers.ModelSerializer):
-    mailbox_id = serializers.UUIDField(allow_null=True)
-
-    class Meta:
-        model = Webhook
-        fields = ["id", "url", "events", "mailbox_id", "created_at", "disabled_at", "disabled_reason"]
-
-
-class WebhookCreatedSerializer(WebhookSerializer):
-    secret = serializers.CharField(help_text="The signing secret (whsec_…), shown only now.")
-
-    class Meta(WebhookSerializer.Meta):
-        fields = [*WebhookSerializer.Meta.fields, "secret"]
-
-
-class WebhookDeliverySerializer(serializers.ModelSerializer):
-    class Meta:
-        model = WebhookDelivery
-        fields = ["id", "event", "status", "attempts", "last_status_code", "last_error", "created_at", "delivered_at"]

@@ -12,8 +12,8 @@ from api.authentication import AnonymousCreateThrottle, caller_of
 from api.pagination import RelayPagination
 from api.schema import PAGE_PARAMETERS, WAIT_PARAMETERS, paginated
 from api.serializers import (
-    MailboxCreatedSerializer,
     MailboxCreateSerializer,
+    MailboxCreatedSerializer,
     MailboxListQuerySerializer,
     MailboxPatchSerializer,
     MailboxRenewSerializer,

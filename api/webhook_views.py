@@ -6,9 +6,9 @@ from rest_framework.views import APIView
 
 from api.authentication import IsAccount
 from api.schema import PAGE_PARAMETERS, paginated
-from api.serializers import (
-    WebhookCreatedSerializer,
+from api.webhook_serializers import (
     WebhookCreateSerializer,
+    WebhookCreatedSerializer,
     WebhookDeliverySerializer,
     WebhookSerializer,
 )

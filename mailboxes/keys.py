@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from accounts.errors import AccountSuspended, Forbidden
 from accounts.models import Account, AccountStatus, Plan
-from accounts.services import api_key_for_hash, api_key_touch, hash_key, new_key
+from accounts.keys import api_key_for_hash, api_key_touch, hash_key, new_key
 from mailboxes.models import Mailbox
 
 logger = logging.getLogger(__name__)

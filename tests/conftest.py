@@ -15,7 +15,8 @@ from aiosmtpd.controller import Controller
 from django.conf import settings
 from rest_framework.test import APIClient
 
-from accounts.services import account_create_with_key, key_cache_clear
+from accounts.keys import key_cache_clear
+from accounts.services import account_create_with_key
 from tests.helpers import ROOT, wait_until
 from tests.stalwart_fake import TOKEN, FakeStalwart
 

@@ -16,7 +16,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
-from accounts import revocations, services, tokens
+from accounts import keys, revocations, services, tokens
 from accounts.errors import Gone, InvalidRequest
 from accounts.models import Account, AccountStatus, ApiKey, Token
 from relay.models import OutboxKind, OutboxMail
@@ -416,11 +416,11 @@ def test_requests_sharing_a_cached_key_get_their_own_account(db, active, setting
     """Threads of one web process hold copies: a change one request makes to its account
     object never shows in another's, nor in the cache."""
     settings.RELAY_KEY_CACHE_SECONDS = 60
-    digest = services.hash_key(active)
-    first = services.api_key_for_hash(digest)
+    digest = keys.hash_key(active)
+    first = keys.api_key_for_hash(digest)
     first.account.plan = "changed"
     results = []
-    threads = [threading.Thread(target=lambda: results.append(services.api_key_for_hash(digest))) for _ in range(8)]
+    threads = [threading.Thread(target=lambda: results.append(keys.api_key_for_hash(digest))) for _ in range(8)]
     for thread in threads:
         thread.start()
     for thread in threads:

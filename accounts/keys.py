@@ -1,0 +1,117 @@
+"""API keys: making, revoking and looking them up, with each web process's cache of what
+a key resolved to (docs/api.md, "Keys and revocation"). Only a key's SHA-256 is stored:
+keys are 256-bit random tokens, so a fast hash is enough, and a lookup stays one indexed
+equality."""
+import copy
+import hashlib
+import logging
+import secrets
+import time
+from datetime import timedelta
+
+from django.conf import settings
+from django.utils import timezone
+
+from accounts import revocations
+from accounts.errors import NotFound
+from accounts.models import Account, ApiKey
+
+logger = logging.getLogger(__name__)
+
+API_KEY_PREFIX = "rk_"
+# last_used_at is written at most this often per key, not on every request.
+LAST_USED_RESOLUTION = timedelta(minutes=1)
+
+
+def hash_key(key: str) -> str:
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def new_key(prefix: str) -> tuple[str, str]:
+    """A fresh 256-bit key and the hash to store for it."""
+    key = prefix + secrets.token_urlsafe(32)
+    return key, hash_key(key)
+
+
+def api_key_create(*, account: Account) -> tuple[ApiKey, str]:
+    """A new key for `account`. Returns it in clear text: the only time it exists
+    outside the caller's hands."""
+    key, digest = new_key(API_KEY_PREFIX)
+    api_key = ApiKey.objects.create(account=account, prefix=key[:10], key_hash=digest)
+    logger.info("created API key %s… for account %s", api_key.prefix, account.login)
+    return api_key, key
+
+
+def api_key_revoke(*, account: Account, key_id: int) -> None:
+    revoked = ApiKey.objects.filter(id=key_id, account=account, revoked_at=None).update(revoked_at=timezone.now())
+    key_revoked(account_id=account.id)
+    if not revoked and not ApiKey.objects.filter(id=key_id, account=account).exists():
+        raise NotFound()
+    logger.info("revoked API key %s of account %s", key_id, account.login)
+
+
+# --- key → account, cached per process while nothing is revoked ------------------------------
+# Each web process keeps what a key hash resolved to, so a request costs no key lookup
+# (docs/benchmarks.md, "API"). The cache is trusted only while the revocation counter
+# (accounts.revocations) stands where it stood when the entry was made: any revocation,
+# in any process, empties every process's cache before its next request. Entries also age
+# out after RELAY_KEY_CACHE_SECONDS, in case a revocation could not be announced.
+# Bounded: past KEY_CACHE_MAX_ENTRIES it starts over.
+KEY_CACHE_MAX_ENTRIES = 10_000
+_key_cache: dict[str, tuple[float, ApiKey]] = {}
+_key_cache_version: int | None = None
+
+
+def api_key_for_hash(digest: str) -> ApiKey | None:
+    """The unrevoked key with this hash and its account (`api_key.account`), or None.
+    From the cache while no revocation has been announced; every caller gets its own
+    copy of the account, so no request sees another's changes to it."""
+    global _key_cache_version
+    lifetime = settings.RELAY_KEY_CACHE_SECONDS
+    # Read before the database: an entry is tagged with a counter from before its row was
+    # read, so a revocation that commits in between moves the counter past the tag.
+    version = revocations.current() if lifetime > 0 else None
+    if version is None or version != _key_cache_version:
+        _key_cache.clear()
+        _key_cache_version = version
+    entry = _key_cache.get(digest)
+    if entry is not None and entry[0] > time.monotonic():
+        return _key_copy(entry[1])
+    api_key = ApiKey.objects.select_related("account").filter(key_hash=digest, revoked_at=None).first()
+    if api_key is not None and version is not None:
+        if len(_key_cache) >= KEY_CACHE_MAX_ENTRIES:
+            _key_cache.clear()
+        _key_cache[digest] = (time.monotonic() + lifetime, _key_copy(api_key))
+    elif entry is not None:
+        _key_cache.pop(digest, None)
+    return api_key
+
+
+def _key_copy(api_key: ApiKey) -> ApiKey:
+    # A model's copy shares its related objects: the account is copied on its own.
+    copied = copy.copy(api_key)
+    copied.account = copy.copy(api_key.account)
+    return copied
+
+
+def key_revoked(*, account_id: int) -> None:
+    """After a key of the account, or the account itself, was revoked or suspended: this
+    process forgets its keys now, and every other process before its next request."""
+    for digest, (_, api_key) in list(_key_cache.items()):
+        if api_key.account_id == account_id:
+            _key_cache.pop(digest, None)
+    revocations.announce()
+
+
+def key_cache_clear() -> None:
+    _key_cache.clear()
+
+
+def api_key_touch(*, api_key: ApiKey) -> None:
+    """Record that the key was used, at most once per LAST_USED_RESOLUTION."""
+    now = timezone.now()
+    if api_key.last_used_at is None or now - api_key.last_used_at >= LAST_USED_RESOLUTION:
+        ApiKey.objects.filter(id=api_key.id).update(last_used_at=now)
+        entry = _key_cache.get(api_key.key_hash)
+        if entry is not None:  # so the cached copy does not ask again before it expires
+            entry[1].last_used_at = now

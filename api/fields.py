@@ -1,0 +1,117 @@
+"""The fields and base serializer every input of the API is read with: strict about what
+they take, so that a malformed value is a 400 naming it (docs/api.md, "Errors")."""
+import re
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from api.schema import domain_schema, local_part_schema
+
+# A dot-atom of [a-z0-9._-]: no leading, trailing or doubled dot.
+LOCAL_PART_RE = re.compile(r"[a-z0-9_-]+(\.[a-z0-9_-]+)*")
+
+
+# Refuses fields it does not know, naming them: a typo such as "ttl" must not silently
+# make a mailbox with the default lifetime. (A comment, not a docstring: the schema
+# would show a docstring as the description of every request body.)
+class StrictSerializer(serializers.Serializer):
+
+    def to_internal_value(self, data):
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError({name: ["Unknown field."] for name in unknown})
+        return super().to_internal_value(data)
+
+
+@extend_schema_field({"type": "string", "pattern": "^[^\\u0000]*$"})
+class StrictCharField(serializers.CharField):
+    """A JSON string and nothing else (DRF would take 0 for "0"), with no NUL in it
+    (PostgreSQL cannot store one; DRF refuses it, and the schema says so)."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+@extend_schema_field({"type": "string", "pattern": "^[^\\u0000\\r\\n]*$"})
+class OneLineField(StrictCharField):
+    def to_internal_value(self, data):
+        value = super().to_internal_value(data)
+        # A line break would end the header and start another: refused here, not at send time.
+        if "\r" in value or "\n" in value:
+            raise serializers.ValidationError("must be one line: no CR or LF.")
+        return value
+
+
+class StrictIntegerField(serializers.IntegerField):
+    """A JSON integer and nothing else: not "300000", not 300000.0, not true."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class PresentEmptyIsAValue:
+    """DRF takes a present but empty query parameter for an absent one; `?status=` or
+    `?until=` is a malformed value, not a default, and gets its 400."""
+
+    def get_value(self, dictionary):
+        if self.field_name in dictionary and dictionary.get(self.field_name) == "":
+            return ""
+        return super().get_value(dictionary)
+
+
+class StrictBooleanField(PresentEmptyIsAValue, serializers.BooleanField):
+    """A query-string boolean: true or false only, so `include_expired=banana` is a 400."""
+
+    # The bools are what DRF passes for an absent parameter.
+    TRUE_VALUES = {"true", True}
+    FALSE_VALUES = {"false", False}
+    NULL_VALUES = set()
+
+
+class QueryChoiceField(PresentEmptyIsAValue, serializers.ChoiceField):
+    pass
+
+
+class QueryDateTimeField(PresentEmptyIsAValue, serializers.DateTimeField):
+    pass
+
+
+class QueryTextField(PresentEmptyIsAValue, OneLineField):
+    """Query text: one line, and not empty (`?q=` is a 400). A value of only whitespace is
+    trimmed to nothing, as DRF trims text, and filters nothing: the schema allows it."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("allow_blank", True)
+        super().__init__(**kwargs)
+
+    def run_validation(self, data=serializers.empty):
+        if data == "":
+            self.fail("blank")
+        if isinstance(data, str) and ("\r" in data or "\n" in data):
+            raise serializers.ValidationError("must be one line: no CR or LF.")
+        return super().run_validation(data)
+
+
+class QueryIntegerField(PresentEmptyIsAValue, serializers.IntegerField):
+    pass
+
+
+@extend_schema_field(local_part_schema())
+class LocalPartField(StrictCharField):
+    pass
+
+
+@extend_schema_field(domain_schema())
+class DomainField(StrictCharField):
+    pass
+
+
+# What `to` takes: an address whose local part is RFC 5322 atext and dots, and whose
+# domain is labels of letters, digits and hyphens. The schema states the same pattern, so
+# a client (or a fuzzer) and the server agree on what an address is.
+ADDRESS_PATTERN = r"^[A-Za-z0-9!#$%&'*+/=?^_`{|}~.-]{1,64}@[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+$"
