@@ -18,6 +18,7 @@ import redis
 from django.conf import settings
 
 from mailboxes.errors import RateLimited
+from mailboxes.wakeups import redis_client as _redis
 
 logger = logging.getLogger(__name__)
 
@@ -26,18 +27,8 @@ LEASE_SECONDS = 120
 RETRY_AFTER_SECONDS = 5
 KEY_PREFIX = "relay:open-waits:"
 
-_client: redis.Redis | None = None
 _local = Counter()
 _local_lock = threading.Lock()
-
-
-def _redis() -> redis.Redis | None:
-    global _client
-    if not settings.RELAY_EVENTS_REDIS_URL:
-        return None
-    if _client is None:
-        _client = redis.Redis.from_url(settings.RELAY_EVENTS_REDIS_URL, socket_timeout=1, socket_connect_timeout=1)
-    return _client
 
 
 def caller_key(caller) -> str:

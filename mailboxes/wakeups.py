@@ -25,7 +25,8 @@ def channel(mailbox_id) -> str:
     return f"{CHANNEL_PREFIX}{mailbox_id}"
 
 
-def _redis() -> redis.Redis | None:
+def redis_client() -> redis.Redis | None:
+    """This process's client of RELAY_EVENTS_REDIS_URL, or None without one."""
     global _client
     if not settings.RELAY_EVENTS_REDIS_URL:
         return None
@@ -37,7 +38,7 @@ def _redis() -> redis.Redis | None:
 def publish(mailbox_ids, event: str) -> None:
     """PUBLISH `event` for each mailbox now (call after commit)."""
     global _last_warning
-    client = _redis()
+    client = redis_client()
     if client is None or not mailbox_ids:
         return
     try:

@@ -123,7 +123,9 @@ def _watch(connection: HTTPConnection) -> None:
         deadline.connections.append(connection)
 
 
-class _WatchedHTTPConnection(HTTPConnection):
+class _Watched:
+    """Puts a connection under the current Deadline whenever it connects or sends."""
+
     def connect(self):
         _watch(self)
         return super().connect()
@@ -133,14 +135,12 @@ class _WatchedHTTPConnection(HTTPConnection):
         return super().request(*args, **kwargs)
 
 
-class _WatchedHTTPSConnection(HTTPSConnection):
-    def connect(self):
-        _watch(self)
-        return super().connect()
+class _WatchedHTTPConnection(_Watched, HTTPConnection):
+    pass
 
-    def request(self, *args, **kwargs):
-        _watch(self)
-        return super().request(*args, **kwargs)
+
+class _WatchedHTTPSConnection(_Watched, HTTPSConnection):
+    pass
 
 
 class _WatchedHTTPPool(HTTPConnectionPool):
