@@ -2,7 +2,7 @@
 
 Every status change goes through `account_set_status`, which keeps mailroom's timestamp
 rules in one place. Sign-up and recovery create tokens here; the mail that carries a
-token is queued by relay.account_mail in the same transaction."""
+token is queued by relay.outbox.account_mail in the same transaction."""
 import logging
 import re
 import secrets

@@ -30,7 +30,7 @@ from api.account_serializers import (
     SignUpSerializer,
 )
 from api.views import _paginated, _valid
-from relay.account_mail import account_sign_up
+from relay.outbox.account_mail import account_sign_up
 from relay.tasks import mail_key_recovery
 
 logger = logging.getLogger(__name__)

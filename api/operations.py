@@ -16,7 +16,7 @@ from expiry.operators import cleanup_oldest_owed_since, cleanups_per_minute
 from mailboxes.models import CleanupState, MailboxStatus
 from mailboxes.selectors import contents_words_owed, mailbox_counts
 from relay.models import OutboxStatus
-from relay.outbox import outbox_counts
+from relay.outbox.sending import outbox_counts
 from webhooks.delivery import delivery_counts
 from webhooks.models import DeliveryStatus
 

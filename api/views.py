@@ -29,7 +29,7 @@ from mailboxes import selectors, services
 from mailboxes.ending import mailbox_delete
 from mailboxes.errors import NotFound
 from mailboxes.services import LABEL_FIELDS
-from relay.outbound import outbound_get, outbound_list, outbound_queue
+from relay.outbox.outbound import outbound_get, outbound_list, outbound_queue
 from relay.provisioning import mailbox_create
 
 

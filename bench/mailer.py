@@ -41,7 +41,7 @@ def sink_lines(path) -> list[str]:
 
 
 def activation_mails(count: int, prefix: str) -> None:
-    from relay.account_mail import account_sign_up
+    from relay.outbox.account_mail import account_sign_up
 
     for i in range(count):
         account_sign_up(email=f"{prefix}{i}@example.com", login=f"{prefix}{i}")

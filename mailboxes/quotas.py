@@ -4,7 +4,7 @@ seconds until the call could succeed.
 
 The checks hold a lock on the owner's row until the caller's transaction commits, so two
 concurrent creates (or sends) cannot both take the last unit. Sends are counted in the
-outbox (relay.outbound.check_send)."""
+outbox (relay.outbox.outbound.check_send)."""
 from collections import Counter
 
 from django.conf import settings

@@ -6,7 +6,7 @@ from django.db.models import Case, IntegerField, Value, When
 
 from mailboxes.admin import ReadOnlyAdmin
 from relay.models import OutboxMail, OutboxStatus
-from relay.outbox import mails_requeue
+from relay.outbox.sending import mails_requeue
 
 
 @admin.action(description="Requeue failed mails (a fresh set of attempts)")

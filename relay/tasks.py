@@ -6,8 +6,8 @@ from celery import shared_task
 from django.conf import settings
 
 from mailboxes.services import contents_index_words
-from relay import outbox
-from relay.account_mail import account_recovery_request
+from relay.outbox import sending as outbox
+from relay.outbox.account_mail import account_recovery_request
 from relay.backends import NothingToReconcile
 from relay.reconcile import orphans_find
 

@@ -14,7 +14,7 @@ from django.utils import timezone
 from accounts.models import Account
 from mailboxes.models import Mailbox
 from relay.models import OutboxMail as OutboundMessage
-from relay.outbox import batch_claim, batch_send
+from relay.outbox.sending import batch_claim, batch_send
 from tests.conftest import free_port
 from tests.helpers import create_via_api, wait_until
 

@@ -9,9 +9,9 @@ from django.db import connection
 from django.utils import timezone
 
 from accounts.models import Account, Token
-from relay.account_mail import account_recovery_request, account_sign_up
+from relay.outbox.account_mail import account_recovery_request, account_sign_up
 from relay.models import OutboxMail, OutboxStatus
-from relay.outbox import batch_claim, batch_send, mails_requeue
+from relay.outbox.sending import batch_claim, batch_send, mails_requeue
 from tests.helpers import create_via_api, wait_until
 
 

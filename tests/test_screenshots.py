@@ -168,7 +168,7 @@ def test_the_activation_page_activates_on_the_button_and_shows_the_key_once(brow
     from selenium.webdriver.common.by import By
 
     from accounts.models import Account, ApiKey
-    from relay.account_mail import account_sign_up
+    from relay.outbox.account_mail import account_sign_up
 
     account_sign_up(email="ann@example.com", login="ann")
     path, _ = _mailed_link("ann@example.com")
@@ -191,7 +191,7 @@ def test_the_recovery_page_takes_the_code_and_shows_a_new_key(browser, live_serv
     from selenium.webdriver.common.by import By
 
     from accounts.services import account_create_with_key
-    from relay.account_mail import account_recovery_request
+    from relay.outbox.account_mail import account_recovery_request
 
     account_create_with_key(login="bob", email="bob@example.com")
     account_recovery_request(email="bob@example.com")

@@ -1,7 +1,7 @@
 """The outbox (docs/api.md): every mail Relay sends is a row first.
 
 The shape is the one cleanups have: a row records what is owed; a claim with a lease
-takes it (relay.mailer claims batches with FOR UPDATE SKIP LOCKED); a Celery task sends
+takes it (relay.outbox.mailer claims batches with FOR UPDATE SKIP LOCKED); a Celery task sends
 the batch over one SMTP connection and records each mail's outcome with a
 compare-and-set on the claim; a batch whose task was lost is claimed again when its
 lease lapses; a mail that cannot be sent is a dead letter (`failed`) an operator

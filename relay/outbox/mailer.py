@@ -15,13 +15,17 @@ import signal
 import time
 from datetime import timedelta
 
+from celery import current_app
 from django.conf import settings
 from django.db import DatabaseError, connection, connections
 from django.utils import timezone
 
-from relay.outbox import batch_claim
+from relay.outbox.sending import batch_claim
 
 logger = logging.getLogger(__name__)
+# Sent by name: relay/tasks.py imports this package (the batch's sending), so an import
+# of the task would close a circle.
+SEND_TASK = "relay.tasks.send_outbox_batch"
 
 CHANNEL = "relay_outbox"
 # The longest a wait lasts before the loop looks at its stop flag again.
@@ -45,14 +49,12 @@ class Mailer:
     # --- claiming and handing over ----------------------------------------------------
     def dispatch(self, *, reason: str, queued_before=None) -> int:
         """Claim one batch and hand it to a worker; returns its size."""
-        from relay.tasks import send_outbox_batch
-
         claim, ids = batch_claim(limit=self.limit, queued_before=queued_before)
         if not ids:
             return 0
         logger.info("claimed a batch of %d mail(s) (%s)", len(ids), reason)
         try:
-            send_outbox_batch.delay(str(claim), ids)
+            current_app.send_task(SEND_TASK, args=(str(claim), ids))
         except Exception:
             # The rows stay claimed; when the lease lapses any mailer claims them again.
             logger.exception("could not queue a batch of %d mail(s); it is claimed again after its lease (%d s)",

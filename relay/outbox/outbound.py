@@ -1,5 +1,5 @@
 """Sending mail from a mailbox (POST /mailboxes/{id}/messages): an outbox row, within the
-plan's quotas, sent by the mailer like every other mail (relay.outbox)."""
+plan's quotas, sent by the mailer like every other mail (relay.outbox.sending)."""
 from datetime import timedelta
 
 from django.db import transaction
@@ -11,7 +11,7 @@ from mailboxes.errors import Forbidden, NotFound, QuotaExceeded
 from mailboxes.models import Mailbox
 from mailboxes.quotas import quota
 from relay.models import OutboxKind, OutboxMail
-from relay.outbox import mail_queue
+from relay.outbox.sending import mail_queue
 
 DAY = timedelta(days=1)
 
