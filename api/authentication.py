@@ -5,8 +5,7 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions, permissions, throttling
 from rest_framework.settings import api_settings
 
-from api.client import client_address
-from relay.clients import client_group
+from api.client import client_group_of
 from mailboxes.keys import Caller, caller_for_secret
 
 # Longer than any key or token Relay issues: anything longer is refused unhashed.
@@ -78,7 +77,7 @@ class AnonymousCreateThrottle(throttling.AnonRateThrottle):
 
     def get_cache_key(self, request, view) -> str:
         # Per client address, also for the holder of a mailbox token.
-        return self.cache_format % {"scope": self.scope, "ident": client_group(client_address(request))}
+        return self.cache_format % {"scope": self.scope, "ident": client_group_of(request)}
 
 
 class AccountRouteThrottle(throttling.ScopedRateThrottle):
@@ -90,7 +89,7 @@ class AccountRouteThrottle(throttling.ScopedRateThrottle):
         return api_settings.DEFAULT_THROTTLE_RATES[self.scope]
 
     def get_cache_key(self, request, view) -> str:
-        return self.cache_format % {"scope": self.scope, "ident": client_group(client_address(request))}
+        return self.cache_format % {"scope": self.scope, "ident": client_group_of(request)}
 
 
 class BearerAuthenticationScheme(OpenApiAuthenticationExtension):

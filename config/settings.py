@@ -230,7 +230,7 @@ SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]
 AXES_FAILURE_LIMIT = 5
 AXES_COOLOFF_TIME = timedelta(minutes=15)
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
-AXES_CLIENT_IP_CALLABLE = "api.client.client_address"
+AXES_CLIENT_IP_CALLABLE = "api.client.client_group_of"
 AXES_RESET_ON_SUCCESS = True
 
 # --- REST API --------------------------------------------------------------------------

@@ -115,6 +115,18 @@ def test_admin_login_is_locked_out_after_five_failures(client, db):
     assert log_in("right-password").status_code == 429  # locked out, even with the right one
 
 
+def test_admin_login_guesses_from_one_ipv6_block_count_together(client, db):
+    User.objects.create_superuser("root", "root@example.com", "right-password")
+
+    def log_in(password: str, host: int):
+        return client.post("/admin/login/?next=/admin/", {"username": "root", "password": password},
+                           REMOTE_ADDR=f"2001:db8:7:8::{host:x}")
+
+    assert [log_in("wrong", host).status_code for host in range(1, 5)] == [200] * 4
+    assert log_in("wrong", 5).status_code == 429
+    assert log_in("right-password", 6).status_code == 429
+
+
 def test_the_admin_message_list_reads_no_message_bodies(admin_client, client_pro):
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
