@@ -80,7 +80,10 @@ class OpenWait:
         if self.counted_in != "redis":
             return
         try:
-            _redis().zadd(self.key, {self.member: time.time() + LEASE_SECONDS}, xx=True)
+            with _redis().pipeline(transaction=False) as pipe:
+                pipe.zadd(self.key, {self.member: time.time() + LEASE_SECONDS}, xx=True)
+                pipe.expire(self.key, LEASE_SECONDS)  # the set outlives its longest-lived member
+                pipe.execute()
         except redis.RedisError:
             pass  # lapses at worst, which lets one more wait in: never a refusal
 
