@@ -166,8 +166,8 @@ class EventsQuerySerializer(serializers.Serializer):
 
 
 # A mailbox as clients see it. A plain serializer with its fields declared, not a
-# ModelSerializer, which introspects the model on every instance: a quarter of a GET's
-# time in process (docs/benchmarks.md, "API").
+# ModelSerializer, which introspects the model on every instance, a large part of a
+# GET's time (docs/benchmarks.md, "API").
 class MailboxSerializer(serializers.Serializer):
     id = serializers.UUIDField(read_only=True)
     address = serializers.CharField(read_only=True, max_length=320)

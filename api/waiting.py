@@ -42,8 +42,8 @@ def sync_to_async(function):
 POLL_SECONDS = 0.5
 # With a live subscription no event is lost, so this is only a backstop; each time the
 # subscription (re)connects, every waiter looks at once (events may have been missed).
-# Looking every 5 s cost ordinary requests half their throughput with 500 waiters held
-# (bench/waiting.py); every 30 s costs little.
+# Looking often costs ordinary requests much of their throughput with hundreds of waiters
+# held; every 30 s costs little (docs/benchmarks.md, "Waiting and webhooks").
 RECHECK_SECONDS = 30.0
 HEARTBEAT_SECONDS = 15.0
 MAX_RESULTS = 50

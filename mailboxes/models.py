@@ -70,9 +70,9 @@ class Mailbox(models.Model):
     deleted_at = models.DateTimeField(null=True, blank=True)
     # SHA-256 of the anonymous creator's token, if any.
     token_hash = models.CharField(max_length=64, null=True, blank=True, unique=True)
-    # Kept in step with the messages by every insert and delete (relay.inbound.storing, the API), so
-    # reading a mailbox is one primary-key lookup: counting per read cost GET /mailboxes/{id}
-    # half its throughput (bench/api.py).
+    # Kept in step with the messages by every insert and delete (relay.inbound.storing, the
+    # API), so reading a mailbox is one primary-key lookup: counting per read is dear
+    # (docs/benchmarks.md, "API").
     message_count = models.PositiveIntegerField(default=0)
     # The bytes of the messages it holds (each counted in full, shared or not), kept in
     # step the same way: the plan's storage quota is checked against it.

@@ -88,11 +88,10 @@ def words_search_plan(words: str):
     planner does not charge for reading each content's words out of line (TOAST): left
     alone, for a word it expects in many messages it reads every word list, in a
     sequential scan or a full index scan, where the GIN index answers in a fraction of
-    the time (12 ms against 186 ms at 20,000 messages of 10 KB, and the scan grows
-    with the table; bench/search.py). And without parallel workers: starting them, each
-    hashing the owner's mailboxes, costs more than the search itself (a 1,000-match
-    count at 1,000,000 messages: 5 ms alone, 15 to 20 ms with two workers), and under
-    concurrent requests the cores are already busy."""
+    the time, and the scan grows with the table. And without parallel workers: starting
+    them, each hashing the owner's mailboxes, costs more than the search itself, and
+    under concurrent requests the cores are already busy. The figures are in
+    docs/benchmarks.md, "Message search"."""
     if not words or connection.vendor != "postgresql":
         yield
         return
@@ -172,7 +171,7 @@ def contents_words_owed() -> int:
 def mailbox_counts() -> dict[tuple[str, str], int]:
     """How many mailboxes are in each (status, cleanup state), for the operator's counts:
     one index-only pass over the index on (cleanup_state, status), grouped in its order.
-    COUNT(id), or a GROUP BY for each, would read the million-row table itself (119 ms
-    against 57 ms at 1,000,000 rows, bench/dashboard.py)."""
+    COUNT(id), or a GROUP BY for each, would read the table itself, twice as slow at a
+    million rows (docs/benchmarks.md, "The operator's first screen")."""
     rows = Mailbox.objects.order_by().values_list("cleanup_state", "status").annotate(n=Count("*"))
     return {(status, cleanup_state): n for cleanup_state, status, n in rows}

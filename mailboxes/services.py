@@ -177,8 +177,8 @@ def mailbox_label(*, mailbox: Mailbox, labels: dict) -> Mailbox:
 WORDS_TEXT_MAX = 100_000
 
 
-# The contents one transaction of contents_index_words takes: about 0.4 s of PostgreSQL's
-# time at 10 KB each (to_tsvector and the GIN entry, 2 ms a content).
+# The contents one transaction of contents_index_words takes: short enough that a search
+# waiting behind a worker's batch waits a fraction of a second (docs/benchmarks.md).
 WORDS_BATCH = 200
 
 
@@ -188,8 +188,8 @@ def contents_index_words(*, messages: QuerySet | None = None, skip_locked: bool 
     `messages` (a search's scope), or any. Returns how many. Nothing on SQLite, where `q`
     is a substring match and words stay null.
 
-    SMTP stores a message without its words: to_tsvector and the GIN entry were 4 of the
-    10 ms a 10 KB message took to store (bench/smtp_ingest.py), so they are owed, and a
+    SMTP stores a message without its words: to_tsvector and the GIN entry are the dearest
+    part of storing one (docs/benchmarks.md, "SMTP ingest"), so they are owed, and a
     worker writes them (relay.tasks.index_owed_words) in batches. A word search first
     indexes what its own scope owes (mailboxes.selectors.message_search), so it finds
     every message answered 250, as a list does.

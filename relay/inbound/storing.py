@@ -49,8 +49,9 @@ def recipient_mailbox(address: str) -> Recipient | None:
     The mailbox's own `expires_at` is checked here, with the same lazy expiry the API
     uses: a mailbox past its time is expired on the spot and refused, even if no worker
     has run yet. A suspended account's mailboxes refuse mail while it is suspended
-    (docs/api.md). One statement, written out rather than built by the ORM on every RCPT: building
-    it was a fifth of runsmtp's Python time (bench/smtp_ingest.py)."""
+    (docs/api.md). One statement, written out rather than built by the ORM on every RCPT,
+    where building it is a large share of runsmtp's time (docs/benchmarks.md, "SMTP
+    ingest")."""
     address = address.strip().lower()
     local_part, at, domain = address.rpartition("@")
     if not at or not local_part or domain not in settings.RELAY_DOMAINS or len(address) > 320:
@@ -126,8 +127,8 @@ def deliver_message(*, raw: bytes, mail_from: str, recipients: list[Recipient]) 
 
 def _insert(rows: list) -> None:
     """INSERT `rows` (instances of one model, without ids) in one statement and set their
-    ids, as bulk_create does, but without building the query anew for every message: the
-    ORM's query building was a third of deliver_message's Python time. Each value goes
+    ids, as bulk_create does, but without building the query anew for every message,
+    which is a large share of deliver_message's time (docs/benchmarks.md). Each value goes
     through its field's pre_save (auto_now_add) and preparation (JSON, bytes, times,
     UUIDs), as the ORM sends it."""
     meta = rows[0]._meta
