@@ -30,7 +30,8 @@ from mailboxes.ending import mailbox_delete
 from mailboxes.errors import NotFound
 from mailboxes.services import LABEL_FIELDS
 from relay.outbox.outbound import outbound_get, outbound_list, outbound_queue
-from relay.provisioning import mailbox_create
+from mailboxes.creation import mailbox_create
+from relay.backends import get_backend
 
 
 def _paginated(request, view, queryset, serializer_class) -> Response:
@@ -122,7 +123,8 @@ class MailboxCollectionView(APIView):
         body = _valid(MailboxCreateSerializer, request.data)
         caller = caller_of(request)
         # A mailbox token does not make its holder an owner: it creates anonymously.
-        mailbox, token = mailbox_create(caller=caller if caller and not caller.is_anonymous else None,
+        mailbox, token = mailbox_create(backend=get_backend(),
+                                        caller=caller if caller and not caller.is_anonymous else None,
                                         local_part=body.get("local_part"), domain=body.get("domain"),
                                         ttl_ms=body.get("ttl_ms"),
                                         labels={field: body[field] for field in LABEL_FIELDS if field in body})

@@ -47,10 +47,11 @@ def main() -> None:
     setup_django()
     from accounts.services import account_create_with_key
     from mailboxes.keys import Caller
-    from relay.provisioning import mailbox_create
+    from mailboxes.creation import mailbox_create
+    from relay.backends import get_backend
 
     owner, key = account_create_with_key(login="bench", plan="enterprise")  # 100,000 active mailboxes: the POST run makes thousands
-    mailbox, _ = mailbox_create(caller=Caller(owner=owner), local_part=None, domain=None, ttl_ms=3_600_000)
+    mailbox, _ = mailbox_create(backend=get_backend(), caller=Caller(owner=owner), local_part=None, domain=None, ttl_ms=3_600_000)
     server = (["config.asgi", "-k", "uvicorn_worker.UvicornWorker"] if args.server == "asgi" else ["config.wsgi"])
     web = spawn("gunicorn", [sys.executable, "-m", "gunicorn", *server, "-w", str(args.workers),
                              "-b", f"127.0.0.1:{PORT}", "--access-logfile", "-"], env={"RELAY_LOG_LEVEL": "WARNING"})

@@ -118,12 +118,13 @@ def ingest_cost(count: int) -> tuple[float, float]:
     from accounts.services import account_create_with_key
     from mailboxes.keys import Caller
     from mailboxes.services import contents_index_words
-    from relay.provisioning import mailbox_create
+    from mailboxes.creation import mailbox_create
+    from relay.backends import get_backend
     from relay.inbound.storing import deliver_message, recipient_mailbox
 
     name = f"ingest{random.randrange(10 ** 9)}"  # a run with --reuse makes its own
     owner, _ = account_create_with_key(login=name, plan="enterprise")
-    mailbox, _ = mailbox_create(caller=Caller(owner=owner), local_part=name, domain=None, ttl_ms=3_600_000)
+    mailbox, _ = mailbox_create(backend=get_backend(), caller=Caller(owner=owner), local_part=name, domain=None, ttl_ms=3_600_000)
     rng = random.Random(11)
     while contents_index_words():  # whatever an earlier run left owed is not this run's
         pass

@@ -168,10 +168,11 @@ def main() -> None:
     from accounts.services import account_create_with_key
     from mailboxes.keys import Caller
     from mailboxes.models import Mailbox, Message, MessageContent
-    from relay.provisioning import mailbox_create
+    from mailboxes.creation import mailbox_create
+    from relay.backends import get_backend
 
     owner, _ = account_create_with_key(login="bench", plan="pro")
-    addresses = [mailbox_create(caller=Caller(owner=owner), local_part=None, domain=None,
+    addresses = [mailbox_create(backend=get_backend(), caller=Caller(owner=owner), local_part=None, domain=None,
                                 ttl_ms=3_600_000)[0].address for _ in range(50)]
 
     bare = spawn("smtp-bare", [sys.executable, "-c", BARE_SERVER], ready="ready")

@@ -156,10 +156,11 @@ def main() -> None:
 
     from accounts.services import account_create_with_key
     from mailboxes.keys import Caller
-    from relay.provisioning import mailbox_create
+    from mailboxes.creation import mailbox_create
+    from relay.backends import get_backend
 
     owner, key = account_create_with_key(login="bench", plan="enterprise")
-    make = lambda: mailbox_create(caller=Caller(owner=owner), local_part=None, domain=None,  # noqa: E731
+    make = lambda: mailbox_create(backend=get_backend(), caller=Caller(owner=owner), local_part=None, domain=None,  # noqa: E731
                                   ttl_ms=3_600_000)[0]
     target, quiet = make(), [make() for _ in range(50)]
     quiet_ids = [mailbox.id for mailbox in quiet]

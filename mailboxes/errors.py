@@ -19,6 +19,12 @@ class AddressTaken(Conflict):
     default_message = "That address has already been used."
 
 
+class BackendFailure(Exception):
+    """A call to the mail backend failed. The kinds (transient, permanent) are the
+    backends' own (relay/backends/errors.py); creating a mailbox only needs to know that
+    the call failed."""
+
+
 class BackendUnavailable(RelayError):
     default_message = "The mail backend could not provision the mailbox; try again later."
 

@@ -26,7 +26,7 @@ class AddressReservation(models.Model):
 
 
 class MailboxStatus(models.TextChoices):
-    # Written before the backend is asked to provision it (relay/provisioning.py):
+    # Written before the backend is asked to provision it (mailboxes/creation.py):
     # invisible to the API, refusing mail, and owing a deprovision if it never
     # becomes active.
     PROVISIONING = "provisioning"

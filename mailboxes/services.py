@@ -1,6 +1,6 @@
 """What can be done to a mailbox: reserve its address and record it, activate it, renew
-it, read and delete its mail. Provisioning it on the mail backend is relay's business
-(relay/provisioning.py); ending it is in mailboxes/ending.py."""
+it, read and delete its mail. Creating it crash-safe on the mail backend is
+mailboxes/creation.py; ending it is mailboxes/ending.py."""
 import logging
 import secrets
 import string

@@ -1,6 +1,6 @@
 """Reconciliation: accounts on the mail backend that no live Relay mailbox owns.
 
-Crash-safe creation (relay/provisioning.py) means Relay itself leaves none behind; this
+Crash-safe creation (mailboxes/creation.py) means Relay itself leaves none behind; this
 finds what came before it, or what someone made on the backend by hand. An account is
 owned while a mailbox row with its address is provisioning or active, or still owes its
 cleanup (pending, running, or dead and waiting for an operator): those the cleanup

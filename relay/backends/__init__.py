@@ -40,7 +40,7 @@ class MailBackend(Protocol):
     name: str
     # Whether provision() makes something outside Relay (an account on a mail server)
     # that a crash could leave without an owner. Only then is a mailbox written as
-    # `provisioning` first (relay/provisioning.py).
+    # `provisioning` first (mailboxes/creation.py).
     keeps_accounts: bool
     # The longest one provision() call can take, all its requests and timeouts together.
     # A mailbox being provisioned is leased for at least this long, so a sweep never

@@ -5,10 +5,11 @@ retry may fix, PermanentBackendError for what it will not. Their own module, bel
 backends and the limiter, so that each imports them without importing the other."""
 import functools
 
+from mailboxes.errors import BackendFailure
 from relay.metrics import BACKEND_CALLS
 
 
-class BackendError(Exception):
+class BackendError(BackendFailure):
     """Anything a backend call can fail with; one of the two kinds below."""
 
 

@@ -1,4 +1,5 @@
-"""Creating a mailbox on the mail backend, crash-safe.
+"""Creating a mailbox, crash-safe: the start of its lifecycle, which ends in
+mailboxes/ending.py.
 
 The row comes first: the address is reserved and the mailbox written as `provisioning`,
 leased, before `provision()` is called. Success makes it `active`. A failure makes it
@@ -14,11 +15,10 @@ from django.conf import settings
 from django.utils import timezone
 
 from mailboxes.ending import provisionings_abandon
-from mailboxes.errors import BackendUnavailable
+from mailboxes.errors import BackendFailure, BackendUnavailable
 from mailboxes.keys import Caller
 from mailboxes.models import Mailbox
 from mailboxes.services import mailbox_activate, mailbox_insert
-from relay.backends import BackendError, get_backend
 
 logger = logging.getLogger(__name__)
 
@@ -29,12 +29,12 @@ def provision_lease_seconds(backend) -> float:
     return settings.RELAY_CLEANUP_LEASE_SECONDS + backend.provision_seconds_max
 
 
-def mailbox_create(*, caller: Caller | None, local_part: str | None, domain: str | None,
+def mailbox_create(*, backend, caller: Caller | None, local_part: str | None, domain: str | None,
                    ttl_ms: int | None, labels: dict | None = None) -> tuple[Mailbox, str | None]:
-    """Create a mailbox, provisioned on the mail backend. Returns it and, for an anonymous
-    caller, its token (shown once). Raises AddressTaken, InvalidRequest, or
+    """Create a mailbox, provisioned on `backend` (relay.backends.get_backend(): the
+    caller hands it in, as the backends sit above this app). Returns it and, for an
+    anonymous caller, its token (shown once). Raises AddressTaken, InvalidRequest, or
     BackendUnavailable (the address then stays reserved, and nothing else is kept)."""
-    backend = get_backend()
     if not backend.keeps_accounts:
         # Nothing outside Relay to create, so nothing a crash could orphan: the row is
         # the whole mailbox, written active in one transaction.
@@ -49,7 +49,7 @@ def mailbox_create(*, caller: Caller | None, local_part: str | None, domain: str
     settled_by = started + timedelta(seconds=backend.provision_seconds_max)
     try:
         backend_id = backend.provision(mailbox)
-    except BackendError as exc:
+    except BackendFailure as exc:
         provisionings_abandon(mailbox_ids=[mailbox.id], reason=str(exc), not_before=settled_by)
         raise BackendUnavailable() from exc
     except Exception as exc:
