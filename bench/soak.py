@@ -123,7 +123,9 @@ class Stack:
         self._read_to, self._levels = 0, collections.Counter()
         LOGS.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **env, "RELAY_WEB_PORT": str(self.web_port), "RELAY_SMTP_PORT": str(self.smtp_port),
-               "RELAY_VAR_DIR": "var/soak", "RELAY_RUN_IN_FOREGROUND": "1"}
+               "RELAY_VAR_DIR": "var/soak", "RELAY_RUN_IN_FOREGROUND": "1",
+               # One key holds every client's waits: the soak measures the stack, not the cap.
+               "RELAY_MAX_OPEN_WAITS": "10000"}
         self.proc = subprocess.Popen(["scripts/run.sh"], cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
                                      stdout=self.log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
         self.url = f"http://127.0.0.1:{self.web_port}"
