@@ -34,6 +34,8 @@ PARSE_SECONDS = 1.0
 # parsed fields would be cut to MAX_HEADER_CHARS anyway.
 MAX_HEADER_SECTION_BYTES = MAX_HEADERS * 1024
 BOUNDARY_LINE = re.compile(rb"^--", re.MULTILINE)
+# How the parser keeps a byte it could not decode as ASCII: a lone surrogate.
+ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
 
 
 @dataclass
@@ -61,7 +63,7 @@ def unescape_8bit(value: str) -> str:
     UTF-8 (RFC 6532, which SMTPUTF8 announces, and what most senders write anyway), else
     as Latin-1, which maps every byte to a character and so loses none. The parser keeps
     such bytes as surrogate escapes; left alone they end up as U+FFFD."""
-    if not any("\udc80" <= char <= "\udcff" for char in value):
+    if not ESCAPED_BYTE.search(value):
         return value
     data = value.encode("utf-8", "surrogateescape")
     try:
