@@ -161,8 +161,9 @@ async def _start(request, mailbox_id, query_serializer) -> tuple[Principal, dict
 
 
 def _error_response(exc: Exception) -> JsonResponse:
-    """The §5 error body for what the async views can meet: bad credentials (401/403),
-    a bad query (400) or a domain error (404, 410)."""
+    """The error body (docs/api.md, "Errors") for what the async views can meet: bad
+    credentials (401/403), a bad query (400), a domain error (404, 410) or too many open
+    waits (429)."""
     if isinstance(exc, exceptions.APIException) and not isinstance(exc, exceptions.ValidationError):
         response = JsonResponse(error_body(exc.status_code, str(exc.detail)), status=exc.status_code)
         if exc.status_code == 401:
