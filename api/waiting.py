@@ -142,6 +142,11 @@ def _count_after(mailbox, after: int, search: dict) -> int:
         return _messages_after(mailbox, after, search).count()
 
 
+def _check_cursor(caller, mailbox_id, after: int) -> None:
+    mailbox = selectors.mailbox_get_active(caller=caller, mailbox_id=mailbox_id)
+    selectors.message_cursor_check(messages=selectors.message_list(mailbox=mailbox), after=after)
+
+
 def _look(request, mailbox_id, after: int, ascending: bool, page: int = 1, size: int = MAX_RESULTS,
           search: dict | None = None):
     """The mailbox as it is now (expired on the spot if due: raises MailboxExpired) and
@@ -180,8 +185,11 @@ async def wait_for_messages(request, mailbox_id):
     place = None
     try:
         caller, query = await _start(request, mailbox_id, WaitQuerySerializer)
-        after = query.get("after") or 0
         search = WaitQuerySerializer.filters(query)
+        # Checked once, here; each look then only asks for ids above it.
+        after = search.pop("after") or 0
+        if after:
+            await sync_to_async(_check_cursor)(caller, mailbox_id, after)
         deadline = time.monotonic() + query["wait"]
         place = OpenWait(caller_key(caller))
         await sync_to_async(place.take)()

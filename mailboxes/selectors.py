@@ -118,8 +118,7 @@ def message_search(*, caller: Caller | None, mailbox: Mailbox | None = None, wor
     messages = Message.objects.filter(mailbox=mailbox) if mailbox is not None else \
         Message.objects.filter(mailbox__in=mailboxes_visible_to(caller))
     if after:
-        if not messages.filter(id=after).exists():
-            raise InvalidRequest(f"Message {after} is not one of these messages.", field="after")
+        message_cursor_check(messages=messages, after=after)
         # Ids grow with each message stored, so "after" in ids is "received after".
         messages = messages.filter(id__gt=after)
     if words:
@@ -140,6 +139,12 @@ def message_search(*, caller: Caller | None, mailbox: Mailbox | None = None, wor
     if unread:
         messages = messages.filter(is_read=False)
     return messages.order_by("-received_at", "-id")
+
+
+def message_cursor_check(*, messages: QuerySet, after: int) -> None:
+    """InvalidRequest naming `after` unless message `after` is one of `messages`."""
+    if not messages.filter(id=after).exists():
+        raise InvalidRequest(f"Message {after} is not one of these messages.", field="after")
 
 
 def message_get(*, mailbox: Mailbox, message_id: int) -> Message:
