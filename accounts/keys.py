@@ -58,30 +58,28 @@ def api_key_revoke(*, account: Account, key_id: int) -> None:
 # out after RELAY_KEY_CACHE_SECONDS, in case a revocation could not be announced.
 # Bounded: past KEY_CACHE_MAX_ENTRIES it starts over.
 KEY_CACHE_MAX_ENTRIES = 10_000
-_key_cache: dict[str, tuple[float, ApiKey]] = {}
-_key_cache_version: int | None = None
+# digest -> (fresh until, the revocation counter read before its row was, the key)
+_key_cache: dict[str, tuple[float, int, ApiKey]] = {}
 
 
 def api_key_for_hash(digest: str) -> ApiKey | None:
     """The unrevoked key with this hash and its account (`api_key.account`), or None.
-    From the cache while no revocation has been announced; every caller gets its own
-    copy of the account, so no request sees another's changes to it."""
-    global _key_cache_version
+    From the cache while no revocation has been announced since the entry's row was read;
+    every caller gets its own copy of the account, so no request sees another's changes
+    to it."""
     lifetime = settings.RELAY_KEY_CACHE_SECONDS
-    # Read before the database: an entry is tagged with a counter from before its row was
-    # read, so a revocation that commits in between moves the counter past the tag.
+    # Read before the database, and kept with the entry: a revocation that commits
+    # between this read and the row's moves the counter past the entry's, so no thread's
+    # entry outlives it, whatever order the threads of this process run in.
     version = revocations.current() if lifetime > 0 else None
-    if version is None or version != _key_cache_version:
-        _key_cache.clear()
-        _key_cache_version = version
     entry = _key_cache.get(digest)
-    if entry is not None and entry[0] > time.monotonic():
-        return _key_copy(entry[1])
+    if entry is not None and version is not None and entry[1] == version and entry[0] > time.monotonic():
+        return _key_copy(entry[2])
     api_key = ApiKey.objects.select_related("account").filter(key_hash=digest, revoked_at=None).first()
     if api_key is not None and version is not None:
         if len(_key_cache) >= KEY_CACHE_MAX_ENTRIES:
             _key_cache.clear()
-        _key_cache[digest] = (time.monotonic() + lifetime, _key_copy(api_key))
+        _key_cache[digest] = (time.monotonic() + lifetime, version, _key_copy(api_key))
     elif entry is not None:
         _key_cache.pop(digest, None)
     return api_key
@@ -97,7 +95,7 @@ def _key_copy(api_key: ApiKey) -> ApiKey:
 def key_revoked(*, account_id: int) -> None:
     """After a key of the account, or the account itself, was revoked or suspended: this
     process forgets its keys now, and every other process before its next request."""
-    for digest, (_, api_key) in list(_key_cache.items()):
+    for digest, (_, _, api_key) in list(_key_cache.items()):
         if api_key.account_id == account_id:
             _key_cache.pop(digest, None)
     revocations.announce()
@@ -114,4 +112,4 @@ def api_key_touch(*, api_key: ApiKey) -> None:
         ApiKey.objects.filter(id=api_key.id).update(last_used_at=now)
         entry = _key_cache.get(api_key.key_hash)
         if entry is not None:  # so the cached copy does not ask again before it expires
-            entry[1].last_used_at = now
+            entry[2].last_used_at = now

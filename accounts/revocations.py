@@ -4,8 +4,8 @@
 Each web process keeps what a key resolved to (accounts.services), so a request costs no
 key lookup. What makes that safe is one counter in Redis that every revocation raises
 after it commits: a deleted key, the keys a recovery replaces, a suspension. A process
-reads the counter on every request (one GET) and, when it has moved, forgets every key
-it holds before it looks again. The same revocation is PUBLISHed on `relay:revoked`, so
+reads the counter on every request (one GET) and trusts a cached key only if the counter
+still reads what it read just before that key's row was loaded. The same revocation is PUBLISHed on `relay:revoked`, so
 the web processes wake their held waits and event streams, which then authenticate
 again and end.
 

@@ -366,6 +366,22 @@ def test_an_announced_revocation_empties_the_cache_before_the_next_request(api, 
     assert owner.get("/api/v1/whoami").status_code == 401
 
 
+def test_an_entry_stored_by_a_thread_that_read_the_counter_before_a_revocation_is_not_trusted(
+        api, active, settings):
+    """Two threads of one web process: A reads the counter, then the key's row (still
+    valid); the revocation commits and is announced; B serves a request; only then does A
+    store its entry. That entry must not be served after the revocation."""
+    settings.RELAY_KEY_CACHE_SECONDS = 60
+    digest = keys.hash_key(active)
+    assert keys.api_key_for_hash(digest) is not None
+    stale_entry = keys._key_cache[digest]  # what thread A is about to store
+    ApiKey.objects.update(revoked_at=datetime.now(dt_timezone.utc))
+    revocations._announce_now()
+    assert keys.api_key_for_hash(keys.hash_key("rk_some-other-key")) is None  # thread B's request
+    keys._key_cache[digest] = stale_entry  # thread A stores late
+    assert keys.api_key_for_hash(digest) is None
+
+
 def test_without_redis_no_key_is_cached(api, active, settings):
     settings.RELAY_KEY_CACHE_SECONDS = 60
     settings.RELAY_EVENTS_REDIS_URL = ""
