@@ -95,7 +95,9 @@ def mailboxes_expire_due(*, mailbox_ids: list, now: datetime | None = None, publ
         event_happened.send(sender=Mailbox, event="mailbox.expired", mailbox_ids=expired)
         if publish:
             publish_after_commit(expired)
-        wakeups.publish_after_commit(expired, "ended")
+            # The sweep (publish=False) wakes no one: a waiter already wakes itself at its
+            # mailbox's expires_at, and a burst would otherwise publish once per mailbox.
+            wakeups.publish_after_commit(expired, "ended")
     logger.info("expired %d mailbox(es)", len(expired))
     return expired
 

@@ -28,7 +28,7 @@ from django.utils import timezone
 from accounts.models import TokenAction
 from accounts.services import token_usable
 from mailboxes.models import MailboxStatus
-from relay.models import KIND_PRIORITY, OutboxKind, OutboxMail, OutboxStatus
+from relay.models import KIND_PRIORITY, OutboxMail, OutboxStatus
 
 logger = logging.getLogger(__name__)
 
