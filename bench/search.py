@@ -13,7 +13,6 @@ of 100,000.
 """
 import argparse
 import random
-import statistics
 import sys
 import time
 

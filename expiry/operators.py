@@ -4,12 +4,11 @@ import uuid
 from collections import Counter
 from datetime import datetime, timedelta
 
-from django.db import transaction
 from django.db.models import Count, Min
 from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
-from mailboxes.ending import cleanup_pending_fields, publish_after_commit
+from mailboxes.ending import CLEANUPS, cleanup_pending_fields, publish_after_commit
 from mailboxes.models import CleanupState, Mailbox, MailboxStatus
 from mailboxes.selectors import mailbox_counts
 
@@ -22,14 +21,8 @@ REPORTED_STATUSES = (MailboxStatus.ACTIVE, MailboxStatus.EXPIRED, MailboxStatus.
 def cleanup_requeue(*, mailbox_ids: list) -> list:
     """The operator's "retry cleanup": queue these dead letters again with a fresh
     attempt count. Returns the ids requeued."""
-    if not mailbox_ids:
-        return []
-    claim = uuid.uuid4()
-    with transaction.atomic():
-        Mailbox.objects.filter(id__in=mailbox_ids, cleanup_state=CleanupState.DEAD).update(
-            cleanup_attempts=0, **cleanup_pending_fields(now=timezone.now(), claim=claim))
-        requeued = list(Mailbox.objects.filter(id__in=mailbox_ids, cleanup_claim=claim).values_list("id", flat=True))
-        publish_after_commit(requeued)
+    requeued = CLEANUPS.requeue(mailbox_ids, **cleanup_pending_fields(now=timezone.now(), claim=uuid.uuid4()))
+    publish_after_commit(requeued)
     if requeued:
         logger.info("requeued %d dead letter(s)", len(requeued))
     return requeued

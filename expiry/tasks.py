@@ -5,7 +5,8 @@ from celery import shared_task
 from django.conf import settings
 
 from expiry import cleanup, purge, sweep as sweeping
-from relay.backends import NoBackendSlot, TransientBackendError, retry_wait_max_seconds
+from mailboxes.ending import CLEANUPS
+from relay.backends import NoBackendSlot, TransientBackendError
 
 # The cleanup's lease must outlive the task: if the hard time limit could exceed the
 # lease, a sweep might hand the cleanup to a second worker while the first still runs.
@@ -15,33 +16,23 @@ _LEASE = settings.RELAY_CLEANUP_LEASE_SECONDS
 EARLY_RETRY_SECONDS = 0.05
 
 
-@shared_task(
-    bind=True,
-    acks_late=True,
-    autoretry_for=(TransientBackendError,),
-    max_retries=settings.RELAY_CLEANUP_MAX_RETRIES,
-    retry_backoff=settings.RELAY_CLEANUP_RETRY_BACKOFF_SECONDS,
-    retry_backoff_max=settings.RELAY_CLEANUP_RETRY_BACKOFF_MAX_SECONDS,
-    retry_jitter=True,
-    soft_time_limit=_LEASE // 2,
-    time_limit=_LEASE * 3 // 4,
-)
+@shared_task(bind=True, acks_late=True, max_retries=settings.RELAY_CLEANUP_MAX_RETRIES,
+             soft_time_limit=_LEASE // 2, time_limit=_LEASE * 3 // 4)
 def expire_mailbox(self, mailbox_id: str) -> str:
     """Deprovision one expired or deleted mailbox; see expiry.cleanup.mailbox_cleanup.
 
     With no slot free under the backend limit, the cleanup steps aside unattempted and a
     fresh copy of the task comes back later: a wait, not a retry, so it spends none of
     max_retries. A backend that answered with Retry-After is retried no sooner than that."""
+    retries = self.request.retries
     try:
-        outcome = cleanup.mailbox_cleanup(mailbox_id=uuid.UUID(mailbox_id),
-                                          retry_wait_max_seconds=retry_wait_max_seconds(self.request.retries))
+        outcome = cleanup.mailbox_cleanup(mailbox_id=uuid.UUID(mailbox_id), retries=retries)
     except NoBackendSlot as exc:
         self.apply_async(args=(mailbox_id,), countdown=exc.retry_after)
         return "waiting"
     except TransientBackendError as exc:
-        if exc.retry_after and self.request.retries < self.max_retries:
-            raise self.retry(exc=exc, countdown=max(exc.retry_after, retry_wait_max_seconds(self.request.retries)))
-        raise
+        # The row was released for this retry, leased for its longest wait (owed/).
+        raise self.retry(exc=exc, countdown=CLEANUPS.retry_delay(retries, at_least=exc.retry_after or 0))
     if outcome == cleanup.CleanupOutcome.EARLY:
         self.apply_async(args=(mailbox_id,), countdown=EARLY_RETRY_SECONDS)
     return outcome.value

@@ -12,7 +12,7 @@ the cleanup again.
 """
 import logging
 import uuid
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from celery import current_app
 from django.conf import settings
@@ -23,13 +23,25 @@ from mailboxes import wakeups
 from mailboxes.models import CleanupState, Mailbox, MailboxStatus
 from mailboxes.quotas import give_back_mailbox_slots
 from mailboxes.signals import event_happened
+from owed import OwedWork
 
 logger = logging.getLogger(__name__)
 
+# A mailbox's cleanup is owed work (owed/, docs/architecture.md): expiry.cleanup takes
+# and settles it, the sweep and the admin requeue it.
+CLEANUPS = OwedWork(
+    model=Mailbox, state="cleanup_state", prefix="cleanup_",
+    owed=CleanupState.PENDING, running=CleanupState.RUNNING, dead=CleanupState.DEAD,
+    max_retries=lambda: settings.RELAY_CLEANUP_MAX_RETRIES,
+    backoff_seconds=lambda: settings.RELAY_CLEANUP_RETRY_BACKOFF_SECONDS,
+    backoff_max_seconds=lambda: settings.RELAY_CLEANUP_RETRY_BACKOFF_MAX_SECONDS,
+    lease_seconds=lambda: settings.RELAY_CLEANUP_LEASE_SECONDS,
+)
 
 
-def cleanup_lease_until(now: datetime, *, extra_seconds: float = 0) -> datetime:
-    return now + timedelta(seconds=settings.RELAY_CLEANUP_LEASE_SECONDS + extra_seconds)
+
+def cleanup_lease_until(now: datetime) -> datetime:
+    return CLEANUPS.lease(now)
 
 
 def cleanup_pending_fields(*, now: datetime, claim: uuid.UUID, not_before: datetime | None = None) -> dict:

@@ -7,15 +7,14 @@ cleanup (pending, running, or dead and waiting for an operator): those the clean
 machinery sees to. Listing comes first and destroying after, since destroying while
 paging would shift the pages."""
 import logging
-import random
 import time
 from dataclasses import dataclass, field
 
-from django.conf import settings
 from django.db.models import Q
 
 from mailboxes.models import CleanupState, Mailbox, MailboxStatus
-from relay.backends import TransientBackendError, get_backend, retry_wait_max_seconds
+from mailboxes.ending import CLEANUPS
+from relay.backends import TransientBackendError, get_backend
 
 logger = logging.getLogger(__name__)
 
@@ -64,18 +63,17 @@ def _unowned(accounts: list[tuple[str, str]]) -> list[Orphan]:
 
 
 def _destroy_with_retries(orphan: Orphan) -> None:
-    """Deprovision with the cleanups' retry rules: RELAY_CLEANUP_MAX_RETRIES retries of a
-    transient error, backing off from RELAY_CLEANUP_RETRY_BACKOFF_SECONDS, doubling,
-    with full jitter; a permanent error is final at once."""
+    """Deprovision with the cleanups' retry rules (mailboxes.ending.CLEANUPS): their
+    number of attempts, their backoff with full jitter; a permanent error is final at once."""
     backend = get_backend()
-    for retry in range(settings.RELAY_CLEANUP_MAX_RETRIES + 1):
+    for attempt in range(1, CLEANUPS.max_attempts() + 1):
         try:
             backend.deprovision(orphan)
             return
         except TransientBackendError:
-            if retry == settings.RELAY_CLEANUP_MAX_RETRIES:
+            if not CLEANUPS.has_retry_left(attempt):
                 raise
-            time.sleep(random.uniform(0, retry_wait_max_seconds(retry)))
+            time.sleep(CLEANUPS.retry_delay(attempt - 1))
 
 
 def reconcile(*, domains: list[str], destroy: bool) -> ReconcileResult:

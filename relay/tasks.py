@@ -15,21 +15,20 @@ logger = logging.getLogger(__name__)
 
 
 @shared_task(
+    bind=True,
     acks_late=True,
-    autoretry_for=(outbox.RetryableBatch,),
     max_retries=settings.RELAY_SEND_MAX_RETRIES,
-    retry_backoff=settings.RELAY_SEND_RETRY_BACKOFF_SECONDS,
-    # A retry must come before the batch's lease lapses, or a mailer would claim the
-    # batch again meanwhile (harmless: the outcome is a compare-and-set on the claim).
-    retry_backoff_max=max(1, settings.RELAY_MAILER_LEASE_SECONDS // 2),
-    retry_jitter=True,
-    # Below the lease too: a batch that runs this long is cut off and claimed again.
+    # Below the lease: a batch that runs this long is cut off and claimed again.
     soft_time_limit=max(30, settings.RELAY_MAILER_LEASE_SECONDS * 8 // 10),
     time_limit=max(40, settings.RELAY_MAILER_LEASE_SECONDS * 9 // 10),
 )
-def send_outbox_batch(claim: str, mail_ids: list[int]) -> dict:
-    """Send one batch the mailer claimed; see relay.outbox.batch_send."""
-    return outbox.batch_send(claim=uuid.UUID(claim), mail_ids=mail_ids)
+def send_outbox_batch(self, claim: str, mail_ids: list[int]) -> dict:
+    """Send one batch the mailer claimed; see relay.outbox.sending.batch_send."""
+    try:
+        return outbox.batch_send(claim=uuid.UUID(claim), mail_ids=mail_ids, again=self.request.retries > 0)
+    except outbox.RetryableBatch as exc:
+        # The mails to retry stay held, leased past the retry's wait (owed/).
+        raise self.retry(exc=exc, countdown=outbox.OUTBOX.retry_delay(self.request.retries))
 
 
 @shared_task(acks_late=True)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tests.helpers import ROOT
 
-APPS = ("api", "expiry", "webhooks", "relay", "mailboxes", "accounts", "config")
+APPS = ("api", "expiry", "webhooks", "relay", "mailboxes", "accounts", "owed", "config")
 
 
 def lint_imports(tree: Path) -> subprocess.CompletedProcess:

@@ -12,7 +12,7 @@ import time
 import pytest
 from django.db import connection, connections
 
-from mailboxes.models import Mailbox, Message, MessageContent
+from mailboxes.models import Message, MessageContent
 from relay.inbound import server as relay_smtp
 from relay.inbound.parsing import parse_message
 from tests.conftest import _test_database_url, free_port

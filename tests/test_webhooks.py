@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from django.utils import timezone
 
-from expiry.cleanup import _record_outcome
+from expiry.cleanup import _record_dead
 from mailboxes.ending import mailbox_delete, mailboxes_force_expire
 from mailboxes.models import CleanupState, Mailbox
 from tests import mail_corpus
@@ -126,7 +126,7 @@ def test_expiry_deletion_and_dead_cleanups_are_recorded_as_deliveries(client_pro
     claim = uuid.uuid4()
     Mailbox.objects.filter(id=first["id"]).update(cleanup_state=CleanupState.RUNNING, cleanup_claim=claim,
                                                   cleanup_attempts=4, cleanup_last_error="HTTP 503")
-    _record_outcome(first["id"], claim, CleanupState.DEAD, error="HTTP 503 four times")
+    _record_dead(first["id"], claim, "HTTP 503 four times")
     events = {(d.event, d.payload["data"]["mailbox"]["id"]) for d in WebhookDelivery.objects.all()}
     assert events == {("mailbox.expired", first["id"]), ("mailbox.deleted", second["id"]),
                       ("cleanup.dead", first["id"])}

@@ -15,12 +15,12 @@ import json
 import logging
 import time
 import uuid
-from datetime import timedelta
 
 from django.conf import settings
-from django.db.models import Count, F, Q
+from django.db.models import Count
 from django.utils import timezone
 
+from owed import OwedWork
 from webhooks import signing
 from webhooks.models import DeliveryStatus, Webhook, WebhookDelivery
 from webhooks.transport import DeliveryTimedOut, PrivateAddress, TransportFailed, post
@@ -34,39 +34,33 @@ class RetryableDelivery(Exception):
     """The receiver could not take it now; a later attempt may."""
 
 
-def _lease(seconds: float) -> "timezone.datetime":
-    return timezone.now() + timedelta(seconds=seconds)
-
-
-def _claim(delivery_id: int) -> uuid.UUID | None:
-    """Take the delivery for this run, counting the attempt; None if it is not owed, or
-    another run holds it (its claim is set and its lease has not lapsed)."""
-    claim = uuid.uuid4()
-    now = timezone.now()
-    taken = WebhookDelivery.objects.filter(
-        Q(claim=None) | Q(lease_until__lte=now), id=delivery_id, status=DeliveryStatus.PENDING,
-    ).update(claim=claim, lease_until=_lease(settings.RELAY_WEBHOOK_TIMEOUT_SECONDS * 2 + 30),
-             attempts=F("attempts") + 1)
-    return claim if taken else None
-
-
-def _finish(delivery_id: int, held_by: uuid.UUID, **changes) -> None:
-    """Write an outcome, if this run still holds the delivery (a run whose lease lapsed
-    mid-call loses it to the one the sweep queued)."""
-    WebhookDelivery.objects.filter(id=delivery_id, claim=held_by).update(**changes)
+# A delivery is owed work (owed/, docs/architecture.md). It has no running state: a run
+# holds a pending delivery by its claim, until its lease lapses.
+DELIVERIES = OwedWork(
+    model=WebhookDelivery, state="status",
+    owed=DeliveryStatus.PENDING, running=DeliveryStatus.PENDING, dead=DeliveryStatus.FAILED,
+    max_retries=lambda: settings.RELAY_WEBHOOK_MAX_RETRIES,
+    backoff_seconds=lambda: settings.RELAY_WEBHOOK_RETRY_BACKOFF_SECONDS,
+    backoff_max_seconds=lambda: settings.RELAY_WEBHOOK_RETRY_BACKOFF_MAX_SECONDS,
+    # One call's deadline twice over, and a margin.
+    lease_seconds=lambda: settings.RELAY_WEBHOOK_TIMEOUT_SECONDS * 2 + 30,
+)
 
 
 def deliver(*, delivery_id: int) -> str:
     """One attempt at delivery `delivery_id`. Returns its outcome; raises
     RetryableDelivery when a later attempt should be made."""
-    claim = _claim(delivery_id)
-    if claim is None:
+    taken = DELIVERIES.take_one(delivery_id)
+    if taken is None:
         return "skipped"
+    claim, _ = taken
     delivery = WebhookDelivery.objects.select_related("webhook").get(id=delivery_id)
     webhook = delivery.webhook
     if webhook.disabled_at is not None:
-        _finish(delivery_id, claim, status=DeliveryStatus.FAILED, claim=None, lease_until=None,
-                last_error=f"the webhook is disabled: {webhook.disabled_reason}")
+        DELIVERIES.dead_letter(delivery_id, claim, error=f"the webhook is disabled: {webhook.disabled_reason}")
+        return "failed"
+    if DELIVERIES.overspent(delivery.attempts):
+        DELIVERIES.dead_letter(delivery_id, claim, error="gave up: the worker running the last attempt was lost")
         return "failed"
     body = json.dumps(delivery.payload, separators=(",", ":")).encode()
     status_code, error = None, ""
@@ -87,10 +81,9 @@ def deliver(*, delivery_id: int) -> str:
 
 
 def _record(delivery: WebhookDelivery, claim: uuid.UUID, status_code: int | None, error: str) -> str:
-    common = {"last_status_code": status_code, "last_error": error}
     if status_code is not None and 200 <= status_code < 300:
-        _finish(delivery.id, claim, status=DeliveryStatus.DELIVERED, delivered_at=timezone.now(), claim=None,
-                lease_until=None, **common)
+        DELIVERIES.settle(delivery.id, claim, state=DeliveryStatus.DELIVERED, delivered_at=timezone.now(),
+                          last_status_code=status_code, error="")
         logger.info("delivered %s %s to webhook %s", delivery.event, delivery.message_id, delivery.webhook_id)
         return "delivered"
     if status_code == 410:
@@ -99,15 +92,16 @@ def _record(delivery: WebhookDelivery, claim: uuid.UUID, status_code: int | None
         logger.warning("webhook %s answered 410 Gone: disabled", delivery.webhook_id)
     retryable = not error.startswith("refused:") and (
         status_code is None or status_code in RETRY_STATUSES or status_code >= 500)
-    attempts = delivery.attempts  # read after the claim counted this attempt
-    if retryable and attempts <= settings.RELAY_WEBHOOK_MAX_RETRIES:
+    attempts = delivery.attempts  # read after the take counted this attempt
+    if retryable and DELIVERIES.has_retry_left(attempts):
         # Released for the retry, and leased for as long as the retry may wait: a retry the
         # broker loses lapses back to the sweep.
-        _finish(delivery.id, claim, claim=None, lease_until=_lease(settings.RELAY_WEBHOOK_RETRY_BACKOFF_MAX_SECONDS
-                                                                    + settings.RELAY_WEBHOOK_LEASE_SECONDS), **common)
+        DELIVERIES.release(delivery.id, claim, error=error, last_status_code=status_code,
+                           hold_seconds=DELIVERIES.longest_retry_wait(attempts - 1)
+                           + settings.RELAY_WEBHOOK_LEASE_SECONDS)
         logger.warning("webhook delivery %s failed (attempt %d), will retry: %s", delivery.id, attempts, error)
         raise RetryableDelivery(error)
-    _finish(delivery.id, claim, status=DeliveryStatus.FAILED, claim=None, lease_until=None, **common)
+    DELIVERIES.dead_letter(delivery.id, claim, error=error, last_status_code=status_code)
     logger.error("webhook delivery %s failed for good (a dead letter in the admin): %s", delivery.id, error)
     return "failed"
 
@@ -115,29 +109,23 @@ def _record(delivery: WebhookDelivery, claim: uuid.UUID, status_code: int | None
 def lapsed_requeue(*, limit: int = 500) -> list[int]:
     """The sweep's safety net: pending deliveries whose lease lapsed (their task was lost
     with a worker or a broker) get a fresh lease; the caller queues them again."""
-    now = timezone.now()
-    lapsed = WebhookDelivery.objects.filter(status=DeliveryStatus.PENDING, lease_until__lte=now)
     # A delivery whose every attempt was lost with its worker (a receiver that kills the
     # worker, say) is not tried for ever: past its attempts it is a dead letter.
-    gave_up = lapsed.filter(attempts__gt=settings.RELAY_WEBHOOK_MAX_RETRIES).update(
-        status=DeliveryStatus.FAILED, claim=None, lease_until=None,
-        last_error="gave up: the worker running the last attempt was lost")
+    gave_up = DELIVERIES.give_up_lapsed(error="gave up: the worker running the last attempt was lost")
     if gave_up:
         logger.error("%d webhook delivery(ies) failed for good after their last attempt was lost", gave_up)
+    now = timezone.now()
+    lapsed = WebhookDelivery.objects.filter(status=DeliveryStatus.PENDING, lease_until__lte=now)
     ids = list(lapsed.values_list("id", flat=True)[:limit])
     if ids:
         WebhookDelivery.objects.filter(id__in=ids, status=DeliveryStatus.PENDING, lease_until__lte=now).update(
-            claim=None, lease_until=_lease(settings.RELAY_WEBHOOK_LEASE_SECONDS))
+            claim=None, lease_until=DELIVERIES.lease(seconds=settings.RELAY_WEBHOOK_LEASE_SECONDS))
     return ids
 
 
 def deliveries_redeliver(*, delivery_ids) -> list[int]:
     """The admin's redeliver: failed deliveries owed again, with a fresh set of attempts."""
-    ids = list(WebhookDelivery.objects.filter(id__in=delivery_ids, status=DeliveryStatus.FAILED)
-               .values_list("id", flat=True))
-    WebhookDelivery.objects.filter(id__in=ids).update(status=DeliveryStatus.PENDING, attempts=0, claim=None,
-                                                      lease_until=_lease(settings.RELAY_WEBHOOK_LEASE_SECONDS))
-    return ids
+    return DELIVERIES.requeue(delivery_ids, lease_until=DELIVERIES.lease(seconds=settings.RELAY_WEBHOOK_LEASE_SECONDS))
 
 
 def delivery_counts() -> dict[str, int]:

@@ -18,17 +18,14 @@ def publish_quietly(task, delivery_ids) -> None:
             logger.exception("could not queue webhook delivery %s; the sweep will after its lease", delivery_id)
 
 
-@shared_task(
-    acks_late=True,
-    autoretry_for=(delivery.RetryableDelivery,),
-    max_retries=settings.RELAY_WEBHOOK_MAX_RETRIES,
-    retry_backoff=settings.RELAY_WEBHOOK_RETRY_BACKOFF_SECONDS,
-    retry_backoff_max=settings.RELAY_WEBHOOK_RETRY_BACKOFF_MAX_SECONDS,
-    retry_jitter=True,
-)
-def deliver_webhook(delivery_id: int) -> str:
+@shared_task(bind=True, acks_late=True, max_retries=settings.RELAY_WEBHOOK_MAX_RETRIES)
+def deliver_webhook(self, delivery_id: int) -> str:
     """One attempt at a webhook delivery; see webhooks.delivery.deliver."""
-    return delivery.deliver(delivery_id=delivery_id)
+    try:
+        return delivery.deliver(delivery_id=delivery_id)
+    except delivery.RetryableDelivery as exc:
+        # The row was released for this retry, leased for its longest wait (owed/).
+        raise self.retry(exc=exc, countdown=delivery.DELIVERIES.retry_delay(self.request.retries))
 
 
 @shared_task(acks_late=True)

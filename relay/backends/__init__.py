@@ -22,15 +22,6 @@ from relay.backends.errors import (  # noqa: F401 (the backends' errors, re-expo
 )
 
 
-def retry_wait_max_seconds(retries: int) -> float:
-    """The longest the cleanups' exponential backoff waits before retry number retries+1:
-    Celery's formula for retry_backoff=RELAY_CLEANUP_RETRY_BACKOFF_SECONDS and
-    retry_backoff_max=RELAY_CLEANUP_RETRY_BACKOFF_MAX_SECONDS (expiry.tasks); jitter
-    only shortens it. Reconcile retries its destroys by the same rule."""
-    return min(settings.RELAY_CLEANUP_RETRY_BACKOFF_MAX_SECONDS,
-               settings.RELAY_CLEANUP_RETRY_BACKOFF_SECONDS * (2 ** retries))
-
-
 class MailboxLike(Protocol):
     address: str
     backend_id: str

@@ -1,7 +1,7 @@
 """The outbox (docs/api.md): every mail Relay sends is a row first.
 
-The shape is the one cleanups have: a row records what is owed; a claim with a lease
-takes it (relay.outbox.mailer claims batches with FOR UPDATE SKIP LOCKED); a Celery task sends
+A mail is owed work (owed/): a row records what is owed; a claim with a lease takes it,
+counting the attempt (relay.outbox.mailer claims batches with FOR UPDATE SKIP LOCKED); a Celery task sends
 the batch over one SMTP connection and records each mail's outcome with a
 compare-and-set on the claim; a batch whose task was lost is claimed again when its
 lease lapses; a mail that cannot be sent is a dead letter (`failed`) an operator
@@ -14,7 +14,6 @@ import smtplib
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import timedelta
 from email.utils import parseaddr
 
 from django.conf import settings
@@ -28,6 +27,7 @@ from django.utils import timezone
 from accounts.models import TokenAction
 from accounts.services import token_usable
 from mailboxes.models import MailboxStatus
+from owed import OwedWork
 from relay.models import KIND_PRIORITY, OutboxMail, OutboxStatus
 
 logger = logging.getLogger(__name__)
@@ -50,37 +50,30 @@ def mail_queue(*, kind: str, to: list[str], subject: str, text: str, html: str =
 
 
 # --- claiming (the mailer) ---------------------------------------------------------------
-def _claimable(now) -> Q:
-    """Queued rows, and rows whose batch's lease lapsed (its task was lost)."""
-    return Q(status=OutboxStatus.QUEUED) | Q(status=OutboxStatus.SENDING, lease_until__lte=now)
+# An outbox mail is owed work (owed/, docs/architecture.md).
+OUTBOX = OwedWork(
+    model=OutboxMail, state="status",
+    owed=OutboxStatus.QUEUED, running=OutboxStatus.SENDING, dead=OutboxStatus.FAILED,
+    max_retries=lambda: settings.RELAY_SEND_MAX_RETRIES,
+    backoff_seconds=lambda: settings.RELAY_SEND_RETRY_BACKOFF_SECONDS,
+    # A retry must come before the batch's lease lapses, or a mailer would claim the
+    # batch again meanwhile (harmless: the outcome is a compare-and-set on the claim).
+    backoff_max_seconds=lambda: max(1, settings.RELAY_MAILER_LEASE_SECONDS // 2),
+    lease_seconds=lambda: settings.RELAY_MAILER_LEASE_SECONDS,
+)
 
 
 def batch_claim(*, limit: int, queued_before=None) -> tuple[uuid.UUID, list[int]]:
-    """Claim up to `limit` owed mails for one batch: recovery first, then activation, then
-    the rest, oldest first within each. `queued_before`: only rows queued before then
-    (and lapsed ones), for the idle tick that picks up mails whose NOTIFY was missed.
-
-    FOR UPDATE SKIP LOCKED lets any number of mailers claim at once without taking a row
-    twice or waiting on each other; where the database has no SKIP LOCKED (SQLite, one
-    writer at a time) the conditional UPDATE below is the guard."""
+    """Claim up to `limit` owed mails for one batch, counting each one's attempt: recovery
+    first, then activation, then the rest, oldest first within each. `queued_before`:
+    only rows queued before then (and lapsed ones), for the idle tick that picks up mails
+    whose NOTIFY was missed."""
     now = timezone.now()
-    claim = uuid.uuid4()
-    owed = _claimable(now)
+    owed = OUTBOX.takeable(now)
     if queued_before is not None:
         owed = (Q(status=OutboxStatus.QUEUED, created_at__lt=queued_before)
                 | Q(status=OutboxStatus.SENDING, lease_until__lte=now))
-    with transaction.atomic(durable=True):
-        rows = OutboxMail.objects.filter(owed).order_by("priority", "id")
-        if connection.features.has_select_for_update_skip_locked:
-            rows = rows.select_for_update(skip_locked=True)
-        ids = list(rows.values_list("id", flat=True)[:limit])
-        if ids:
-            taken = OutboxMail.objects.filter(_claimable(now), id__in=ids).update(
-                status=OutboxStatus.SENDING, claim=claim, claimed_at=now,
-                lease_until=now + timedelta(seconds=settings.RELAY_MAILER_LEASE_SECONDS))
-            if taken != len(ids):  # only without SKIP LOCKED: another mailer won some
-                ids = list(OutboxMail.objects.filter(claim=claim).values_list("id", flat=True))
-    return claim, ids
+    return OUTBOX.take_batch(OutboxMail.objects.filter(owed).order_by("priority", "id"), limit=limit, claimed_at=now)
 
 
 # --- sending (the Celery task) -----------------------------------------------------------
@@ -102,10 +95,6 @@ def _retryable(exc: Exception) -> bool:
     if isinstance(exc, smtplib.SMTPResponseException):
         return 400 <= exc.smtp_code < 500
     return isinstance(exc, (smtplib.SMTPServerDisconnected, OSError))
-
-
-def attempt_limit() -> int:
-    return settings.RELAY_SEND_MAX_RETRIES + 1
 
 
 def _why_not_send(mail: OutboxMail) -> str:
@@ -165,9 +154,8 @@ def _record_sent(claim: uuid.UUID, mail_ids: list[int]) -> None:
 
     with transaction.atomic():
         _quick_commit()
-        OutboxMail.objects.filter(id__in=mail_ids, claim=claim, status=OutboxStatus.SENDING).update(
-            status=OutboxStatus.SENT, sent_at=timezone.now(), last_error="", lease_until=None,
-            text=drop_if_token("text"), html=drop_if_token("html"),
+        OUTBOX.settle(mail_ids, claim, state=OutboxStatus.SENT, sent_at=timezone.now(), error="",
+                      text=drop_if_token("text"), html=drop_if_token("html"),
             message=Case(When(token__isnull=False, then=Value(b"")), default=F("message"),
                          output_field=BinaryField()))
     mail_ids.clear()
@@ -175,15 +163,13 @@ def _record_sent(claim: uuid.UUID, mail_ids: list[int]) -> None:
 
 def _record(mail: OutboxMail, claim: uuid.UUID, outcome: Outcome) -> None:
     """Write one mail's outcome other than sent, if this batch still holds it."""
-    held = OutboxMail.objects.filter(id=mail.id, claim=claim, status=OutboxStatus.SENDING)
     if outcome.status == "retry":
         # Still held, for as long as the retry may take; a lost retry lapses back to any mailer.
-        held.update(last_error=outcome.error,
-                    lease_until=timezone.now() + timedelta(seconds=settings.RELAY_MAILER_LEASE_SECONDS))
+        OUTBOX.settle(mail.id, claim, error=outcome.error, lease_until=OUTBOX.lease())
     elif outcome.status == OutboxStatus.SKIPPED:
-        held.update(status=outcome.status, last_error=outcome.error, lease_until=None, text="", html="", message=b"")
+        OUTBOX.settle(mail.id, claim, state=outcome.status, error=outcome.error, text="", html="", message=b"")
     else:
-        held.update(status=outcome.status, last_error=outcome.error, lease_until=None)
+        OUTBOX.settle(mail.id, claim, state=outcome.status, error=outcome.error)
 
 
 def _message(mail: OutboxMail, smtp=None) -> EmailMultiAlternatives:
@@ -205,12 +191,17 @@ def _transmit(mail: OutboxMail, smtp) -> None:
         _message(mail, smtp).send(fail_silently=False)
 
 
-def batch_send(*, claim: uuid.UUID, mail_ids: list[int]) -> dict[str, int]:
+def batch_send(*, claim: uuid.UUID, mail_ids: list[int], again: bool = False) -> dict[str, int]:
     """Send the mails of one batch that this claim still holds, over one connection
     (EMAIL_URL). Each mail has its own outcome: sent; skipped; retried after a 4xx or a
     lost connection while attempts remain; failed on a 5xx or when none remain. Raises
     RetryableBatch if any mail is to be retried (the task retries the batch with
-    backoff; mails already sent are no longer held, so they are not sent again)."""
+    backoff; mails already sent are no longer held, so they are not sent again).
+
+    The mailer's claim counted the first attempt; a retry (`again`) takes the mails it
+    still holds once more, counting the next, before it sends anything."""
+    if again:
+        OUTBOX.take_again(mail_ids, claim)
     mails = list(OutboxMail.objects.select_related("mailbox", "token")
                  .filter(id__in=mail_ids, claim=claim, status=OutboxStatus.SENDING).order_by("priority", "id"))
     counts: dict[str, int] = {}
@@ -226,14 +217,11 @@ def batch_send(*, claim: uuid.UUID, mail_ids: list[int]) -> dict[str, int]:
         reason = _why_not_send(mail)
         if reason:
             settle(mail, Outcome(OutboxStatus.SKIPPED if mail.token_id else OutboxStatus.FAILED, reason))
-        elif mail.attempts >= attempt_limit():
+        elif OUTBOX.overspent(mail.attempts):
             # Reclaimed after a lapsed lease with its attempts already spent.
             settle(mail, Outcome(OutboxStatus.FAILED, mail.last_error or "no attempts left"))
         else:
             to_send.append(mail)
-    # Every mail about to be tried counts the attempt first, in one statement: a worker
-    # killed mid-send still leaves the attempt counted.
-    OutboxMail.objects.filter(id__in=[mail.id for mail in to_send], claim=claim).update(attempts=F("attempts") + 1)
     sent: list[int] = []
     smtp = None
     try:
@@ -246,7 +234,7 @@ def batch_send(*, claim: uuid.UUID, mail_ids: list[int]) -> dict[str, int]:
                 _transmit(mail, smtp)
             except Exception as exc:
                 error = f"{type(exc).__name__}: {exc}"[:2000]
-                retry = _retryable(exc) and mail.attempts + 1 < attempt_limit()
+                retry = _retryable(exc) and OUTBOX.has_retry_left(mail.attempts)
                 settle(mail, Outcome("retry" if retry else OutboxStatus.FAILED, error))
                 if isinstance(exc, (smtplib.SMTPServerDisconnected, OSError)) and smtp is not None:
                     smtp.close()  # the next mail opens a fresh connection
@@ -280,8 +268,7 @@ def _log(mail: OutboxMail, outcome: Outcome) -> None:
 def mails_requeue(*, mail_ids) -> int:
     """Dead letters back to queued, with a fresh set of attempts; the trigger wakes the
     mailers. Returns how many were requeued."""
-    return OutboxMail.objects.filter(id__in=mail_ids, status=OutboxStatus.FAILED).update(
-        status=OutboxStatus.QUEUED, attempts=0, claim=None, lease_until=None)
+    return len(OUTBOX.requeue(mail_ids))
 
 
 def outbox_counts() -> dict[str, int]:

@@ -1,0 +1,220 @@
+"""Owed work: the one rule for every row that records something Relay still has to do.
+
+Three kinds of work follow it (docs/architecture.md, "Owed work"): a mailbox's cleanup on
+the mail backend (expiry.cleanup), an outbox mail (relay.outbox.sending) and a webhook
+delivery (webhooks.delivery). Each is a row, never only a task message, so a lost worker
+or a flushed broker loses nothing:
+
+- **take**: a run takes an owed row with a compare-and-set that writes a fresh claim
+  token and a lease, and counts the attempt then, before any work: a worker killed
+  mid-call leaves its attempt counted. Batches are taken with FOR UPDATE SKIP LOCKED, so
+  any number of takers never take a row twice nor wait on each other.
+- **settle**: only the run still holding the claim writes an outcome. A run whose lease
+  lapsed mid-call lost the row to the next taker, whose outcome counts.
+- **release**: a run that failed with attempts left gives the row back, leased for as
+  long as its retry may wait, so no sweep queues a twin meanwhile.
+- **dead letter**: past the attempts the settings allow, the row is given up; a take that
+  finds them already spent (every earlier run died without an outcome) gives it up at
+  once. An operator requeues dead letters from the admin with a fresh count.
+- **retry delay**: Celery's exponential backoff with full jitter, the formula its own
+  `retry_backoff` uses, so a task's retry and the lease that covers it agree.
+
+This module is below every app: it knows rows and fields, not what the work is."""
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from celery.utils.time import get_exponential_backoff_interval
+from django.db import connection, transaction
+from django.db.models import F, Model, Q
+from django.utils import timezone
+
+ERROR_MAX_CHARS = 2000
+
+
+@dataclass(frozen=True)
+class OwedWork:
+    """One kind of owed work: its model, the names of its bookkeeping fields, and the
+    settings its rule reads (read at call time, so a test's override applies)."""
+
+    model: type[Model]
+    state: str  # the field holding the state
+    owed: str  # waiting for a run
+    running: str  # held by a run; the same as `owed` where only the claim marks a hold
+    dead: str  # given up, waiting for an operator
+    max_retries: Callable[[], int]
+    backoff_seconds: Callable[[], float]
+    backoff_max_seconds: Callable[[], float]
+    lease_seconds: Callable[[], float]  # how long a take holds the row
+    prefix: str = ""  # of the fields claim, lease_until, attempts, last_error
+
+    # --- the fields ---------------------------------------------------------------------
+    @property
+    def claim(self) -> str:
+        return self.prefix + "claim"
+
+    @property
+    def lease_until(self) -> str:
+        return self.prefix + "lease_until"
+
+    @property
+    def attempts(self) -> str:
+        return self.prefix + "attempts"
+
+    @property
+    def last_error(self) -> str:
+        return self.prefix + "last_error"
+
+    # --- attempts and delays ------------------------------------------------------------
+    def max_attempts(self) -> int:
+        return self.max_retries() + 1
+
+    def has_retry_left(self, attempts: int) -> bool:
+        """After `attempts` counted attempts, may another one be made?"""
+        return attempts < self.max_attempts()
+
+    def overspent(self, attempts: int) -> bool:
+        """Taken with more attempts counted than allowed: the earlier runs all ended
+        without an outcome (a poison pill). Give it up rather than let it take workers
+        down for ever."""
+        return attempts > self.max_attempts()
+
+    def retry_delay(self, retries: int, *, at_least: float = 0) -> int:
+        """Seconds before retry number retries+1: Celery's backoff with full jitter."""
+        delay = get_exponential_backoff_interval(factor=self.backoff_seconds(), retries=retries,
+                                                 maximum=self.backoff_max_seconds(), full_jitter=True)
+        return max(delay, int(at_least))
+
+    def longest_retry_wait(self, retries: int) -> float:
+        """The longest retry_delay(retries) can be (jitter only shortens it): how long a
+        released row stays leased so that its retry, not a sweep, takes it."""
+        return get_exponential_backoff_interval(factor=self.backoff_seconds(), retries=retries,
+                                                maximum=self.backoff_max_seconds(), full_jitter=False)
+
+    def lease(self, now: datetime | None = None, *, seconds: float | None = None) -> datetime:
+        return (now or timezone.now()) + timedelta(seconds=self.lease_seconds() if seconds is None else seconds)
+
+    # --- which rows -----------------------------------------------------------------------
+    def takeable(self, now: datetime) -> Q:
+        """Owed rows nobody holds, and held rows whose lease lapsed (their run was lost)."""
+        lapsed = Q(**{f"{self.lease_until}__lte": now})
+        if self.running == self.owed:
+            return Q(**{self.state: self.owed}) & (Q(**{self.claim: None}) | lapsed)
+        return Q(**{self.state: self.owed}) | (Q(**{self.state: self.running}) & lapsed)
+
+    def held_by(self, claim: uuid.UUID) -> Q:
+        return Q(**{self.state: self.running, self.claim: claim})
+
+    def _rows(self, rows) -> Q:
+        ids = list(rows) if isinstance(rows, Iterable) and not isinstance(rows, (str, uuid.UUID)) else [rows]
+        return Q(pk__in=ids)
+
+    # --- take -----------------------------------------------------------------------------
+    def _take_fields(self, claim: uuid.UUID, now: datetime) -> dict:
+        return {self.state: self.running, self.claim: claim, self.lease_until: self.lease(now),
+                self.attempts: F(self.attempts) + 1}
+
+    def take_one(self, pk, *, returning: tuple[str, ...] = ()) -> tuple[uuid.UUID, dict] | None:
+        """Take one row if it is takeable: (claim, {attempts and the `returning` fields}),
+        or None. One UPDATE … RETURNING: this is the hot path of every cleanup task
+        (bench/expiry_burst.py), where update() and a read would be two statements."""
+        claim, now = uuid.uuid4(), timezone.now()
+        fields = {f.name: f for f in self.model._meta.concrete_fields}
+        column = lambda name: connection.ops.quote_name(fields[name].column)  # noqa: E731
+        value = lambda name, v: fields[name].get_db_prep_value(v, connection)  # noqa: E731
+        state, lease = column(self.state), column(self.lease_until)
+        if self.running == self.owed:
+            where = f"{state} = %s AND ({column(self.claim)} IS NULL OR {lease} <= %s)"
+            where_params = [self.owed, value(self.lease_until, now)]
+        else:
+            where = f"({state} = %s OR ({state} = %s AND {lease} <= %s))"
+            where_params = [self.owed, self.running, value(self.lease_until, now)]
+        names = (self.attempts, *returning)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {connection.ops.quote_name(self.model._meta.db_table)}"
+                f" SET {state} = %s, {column(self.claim)} = %s, {lease} = %s,"
+                f" {column(self.attempts)} = {column(self.attempts)} + 1"
+                f" WHERE {column(self.model._meta.pk.name)} = %s AND {where}"
+                f" RETURNING {', '.join(column(name) for name in names)}",
+                [self.running, value(self.claim, claim), value(self.lease_until, self.lease(now)),
+                 value(self.model._meta.pk.name, pk), *where_params])
+            row = cursor.fetchone()
+        if row is None:
+            return None
+        return claim, {name: fields[name].to_python(raw) for name, raw in zip(names, row)}
+
+    def take_batch(self, owed_rows, *, limit: int, **changes) -> tuple[uuid.UUID, list]:
+        """Take up to `limit` of `owed_rows` (a queryset of takeable rows, in the order to
+        take them) for one run; `changes` are written with the take. Where the database has no SKIP LOCKED (SQLite, one writer
+        at a time), the conditional UPDATE is the guard against a second taker."""
+        claim, now = uuid.uuid4(), timezone.now()
+        with transaction.atomic(durable=True):
+            if connection.features.has_select_for_update_skip_locked:
+                owed_rows = owed_rows.select_for_update(skip_locked=True)
+            ids = list(owed_rows.values_list("pk", flat=True)[:limit])
+            if ids:
+                taken = self.model.objects.filter(self.takeable(now), pk__in=ids).update(
+                    **self._take_fields(claim, now), **changes)
+                if taken != len(ids):  # only without SKIP LOCKED: another taker won some
+                    ids = list(self.model.objects.filter(self.held_by(claim)).values_list("pk", flat=True))
+        return claim, ids
+
+    def take_again(self, rows, claim: uuid.UUID) -> int:
+        """A new run of work this claim still holds (a task's retry): count its attempt
+        and renew the lease. Returns how many rows it still held."""
+        return self.model.objects.filter(self._rows(rows), self.held_by(claim)).update(
+            **{self.lease_until: self.lease(), self.attempts: F(self.attempts) + 1})
+
+    # --- outcomes -------------------------------------------------------------------------
+    def settle(self, rows, claim: uuid.UUID, *, state: str | None = None, error: str | None = None,
+               **changes) -> int:
+        """Write an outcome to the rows this claim still holds; returns how many it held.
+        With a state, the rows leave the run: the lease is cleared, and so is the claim
+        where it is what marks a hold (elsewhere it stays, a record of the run that
+        settled the row). Without one, they stay held and only `changes` are written."""
+        fields = dict(changes)
+        if state is not None:
+            left = {self.state: state, self.lease_until: None}
+            if self.running == self.owed or state == self.owed:
+                left[self.claim] = None
+            fields = {**left, **fields}
+        if error is not None:
+            fields[self.last_error] = error[:ERROR_MAX_CHARS]
+        return self.model.objects.filter(self._rows(rows), self.held_by(claim)).update(**fields)
+
+    def release(self, pk, claim: uuid.UUID, *, hold_seconds: float, error: str | None = None,
+                give_back_attempt: bool = False, **changes) -> int:
+        """Give a held row back for a retry that comes within `hold_seconds`: owed again,
+        leased until then so that the retry, not a sweep, takes it. `give_back_attempt`
+        when the run made no attempt after all (no slot under a limit, say)."""
+        fields = {self.lease_until: self.lease(seconds=hold_seconds), **changes}
+        if give_back_attempt:
+            fields[self.attempts] = F(self.attempts) - 1
+        return self.settle(pk, claim, state=self.owed, error=error, **fields)
+
+    def dead_letter(self, rows, claim: uuid.UUID, *, error: str, **changes) -> int:
+        return self.settle(rows, claim, state=self.dead, error=error, **changes)
+
+    # --- lost runs and operators --------------------------------------------------------------
+    def give_up_lapsed(self, *, error: str, **changes) -> int:
+        """Rows whose last allowed attempt was lost with its run (the lease lapsed, none
+        left): dead letters now, rather than retried for ever."""
+        now = timezone.now()
+        return self.model.objects.filter(
+            Q(**{self.state: self.running}) if self.running != self.owed else Q(**{self.state: self.owed}),
+            **{f"{self.lease_until}__lte": now, f"{self.attempts}__gte": self.max_attempts()},
+        ).update(**{self.state: self.dead, self.claim: None, self.lease_until: None,
+                    self.last_error: error[:ERROR_MAX_CHARS], **changes})
+
+    def requeue(self, rows, **changes) -> list:
+        """The operator's requeue: the dead letters among `rows` owed again, with a fresh
+        count of attempts. Returns the primary keys requeued."""
+        with transaction.atomic():
+            ids = list(self.model.objects.select_for_update().filter(self._rows(rows), **{self.state: self.dead})
+                       .values_list("pk", flat=True))
+            if ids:
+                self.model.objects.filter(pk__in=ids).update(**{
+                    self.state: self.owed, self.attempts: 0, self.claim: None, self.lease_until: None, **changes})
+        return ids
