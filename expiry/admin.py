@@ -3,44 +3,34 @@ a cleanup state changes only through the actions and buttons here, which call th
 services as the API and the workers, so no edit can mark a dead letter done without
 deprovisioning it."""
 from django.contrib import admin, messages
-from django.db.models import Case, F, IntegerField, Value, When
+from django.db.models import F
 from django.http import HttpResponseNotAllowed, HttpResponseRedirect
 from django.urls import path, reverse
 
 from expiry.models import Cleanup
 from expiry.operators import cleanup_requeue
-from mailboxes.admin import ReadOnlyAdmin
-from mailboxes.ending import mailboxes_force_expire
+from mailboxes.admin import ActionsOnlyAdmin, DeadLettersFirstAdmin, ReadOnlyAdmin, action_calling
+from mailboxes.ending import CLEANUPS, mailboxes_force_expire
 from mailboxes.models import CleanupState, Mailbox, MailboxStatus
 
 
-@admin.action(description="Retry cleanup of dead letters")
-def retry_cleanup(modeladmin, request, queryset):
-    ids = list(queryset.filter(cleanup_state=CleanupState.DEAD).values_list("id", flat=True))
-    requeued = cleanup_requeue(mailbox_ids=ids)
-    modeladmin.message_user(request, f"Queued cleanup again for {len(requeued)} mailbox(es).", messages.SUCCESS)
-
-
-@admin.action(description="Expire now (active mailboxes)")
-def expire_now(modeladmin, request, queryset):
-    expired = mailboxes_force_expire(mailbox_ids=list(queryset.values_list("id", flat=True)))
-    modeladmin.message_user(request, f"Expired {len(expired)} mailbox(es); their cleanup is queued.", messages.SUCCESS)
+retry_cleanup = action_calling(lambda ids: len(cleanup_requeue(mailbox_ids=ids)), name="retry_cleanup",
+                               description="Retry cleanup of dead letters",
+                               done="Queued cleanup again for {count} mailbox(es).")
+expire_now = action_calling(lambda ids: len(mailboxes_force_expire(mailbox_ids=ids)), name="expire_now",
+                            description="Expire now (active mailboxes)",
+                            done="Expired {count} mailbox(es); their cleanup is queued.")
 
 
 @admin.register(Mailbox)
-class MailboxAdmin(ReadOnlyAdmin):
+class MailboxAdmin(ActionsOnlyAdmin):
     list_display = ["address", "owner", "status", "created_at", "expires_at", "message_count", "cleanup_state"]
     list_filter = ["status", "cleanup_state", "owner__plan"]
     search_fields = ["address", "owner__login", "id"]
     date_hierarchy = "created_at"
     list_select_related = ["owner"]
     show_full_result_count = False
-    actions = [expire_now, retry_cleanup]
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        # Actions need it on the list; each one checks its rows' state itself. The form
-        # stays read-only (every field is), so nothing can be saved from it.
-        return obj is None and super(ReadOnlyAdmin, self).has_change_permission(request, obj)
+    actions = [expire_now, retry_cleanup]  # each one checks its rows' state itself
 
     def get_readonly_fields(self, request, obj=None):
         return [field.name for field in Mailbox._meta.fields]
@@ -66,7 +56,7 @@ class CleanupStateFilter(admin.SimpleListFilter):
 
 
 @admin.register(Cleanup)
-class CleanupAdmin(ReadOnlyAdmin):
+class CleanupAdmin(DeadLettersFirstAdmin):
     """Dead letters first, then the most recently queued. A row opens as a read-only case
     file with the buttons that apply to it: Retry cleanup for a dead letter, Expire now
     for a mailbox still active."""
@@ -85,14 +75,8 @@ class CleanupAdmin(ReadOnlyAdmin):
     def get_queryset(self, request):
         return super().get_queryset(request).exclude(cleanup_state=CleanupState.NONE).select_related("owner")
 
-    def get_ordering(self, request):
-        dead_first = Case(When(cleanup_state=CleanupState.DEAD, then=Value(0)), default=Value(1),
-                          output_field=IntegerField())
-        return [dead_first.asc(), F("cleanup_queued_at").desc(nulls_last=True)]
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        # The list's action needs it; the case file stays read-only (every field is).
-        return obj is None and super(ReadOnlyAdmin, self).has_change_permission(request, obj)
+    owed_work = CLEANUPS
+    newest_first = F("cleanup_queued_at").desc(nulls_last=True)
 
     @admin.display(description="last error")
     def short_error(self, cleanup: Cleanup) -> str:

@@ -1,4 +1,6 @@
-"""The beat schedules Relay needs, kept in django-celery-beat's tables.
+"""Every beat schedule Relay needs, kept in django-celery-beat's tables: the expiry and
+webhook sweeps, the search words' backstop, and the daily tasks. One table, one
+installer, the tasks named by string (this module imports none of them).
 
 Installed by a migration so a fresh deployment needs no manual step, and brought in line
 with the settings after every `migrate` (a changed RELAY_SWEEP_INTERVAL_SECONDS takes
@@ -6,12 +8,26 @@ effect on the next deploy)."""
 from django.conf import settings
 
 SWEEP_TASK_NAME = "relay: expiry sweep"
+WEBHOOK_SWEEP_TASK_NAME = "relay: requeue lapsed webhook deliveries"
 PURGE_TASK_NAME = "relay: retention purge"
 RECONCILE_TASK_NAME = "relay: reconcile report"
 WORDS_TASK_NAME = "relay: owed search words"
 # The backstop for search words whose task was lost (relay.inbound.storing.words_owed asks for one
 # as messages arrive): a search never waits on it, it only bounds the owed backlog.
 WORDS_BACKSTOP_SECONDS = 60
+
+
+def every_few_seconds() -> list[tuple[str, str, int, int]]:
+    """(name, task, every so many seconds, a message expires after so many) of the
+    interval tasks. A sweep message older than two intervals is dropped: a newer one is
+    already queued."""
+    sweep = settings.RELAY_SWEEP_INTERVAL_SECONDS
+    return [
+        (SWEEP_TASK_NAME, "expiry.tasks.sweep", sweep, sweep * 2),
+        (WEBHOOK_SWEEP_TASK_NAME, "webhooks.tasks.sweep_deliveries", sweep, sweep * 2),
+        (WORDS_TASK_NAME, "relay.tasks.index_owed_words", WORDS_BACKSTOP_SECONDS, WORDS_BACKSTOP_SECONDS),
+    ]
+
 
 # (name, task, hour, minute) of the daily tasks, in UTC, spread apart.
 DAILY = [
@@ -27,18 +43,10 @@ def install_schedules(apps=None) -> None:
     CrontabSchedule = apps.get_model("django_celery_beat", "CrontabSchedule")
     PeriodicTask = apps.get_model("django_celery_beat", "PeriodicTask")
 
-    every, _ = IntervalSchedule.objects.get_or_create(every=settings.RELAY_SWEEP_INTERVAL_SECONDS, period="seconds")
-    PeriodicTask.objects.update_or_create(
-        name=SWEEP_TASK_NAME,
-        defaults={"task": "expiry.tasks.sweep", "interval": every, "crontab": None, "enabled": True,
-                  "expire_seconds": settings.RELAY_SWEEP_INTERVAL_SECONDS * 2},
-    )
-    backstop, _ = IntervalSchedule.objects.get_or_create(every=WORDS_BACKSTOP_SECONDS, period="seconds")
-    PeriodicTask.objects.update_or_create(
-        name=WORDS_TASK_NAME,
-        defaults={"task": "relay.tasks.index_owed_words", "interval": backstop, "crontab": None, "enabled": True,
-                  "expire_seconds": WORDS_BACKSTOP_SECONDS},
-    )
+    for name, task, seconds, expire_seconds in every_few_seconds():
+        every, _ = IntervalSchedule.objects.get_or_create(every=seconds, period="seconds")
+        PeriodicTask.objects.update_or_create(name=name, defaults={
+            "task": task, "interval": every, "crontab": None, "enabled": True, "expire_seconds": expire_seconds})
     for name, task, hour, minute in DAILY:
         daily, _ = CrontabSchedule.objects.get_or_create(minute=minute, hour=hour, day_of_week="*", day_of_month="*",
                                                          month_of_year="*", timezone="UTC")

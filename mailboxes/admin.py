@@ -1,4 +1,5 @@
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.db.models import Case, IntegerField, Value, When
 
 from mailboxes.models import AddressReservation, Message
 
@@ -15,6 +16,38 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None) -> bool:
         return False
+
+
+class ActionsOnlyAdmin(ReadOnlyAdmin):
+    """Read-only rows with actions on the list. Django shows actions only to whoever may
+    change rows; the form stays read-only (every field is), so nothing can be saved."""
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return obj is None and super(ReadOnlyAdmin, self).has_change_permission(request, obj)
+
+
+class DeadLettersFirstAdmin(ActionsOnlyAdmin):
+    """A list of owed work (owed/): its dead letters first, then the newest."""
+
+    owed_work = None  # the OwedWork whose rows this lists
+    newest_first = "-pk"
+
+    def get_ordering(self, request):
+        kind = self.owed_work
+        dead_first = Case(When(**{kind.state: kind.dead}, then=Value(0)), default=Value(1),
+                          output_field=IntegerField())
+        return [dead_first.asc(), self.newest_first]
+
+
+def action_calling(service, *, name: str, description: str, done: str):
+    """An admin action that hands the selected rows' primary keys to `service`, which
+    returns how many it acted on, and says so: `done` with {count} filled in."""
+    def action(modeladmin, request, queryset):
+        count = service(list(queryset.values_list("pk", flat=True)))
+        modeladmin.message_user(request, done.format(count=count), messages.SUCCESS)
+
+    action.__name__ = name
+    return admin.action(description=description)(action)
 
 
 @admin.register(Message)

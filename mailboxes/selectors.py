@@ -27,6 +27,11 @@ def mailboxes_visible_to(caller: Caller) -> QuerySet:
 MAILBOX_ORDERINGS = ("created_at", "-created_at", "expires_at", "-expires_at")
 
 
+def _given(**lookups) -> dict:
+    """The lookups whose value the caller gave: None and "" mean "no such filter"."""
+    return {lookup: value for lookup, value in lookups.items() if value}
+
+
 def mailbox_list(*, caller: Caller, include_expired: bool = False, status: str | None = None,
                  tags: list[str] = (), text: str = "", created_after: datetime | None = None,
                  created_before: datetime | None = None, ordering: str = "-created_at") -> QuerySet:
@@ -44,10 +49,7 @@ def mailbox_list(*, caller: Caller, include_expired: bool = False, status: str |
         visible = visible.filter(_has_tag(tag))
     if text:
         visible = visible.filter(Q(address__icontains=text) | Q(name__icontains=text))
-    if created_after:
-        visible = visible.filter(created_at__gt=created_after)
-    if created_before:
-        visible = visible.filter(created_at__lt=created_before)
+    visible = visible.filter(**_given(created_at__gt=created_after, created_at__lt=created_before))
     tie_break = "-id" if ordering.startswith("-") else "id"
     return visible.order_by(ordering, tie_break)
 
@@ -130,12 +132,7 @@ def message_search(*, caller: Caller | None, mailbox: Mailbox | None = None, wor
             messages = messages.filter(Q(subject__icontains=words) | Q(content__text__icontains=words))
     if sender:
         messages = messages.filter(Q(from_header__icontains=sender) | Q(envelope_from__icontains=sender))
-    if subject:
-        messages = messages.filter(subject__icontains=subject)
-    if since:
-        messages = messages.filter(received_at__gte=since)
-    if until:
-        messages = messages.filter(received_at__lt=until)
+    messages = messages.filter(**_given(subject__icontains=subject, received_at__gte=since, received_at__lt=until))
     if unread:
         messages = messages.filter(is_read=False)
     return messages.order_by("-received_at", "-id")

@@ -22,7 +22,7 @@ or a flushed broker loses nothing:
 This module is below every app: it knows rows and fields, not what the work is."""
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from celery.utils.time import get_exponential_backoff_interval
@@ -48,23 +48,15 @@ class OwedWork:
     backoff_max_seconds: Callable[[], float]
     lease_seconds: Callable[[], float]  # how long a take holds the row
     prefix: str = ""  # of the fields claim, lease_until, attempts, last_error
+    # The names of those four fields, the prefix put before each.
+    claim: str = field(init=False)
+    lease_until: str = field(init=False)
+    attempts: str = field(init=False)
+    last_error: str = field(init=False)
 
-    # --- the fields ---------------------------------------------------------------------
-    @property
-    def claim(self) -> str:
-        return self.prefix + "claim"
-
-    @property
-    def lease_until(self) -> str:
-        return self.prefix + "lease_until"
-
-    @property
-    def attempts(self) -> str:
-        return self.prefix + "attempts"
-
-    @property
-    def last_error(self) -> str:
-        return self.prefix + "last_error"
+    def __post_init__(self) -> None:
+        for name in ("claim", "lease_until", "attempts", "last_error"):
+            object.__setattr__(self, name, self.prefix + name)
 
     # --- attempts and delays ------------------------------------------------------------
     def max_attempts(self) -> int:

@@ -255,10 +255,8 @@ def processes(transactional_db, stalwart, broker, tmp_path):
         "RELAY_LOG_TASKS": "true",  # the tests follow tasks by their log lines
     })
     from expiry.schedules import install_schedules
-    from webhooks.schedules import install_schedule
 
     install_schedules()  # beat reads the sweeps' schedules from the test database
-    install_schedule()
     procs = Processes(tmp_path, env)
     yield procs
     procs.stop_all()

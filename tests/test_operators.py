@@ -9,7 +9,7 @@ from django.core.management import call_command
 from django.utils import timezone
 from django_celery_beat.models import PeriodicTask
 
-from expiry.schedules import PURGE_TASK_NAME, SWEEP_TASK_NAME, WORDS_TASK_NAME
+from expiry.schedules import PURGE_TASK_NAME, SWEEP_TASK_NAME, WEBHOOK_SWEEP_TASK_NAME, WORDS_TASK_NAME
 from expiry.purge import mailboxes_purge
 from mailboxes.models import AddressReservation, Mailbox, Message, MessageContent
 from tests.helpers import make_mailbox as mailbox
@@ -21,7 +21,7 @@ def admin_client(client, db):
     return client
 
 
-def test_migration_installs_the_sweep_the_words_backstop_and_the_daily_purge(db, settings):
+def test_migration_installs_the_sweeps_the_words_backstop_and_the_daily_purge(db, settings):
     sweep = PeriodicTask.objects.get(name=SWEEP_TASK_NAME)
     assert sweep.task == "expiry.tasks.sweep" and sweep.enabled
     assert (sweep.interval.every, sweep.interval.period) == (settings.RELAY_SWEEP_INTERVAL_SECONDS, "seconds")
@@ -29,6 +29,9 @@ def test_migration_installs_the_sweep_the_words_backstop_and_the_daily_purge(db,
     assert purge.task == "expiry.tasks.purge_retained" and purge.crontab.hour == "3"
     words = PeriodicTask.objects.get(name=WORDS_TASK_NAME)
     assert words.task == "relay.tasks.index_owed_words" and (words.interval.every, words.interval.period) == (60, "seconds")
+    webhook_sweep = PeriodicTask.objects.get(name=WEBHOOK_SWEEP_TASK_NAME)
+    assert webhook_sweep.task == "webhooks.tasks.sweep_deliveries" and webhook_sweep.enabled
+    assert webhook_sweep.interval.every == settings.RELAY_SWEEP_INTERVAL_SECONDS
 
 
 def test_expirystats_json_has_exactly_the_spec_shape(db, capsys):
@@ -85,6 +88,37 @@ def test_admin_action_expire_now_expires_an_active_mailbox(admin_client):
     live.refresh_from_db()
     assert (live.status, live.cleanup_state) == ("expired", "pending")
     assert live.expires_at <= timezone.now()
+
+
+def test_the_outbox_and_the_deliveries_list_dead_letters_first_and_requeue_them(admin_client, settings):
+    settings.CELERY_TASK_ALWAYS_EAGER = False  # the redelivered task is queued, not run here
+    from accounts.models import Account
+    from relay.models import OutboxMail
+    from webhooks.models import Webhook, WebhookDelivery
+
+    failed_mail = OutboxMail.objects.create(kind="send", to=["a@example.com"], subject="s", text="t",
+                                            status="failed", attempts=4)
+    sent_mail = OutboxMail.objects.create(kind="send", to=["b@example.com"], subject="s", text="t", status="sent")
+    webhook = Webhook.objects.create(owner=Account.objects.create(login="hooked"), url="http://example.com/h",
+                                     events=["message.received"], secret="whsec_dGVzdA==")
+    failed_delivery = WebhookDelivery.objects.create(webhook=webhook, event="message.received", payload={},
+                                                     message_id="msg_1", status="failed", attempts=4)
+    delivered = WebhookDelivery.objects.create(webhook=webhook, event="message.received", payload={},
+                                               message_id="msg_2", status="delivered")
+    for url, dead, newer in [("/admin/relay/outboxmail/", failed_mail, sent_mail),
+                             ("/admin/webhooks/webhookdelivery/", failed_delivery, delivered)]:
+        listed = list(admin_client.get(url).context["cl"].result_list)
+        assert listed == [dead, newer], url
+
+    response = admin_client.post("/admin/relay/outboxmail/", {"action": "requeue", "_selected_action": [failed_mail.id]})
+    assert response.status_code == 302
+    failed_mail.refresh_from_db()
+    assert (failed_mail.status, failed_mail.attempts) == ("queued", 0)
+    response = admin_client.post("/admin/webhooks/webhookdelivery/",
+                                 {"action": "redeliver", "_selected_action": [failed_delivery.id]})
+    assert response.status_code == 302
+    failed_delivery.refresh_from_db()
+    assert (failed_delivery.status, failed_delivery.attempts) == ("pending", 0)
 
 
 def test_purge_removes_settled_mailboxes_past_retention_but_keeps_addresses(db, settings):

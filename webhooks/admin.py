@@ -1,12 +1,11 @@
 """Webhooks and their deliveries in the admin: failed deliveries first, with a
 redeliver action. Rows are read-only; a delivery's state changes only through its
 worker and the action here."""
-from django.contrib import admin, messages
-from django.db.models import Case, IntegerField, Value, When
+from django.contrib import admin
 
-from mailboxes.admin import ReadOnlyAdmin
-from webhooks.delivery import deliveries_redeliver
-from webhooks.models import DeliveryStatus, Webhook, WebhookDelivery
+from mailboxes.admin import DeadLettersFirstAdmin, ReadOnlyAdmin, action_calling
+from webhooks.delivery import DELIVERIES, deliveries_redeliver
+from webhooks.models import Webhook, WebhookDelivery
 
 
 @admin.register(Webhook)
@@ -17,29 +16,25 @@ class WebhookAdmin(ReadOnlyAdmin):
     exclude = ["secret"]
 
 
-@admin.action(description="Redeliver failed deliveries (a fresh set of attempts)")
-def redeliver(modeladmin, request, queryset):
+def _redeliver(delivery_ids: list[int]) -> int:
     from webhooks.tasks import deliver_webhook, publish_quietly
 
-    ids = deliveries_redeliver(delivery_ids=list(queryset.values_list("id", flat=True)))
+    ids = deliveries_redeliver(delivery_ids=delivery_ids)
     publish_quietly(deliver_webhook, ids)
-    modeladmin.message_user(request, f"Queued {len(ids)} delivery(ies) again.", messages.SUCCESS)
+    return len(ids)
+
+
+redeliver = action_calling(_redeliver, name="redeliver",
+                           description="Redeliver failed deliveries (a fresh set of attempts)",
+                           done="Queued {count} delivery(ies) again.")
 
 
 @admin.register(WebhookDelivery)
-class WebhookDeliveryAdmin(ReadOnlyAdmin):
+class WebhookDeliveryAdmin(DeadLettersFirstAdmin):
     list_display = ["id", "webhook", "event", "status", "attempts", "last_status_code", "last_error", "created_at"]
     list_filter = ["status", "event"]
     search_fields = ["message_id", "webhook__url"]
     list_select_related = ["webhook"]
     actions = [redeliver]
     show_full_result_count = False
-
-    def get_queryset(self, request):
-        dead_first = Case(When(status=DeliveryStatus.FAILED, then=Value(0)), default=Value(1),
-                          output_field=IntegerField())
-        return super().get_queryset(request).annotate(dead_first=dead_first).order_by("dead_first", "-id")
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        # The action needs it on the list; every field stays read-only.
-        return obj is None and super(ReadOnlyAdmin, self).has_change_permission(request, obj)
+    owed_work = DELIVERIES

@@ -8,10 +8,12 @@ from django.db.models import Q
 
 
 class WebhookEvent(models.TextChoices):
-    MESSAGE_RECEIVED = "message.received"
-    MAILBOX_EXPIRED = "mailbox.expired"
-    MAILBOX_DELETED = "mailbox.deleted"
-    CLEANUP_DEAD = "cleanup.dead"
+    """What a webhook may subscribe to (docs/api.md); the labels say it for the admin."""
+
+    MESSAGE_RECEIVED = "message.received", "a message was stored in the mailbox"
+    MAILBOX_EXPIRED = "mailbox.expired", "the mailbox reached its expires_at"
+    MAILBOX_DELETED = "mailbox.deleted", "the mailbox was deleted"
+    CLEANUP_DEAD = "cleanup.dead", "the mailbox's cleanup on the backend was given up"
 
 
 class Webhook(models.Model):

@@ -36,6 +36,15 @@ class NothingToReconcile(Exception):
     """The backend keeps no accounts apart from Relay's rows (the local backend)."""
 
 
+# How a failed call ended, as /metrics labels it; the first class that matches wins
+# (NoBackendSlot is a TransientBackendError that made no call).
+_ENDINGS = ((NoBackendSlot, "no_slot"), (PermanentBackendError, "permanent"), (TransientBackendError, "transient"))
+
+
+def _ended(exc: Exception) -> str:
+    return next((label for kind, label in _ENDINGS if isinstance(exc, kind)), "error")
+
+
 def counted_backend_call(operation: str):
     """Count each call of the decorated backend method by how it ended: ok, transient
     (retried), permanent (a dead letter), no_slot (Relay's limiter had none; not tried)."""
@@ -44,17 +53,8 @@ def counted_backend_call(operation: str):
         def call(*args, **kwargs):
             try:
                 result = method(*args, **kwargs)
-            except NoBackendSlot:
-                BACKEND_CALLS.labels(operation, "no_slot").inc()
-                raise
-            except PermanentBackendError:
-                BACKEND_CALLS.labels(operation, "permanent").inc()
-                raise
-            except TransientBackendError:
-                BACKEND_CALLS.labels(operation, "transient").inc()
-                raise
-            except Exception:
-                BACKEND_CALLS.labels(operation, "error").inc()
+            except Exception as exc:
+                BACKEND_CALLS.labels(operation, _ended(exc)).inc()
                 raise
             BACKEND_CALLS.labels(operation, "ok").inc()
             return result
