@@ -21,7 +21,6 @@ docs/soak-rss.png.
 import argparse
 import atexit
 import collections
-import json
 import os
 import random
 import re
@@ -34,84 +33,19 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from email.message import EmailMessage
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import requests
-from urllib3.util.retry import Retry
 
 from bench.common import LOGS, ROOT, command_line, fresh_database, record, setup_django, wait_until
+from bench.soak_parts import (Counters, CountingRetry, chart, free_port, rss_mib, slope_mib_per_hour, smtp_sink,
+                              webhook_receiver)
 
 SAMPLE_EVERY_SECONDS = 30
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 # The level of a log line, as Django's formatter ("... WARNING name message"), Celery's
 # ("[...: WARNING/MainProcess]") and uvicorn's ("WARNING:  ...") write it.
 LEVEL_RE = re.compile(r"\b(DEBUG|INFO|WARNING|ERROR|CRITICAL)\b[:/ ]")
-CHART = ROOT / "docs" / "soak-rss.png"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class Counters:
-    def __init__(self):
-        self._lock = threading.Lock()
-        self.counts = collections.Counter()
-        self.errors = collections.Counter()
-
-    def add(self, name: str, n: int = 1) -> None:
-        with self._lock:
-            self.counts[name] += n
-
-    def error(self, what: str, detail: str = "") -> None:
-        with self._lock:
-            self.errors[what] += 1
-        if sum(self.errors.values()) <= 20:
-            print(f"error: {what} {detail}".rstrip(), file=sys.stderr)
-
-
-class CountingRetry(Retry):
-    counters: Counters
-
-    def increment(self, *args, **kwargs):
-        self.counters.add("GETs sent again after a closed keep-alive connection")
-        new = super().increment(*args, **kwargs)
-        new.counters = self.counters
-        return new
-
-
-def webhook_receiver(counters: Counters) -> ThreadingHTTPServer:
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self):
-            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            counters.add("webhook:" + json.loads(body)["type"])
-            self.send_response(204)
-            self.end_headers()
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
-
-
-def smtp_sink(counters: Counters):
-    """The mailer's destination: an aiosmtpd server that counts what it is handed."""
-    from aiosmtpd.controller import Controller
-
-    class Handler:
-        async def handle_DATA(self, server, session, envelope):
-            counters.add("mail out delivered")
-            return "250 OK"
-
-    controller = Controller(Handler(), hostname="127.0.0.1", port=free_port())
-    controller.start()
-    return controller
 
 
 class Stack:
@@ -194,13 +128,6 @@ class Stack:
                 os.killpg(self.proc.pid, 9)
 
 
-def rss_mib(pid: int) -> float | None:
-    try:
-        return int(re.search(r"VmRSS:\s+(\d+)", Path(f"/proc/{pid}/status").read_text()).group(1)) / 1024
-    except (FileNotFoundError, AttributeError, ProcessLookupError):
-        return None
-
-
 class Load:
     """The mailbox lives, each in a thread of a pool; errors are counted by what failed."""
 
@@ -280,40 +207,6 @@ class Load:
         if shown is not None and str(100000 + n % 900000) not in shown.json()["codes"]:
             self.counters.error("the code was not found")
         self.api("GET", f"{path}/{mid}/raw", (200,))
-
-
-def slope_mib_per_hour(points: list[tuple[float, float]]) -> float:
-    """Least-squares slope of (seconds, MiB), in MiB per hour."""
-    n = len(points)
-    if n < 2:
-        return float("nan")
-    mean_t = sum(t for t, _ in points) / n
-    mean_v = sum(v for _, v in points) / n
-    var = sum((t - mean_t) ** 2 for t, _ in points)
-    return sum((t - mean_t) * (v - mean_v) for t, v in points) / var * 3600 if var else float("nan")
-
-
-def chart(samples: list[dict], warm_up: float) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    roles = sorted({role for sample in samples for role in sample["rss"]})
-    figure, axes = plt.subplots(figsize=(9, 4.5), dpi=100)
-    for role in roles:
-        points = [(s["t"] / 60, s["rss"][role]) for s in samples if role in s["rss"]]
-        axes.plot([p[0] for p in points], [p[1] for p in points], label=role, linewidth=1.5)
-    axes.axvline(warm_up / 60, color="grey", linestyle=":", linewidth=1)
-    axes.text(warm_up / 60, axes.get_ylim()[1], " slopes from here", va="top", fontsize=8, color="grey")
-    axes.set_xlabel("minutes")
-    axes.set_ylabel("RSS (MiB)")
-    axes.set_title("Relay soak: resident memory of each process")
-    axes.grid(alpha=0.3)
-    axes.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
-    figure.tight_layout()
-    figure.savefig(CHART)
-    print(f"chart: {CHART.relative_to(ROOT)}")
 
 
 def account_key() -> str:
