@@ -16,7 +16,7 @@ from bench.common import command_line, fresh_database, record, setup_django
 MAILBOXES_SQL = """
 INSERT INTO mailboxes_mailbox (id, address, status, created_at, expires_at, expired_at, message_count, stored_bytes,
     backend_id, cleanup_state, cleanup_attempts, cleanup_last_error, cleanup_queued_at, cleanup_done_at,
-    cleanup_dead_at)
+    cleanup_dead_at, name, tags, metadata)
 SELECT gen_random_uuid(), 'm' || i || '@relay.localhost',
        CASE WHEN mod(i, 20) = 0 THEN 'active' ELSE 'expired' END,
        now() - interval '2 days', now() + CASE WHEN mod(i, 20) = 0 THEN interval '1 hour' ELSE -interval '1 day' END,
@@ -26,7 +26,8 @@ SELECT gen_random_uuid(), 'm' || i || '@relay.localhost',
        1, '',
        now() - mod(i, 86400) * interval '1 second',
        CASE WHEN mod(i, 20) <> 0 AND mod(i, 1000) NOT IN (1, 3) THEN now() - mod(i, 86400) * interval '1 second' END,
-       CASE WHEN mod(i, 1000) = 1 THEN now() - mod(i, 3600) * interval '1 second' END
+       CASE WHEN mod(i, 1000) = 1 THEN now() - mod(i, 3600) * interval '1 second' END,
+       '', '[]', '{}'
 FROM generate_series(1, %(count)s) AS i
 """
 OUTBOX_SQL = """
