@@ -6,6 +6,7 @@ import json
 
 from django.conf import settings
 from django.core.validators import RegexValidator
+from django.urls import reverse
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -203,6 +204,8 @@ class MessageSummarySerializer(serializers.Serializer):
 
 
 class AttachmentSerializer(serializers.Serializer):
+    id = serializers.IntegerField(help_text="Its number in the message, from 1; stable.")
+    download_url = serializers.URLField(help_text="GET it for the bytes (always served as a download).")
     filename = serializers.CharField(allow_null=True)
     content_type = serializers.CharField()
     size = serializers.IntegerField()
@@ -218,9 +221,21 @@ class MessageDetailSerializer(MessageSummarySerializer):
     text = serializers.CharField(source="content.text")
     html = serializers.CharField(source="content.html")
     headers = serializers.ListField(source="content.headers", child=serializers.ListField(child=serializers.CharField()))
-    attachments = AttachmentSerializer(source="content.attachments", many=True)
+    attachments = serializers.SerializerMethodField()
     codes = serializers.SerializerMethodField(help_text="One-time codes found in the subject and text, most likely first.")
     links = serializers.SerializerMethodField(help_text="Links from the HTML and the text, in order, each once.")
+
+    @extend_schema_field(AttachmentSerializer(many=True))
+    def get_attachments(self, message) -> list[dict]:
+        request = self.context.get("request")
+        described = []
+        for number, attachment in enumerate(message.content.attachments, start=1):
+            path = reverse("message-attachment", kwargs={
+                "mailbox_id": message.mailbox_id, "message_id": message.id, "attachment_id": number})
+            described.append({"id": number, "download_url": request.build_absolute_uri(path) if request else path,
+                              "filename": attachment.get("filename"), "content_type": attachment.get("content_type", ""),
+                              "size": attachment.get("size", 0), "content_id": attachment.get("content_id")})
+        return described
 
     @extend_schema_field(serializers.ListField(child=serializers.CharField()))
     def get_codes(self, message) -> list[str]:

@@ -57,6 +57,8 @@ urlpatterns = [
     path("mailboxes/<uuid:mailbox_id>/events", waiting.mailbox_events, name="mailbox-events"),
     path("mailboxes/<uuid:mailbox_id>/messages/<rowid:message_id>", pooled(views.MessageDetailView.as_view()), name="message-detail"),
     path("mailboxes/<uuid:mailbox_id>/messages/<rowid:message_id>/raw", pooled(views.MessageRawView.as_view()), name="message-raw"),
+    path("mailboxes/<uuid:mailbox_id>/messages/<rowid:message_id>/attachments/<rowid:attachment_id>",
+         pooled(views.AttachmentView.as_view()), name="message-attachment"),
     path("mailboxes/<uuid:mailbox_id>/outbox", pooled(views.OutboundCollectionView.as_view()), name="outbound-list"),
     path("mailboxes/<uuid:mailbox_id>/outbox/<rowid:outbound_id>", pooled(views.OutboundDetailView.as_view()), name="outbound-detail"),
 ]

@@ -1,6 +1,7 @@
 """The REST API of docs/api.md. Views validate input, call one service or selector, render
 the result; the domain's exceptions become responses in api.errors."""
 from django.http import HttpResponse
+from django.utils.http import content_disposition_header
 from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema, extend_schema_view
@@ -29,6 +30,7 @@ from mailboxes import selectors, services
 from mailboxes.ending import mailbox_delete
 from mailboxes.errors import NotFound
 from mailboxes.services import LABEL_FIELDS
+from relay.inbound.attachments import SAFETY_HEADERS, attachment_of, safe_filename, served_content_type
 from relay.outbox.outbound import outbound_get, outbound_list, outbound_queue
 from mailboxes.creation import mailbox_create
 from relay.backends import get_backend
@@ -227,7 +229,7 @@ class MessageDetailView(APIView):
         mailbox = selectors.mailbox_get_active(caller=request.user, mailbox_id=mailbox_id)
         message = selectors.message_get(mailbox=mailbox, message_id=message_id)
         services.message_mark_read(message=message)
-        return Response(MessageDetailSerializer(message).data)
+        return Response(MessageDetailSerializer(message, context={"request": request}).data)
 
     @extend_schema(operation_id="messages_delete", summary="Delete a message", responses={204: None})
     def delete(self, request, mailbox_id, message_id):
@@ -247,6 +249,23 @@ class MessageRawView(APIView):
 
 @extend_schema_view(get=extend_schema(operation_id="outbox_list", summary="List sent messages and their status",
                                       parameters=PAGE_PARAMETERS, responses=paginated(OutboundSerializer)))
+class AttachmentView(APIView):
+    @extend_schema(operation_id="attachments_get", summary="Download an attachment (always as a download, sandboxed)",
+                   responses={(200, "application/octet-stream"): OpenApiTypes.BINARY})
+    def get(self, request, mailbox_id, message_id, attachment_id):
+        mailbox = selectors.mailbox_get_active(caller=request.user, mailbox_id=mailbox_id)
+        found = attachment_of(selectors.message_raw(mailbox=mailbox, message_id=message_id), attachment_id)
+        if found is None:
+            raise NotFound("No such attachment.")
+        meta, payload = found
+        response = HttpResponse(payload, content_type=served_content_type(meta["content_type"], meta.get("charset")))
+        response["Content-Disposition"] = content_disposition_header(
+            True, safe_filename(meta["filename"], attachment_id))
+        for header, value in SAFETY_HEADERS.items():
+            response[header] = value
+        return response
+
+
 class OutboundCollectionView(MailboxRowsView):
     serializer_class = OutboundSerializer
 

@@ -115,7 +115,7 @@ def _filename(part: EmailMessage) -> str | None:
     return decode_header_value(filename) if filename else None
 
 
-def _attachment(part: EmailMessage) -> dict:
+def attachment_description(part: EmailMessage) -> dict:
     try:
         size = len(part.get_payload(decode=True) or b"")
     except Exception:
@@ -126,7 +126,7 @@ def _attachment(part: EmailMessage) -> dict:
             "content_id": content_id}
 
 
-def _is_attachment(part: EmailMessage) -> bool:
+def is_attachment(part: EmailMessage) -> bool:
     try:
         disposition = (part.get_content_disposition() or "").lower()
     except Exception:
@@ -137,7 +137,7 @@ def _is_attachment(part: EmailMessage) -> bool:
     return part.get_content_maintype() not in ("text", "multipart", "message")
 
 
-def _bounded(raw: bytes) -> tuple[bytes, bool]:
+def bounded_bytes(raw: bytes) -> tuple[bytes, bool]:
     """The bytes handed to the parser: the header section cut at MAX_HEADER_SECTION_BYTES
     and the body cut before its MAX_PARTS-th boundary line, so the parser's own work is
     bounded too. Returns them and whether anything was cut."""
@@ -157,7 +157,7 @@ def _bounded(raw: bytes) -> tuple[bytes, bool]:
 def parse_message(raw: bytes) -> ParsedMessage:
     parsed = ParsedMessage()
     deadline = time.monotonic() + PARSE_SECONDS
-    bounded, cut = _bounded(raw)
+    bounded, cut = bounded_bytes(raw)
     parsed.parsed_fully = not cut
     try:
         message = email.message_from_bytes(bounded, policy=policy.compat32)
@@ -197,9 +197,9 @@ def _read_part(part: EmailMessage, parsed: ParsedMessage) -> None:
     try:
         if part.is_multipart():
             return
-        if _is_attachment(part):
+        if is_attachment(part):
             if len(parsed.attachments) < MAX_ATTACHMENTS:
-                parsed.attachments.append(_attachment(part))
+                parsed.attachments.append(attachment_description(part))
             return
         content_type = part.get_content_type()
         if content_type == "text/plain" and not parsed.text:

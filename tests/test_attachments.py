@@ -1,0 +1,130 @@
+"""Attachments (docs/api.md, "Attachments"): mail with attachments sent over a real SMTP
+socket, each one listed with an id and a download URL, and downloaded as the exact bytes
+it carried, served so that a hostile one cannot run on Relay's origin."""
+import os
+import smtplib
+from email.message import EmailMessage
+
+import pytest
+
+from mailboxes.models import Mailbox
+from tests.conftest import SmtpServerThread
+from tests.helpers import create_via_api
+
+
+def send(port: int, message: EmailMessage) -> None:
+    with smtplib.SMTP("127.0.0.1", port, timeout=60) as smtp:
+        smtp.send_message(message)
+
+
+def mail_to(address: str, *attachments: tuple[bytes, str, str]) -> EmailMessage:
+    """A mail with a text body and `attachments`, each (bytes, content type, filename)."""
+    message = EmailMessage()
+    message["From"], message["To"], message["Subject"] = "sender@example.com", address, "files"
+    message.set_content("See the attached files.")
+    for payload, content_type, filename in attachments:
+        maintype, subtype = content_type.split("/")
+        message.add_attachment(payload, maintype=maintype, subtype=subtype, filename=filename)
+    return message
+
+
+def only_message(client, box: dict) -> dict:
+    listed = client.get(f"/api/v1/mailboxes/{box['id']}/messages").json()["results"]
+    assert len(listed) == 1
+    response = client.get(f"/api/v1/mailboxes/{box['id']}/messages/{listed[0]['id']}")
+    assert response.status_code == 200
+    return response.json()
+
+
+@pytest.fixture
+def box(smtp_server, client_pro):
+    return create_via_api(client_pro, local_part="files").json()
+
+
+def test_twenty_attachments_are_listed_and_each_downloads_as_its_exact_bytes(smtp_server, client_pro, box):
+    files = [(os.urandom(1000 + i), "application/pdf", f"report-{i}.pdf") for i in range(20)]
+    send(smtp_server.port, mail_to(box["address"], *files))
+    attachments = only_message(client_pro, box)["attachments"]
+    assert [a["id"] for a in attachments] == list(range(1, 21))
+    assert [a["filename"] for a in attachments] == [name for _, _, name in files]
+    for attachment, (payload, _, name) in zip(attachments, files):
+        assert attachment["download_url"].startswith("http://testserver/api/v1/mailboxes/")
+        response = client_pro.get(attachment["download_url"])
+        assert response.status_code == 200 and response.content == payload
+        assert response["Content-Type"] == "application/pdf"
+        assert response["Content-Disposition"] == f'attachment; filename="{name}"'
+
+
+def test_every_download_is_sandboxed_never_sniffed_and_an_attachment(smtp_server, client_pro, box):
+    send(smtp_server.port, mail_to(box["address"], (b"name,count\na,1\n", "text/csv", "counts.csv")))
+    attachment = only_message(client_pro, box)["attachments"][0]
+    response = client_pro.get(attachment["download_url"])
+    assert response["X-Content-Type-Options"] == "nosniff"
+    assert response["Content-Security-Policy"].startswith("sandbox")
+    assert response["Content-Disposition"].startswith("attachment;")
+    assert response["Content-Type"] == "text/csv; charset=utf-8"
+
+
+@pytest.mark.parametrize("content_type", ["text/html", "image/svg+xml", "application/xhtml+xml", "text/xml",
+                                          "application/javascript"])
+def test_an_attachment_that_could_run_in_a_browser_is_never_served_as_its_type(
+        smtp_server, client_pro, box, content_type):
+    script = b"<script>fetch('/api/v1/mailboxes').then(r => r.text()).then(alert)</script>"
+    send(smtp_server.port, mail_to(box["address"], (script, content_type, "open-me.html")))
+    attachment = only_message(client_pro, box)["attachments"][0]
+    assert attachment["content_type"] == content_type  # described as declared
+    response = client_pro.get(attachment["download_url"])
+    assert response.content == script
+    assert response["Content-Type"] == "application/octet-stream"
+    assert response["Content-Security-Policy"].startswith("sandbox")
+
+
+def test_a_filename_with_a_path_quotes_and_control_characters_is_made_safe(smtp_server, client_pro, box):
+    send(smtp_server.port, mail_to(box["address"], (b"x", "application/pdf", '..\\../etc/"pass\x07\twd".pdf')))
+    attachment = only_message(client_pro, box)["attachments"][0]
+    disposition = client_pro.get(attachment["download_url"])["Content-Disposition"]
+    assert disposition.startswith("attachment; filename=")
+    assert "/" not in disposition and "\\" not in disposition and "\x07" not in disposition and "\t" not in disposition
+    assert disposition.count('"') == 2  # the quotes around the name, and none inside it
+
+
+def test_an_unknown_attachment_is_404_and_one_of_an_expired_mailbox_410(smtp_server, client_pro, box):
+    send(smtp_server.port, mail_to(box["address"], (b"data", "application/zip", "a.zip")))
+    attachment = only_message(client_pro, box)["attachments"][0]
+    base = attachment["download_url"].rsplit("/", 1)[0]
+    assert client_pro.get(f"{base}/2").status_code == 404
+    assert client_pro.get(f"{base}/0").status_code == 404
+    Mailbox.objects.filter(id=box["id"]).update(status="expired")
+    response = client_pro.get(attachment["download_url"])
+    assert response.status_code == 410 and response.json()["code"] == "expired"
+
+
+def test_another_owners_attachment_is_404(smtp_server, client_pro, make_client, box):
+    send(smtp_server.port, mail_to(box["address"], (b"secret", "application/pdf", "s.pdf")))
+    attachment = only_message(client_pro, box)["attachments"][0]
+    assert make_client("mallory").get(attachment["download_url"]).status_code == 404
+
+
+@pytest.fixture
+def large_smtp_server(settings, transactional_db):
+    settings.RELAY_MAX_MESSAGE_BYTES = 32 * 1024 * 1024
+    server = SmtpServerThread().start()
+    yield server
+    server.stop()
+
+
+def test_a_20_mb_attachment_is_stored_and_downloaded_whole_when_the_limit_allows(large_smtp_server, client_pro):
+    box = create_via_api(client_pro, local_part="large").json()
+    payload = os.urandom(20 * 1024 * 1024)
+    send(large_smtp_server.port, mail_to(box["address"], (payload, "application/zip", "large.zip")))
+    attachment = only_message(client_pro, box)["attachments"][0]
+    assert attachment["size"] == len(payload)
+    assert client_pro.get(attachment["download_url"]).content == payload
+
+
+def test_the_message_size_limit_still_holds_for_attachments(smtp_server, client_pro, settings, box):
+    payload = os.urandom(settings.RELAY_MAX_MESSAGE_BYTES)
+    with pytest.raises(smtplib.SMTPException) as refused:
+        send(smtp_server.port, mail_to(box["address"], (payload, "application/zip", "too-large.zip")))
+    assert "552" in str(refused.value) or getattr(refused.value, "smtp_code", None) == 552
+    assert client_pro.get(f"/api/v1/mailboxes/{box['id']}/messages").json()["results"] == []
