@@ -104,3 +104,67 @@ def test_message_detail_shows_codes_and_links(client_pro):
     detail = client_pro.get(f"/api/v1/mailboxes/{box['id']}/messages/{listed[0]['id']}").json()
     assert detail["codes"][0] == "K7Q2M9"
     assert detail["links"] == [{"url": "https://acme.example/reset/8f2a", "text": "Reset password"}]
+
+
+# Verification mails as services send them in the languages their users read, each in
+# the shape of that language's mails (its word for "code", its punctuation, digits glued
+# to the words of scripts written without spaces). Each is parsed from a real MIME mail,
+# base64 as most senders encode non-Latin text.
+LANGUAGES = {
+    "English": ("Your verification code", "Your verification code is 482913. It expires in 10 minutes."),
+    "Spanish": ("Tu código de verificación", "Tu código de verificación es 482913. Caduca en 10 minutos."),
+    "Portuguese": ("Seu código de verificação", "Use o código 482913 para confirmar sua conta."),
+    "French": ("Votre code de vérification", "Votre code de vérification est : 482913. Il expire dans 10 minutes."),
+    "German": ("Ihr Bestätigungscode", "Ihr Bestätigungscode lautet 482913. Er ist 10 Minuten gültig."),
+    "Italian": ("Il tuo codice di verifica", "Il tuo codice di verifica è 482913."),
+    "Dutch": ("Je verificatiecode", "Je verificatiecode is 482913."),
+    "Polish": ("Twój kod weryfikacyjny", "Twój kod weryfikacyjny to 482913."),
+    "Russian": ("Код подтверждения", "Ваш код подтверждения: 482913. Никому его не сообщайте."),
+    "Ukrainian": ("Код підтвердження", "Ваш код підтвердження: 482913."),
+    "Turkish": ("Doğrulama kodunuz", "Doğrulama kodunuz: 482913. Bu kodu kimseyle paylaşmayın."),
+    "Japanese": ("認証コードのお知らせ", "認証コードは482913です。10分間有効です。"),
+    "Chinese (simplified)": ("验证码", "您的验证码是482913，10分钟内有效。"),
+    "Chinese (traditional)": ("驗證碼通知", "您的驗證碼為482913，請於10分鐘內輸入。"),
+    "Korean": ("인증 코드", "인증 코드는 482913 입니다"),
+    "Korean (SMS style)": ("인증번호 안내", "[서비스] 인증번호 [482913]를 입력해주세요."),
+    "Arabic": ("رمز التحقق", "رمز التحقق الخاص بك هو 482913. لا تشاركه مع أحد."),
+    "Arabic (Arabic-Indic digits)": ("رمز التحقق", "رمز التحقق: ٤٨٢٩١٣"),
+    "Persian": ("کد تایید", "کد تایید شما: 482913"),
+    "Hebrew": ("קוד אימות", "קוד האימות שלך הוא 482913"),
+    "Hindi": ("सत्यापन कोड", "आपका सत्यापन कोड 482913 है।"),
+    "Thai": ("รหัสยืนยัน", "รหัสยืนยันของคุณคือ 482913"),
+    "Vietnamese": ("Mã xác minh", "Mã xác minh của bạn là 482913."),
+    "Indonesian": ("Kode verifikasi", "Kode verifikasi Anda adalah 482913."),
+    "Czech": ("Ověřovací kód", "Váš ověřovací kód je 482913."),
+    "Hungarian": ("Ellenőrző kód", "Az ellenőrző kódod: 482913"),
+    "Greek": ("Κωδικός επαλήθευσης", "Ο κωδικός επαλήθευσής σας είναι 482913."),
+    "Swedish": ("Din verifieringskod", "Din verifieringskod är 482913."),
+    "Danish": ("Din bekræftelseskode", "Din bekræftelseskode er 482913."),
+    "Finnish": ("Vahvistuskoodi", "Vahvistuskoodisi on 482913."),
+    "Romanian": ("Codul de verificare", "Codul tău de verificare este 482913."),
+    "Japanese (fullwidth digits)": ("確認コード", "確認コード：４８２９１３"),
+}
+
+# Mails in the same languages with numbers and no code: none may yield one.
+NO_CODE = {
+    "Korean": ("인증 완료", "인증이 완료되었습니다. 고객센터 1588-1234"),
+    "Chinese": ("验证成功", "验证成功！客服电话 400-800-1234，订单于2026年11月26日送达。"),
+    "Japanese": ("ご注文の確認", "ご注文ありがとうございます。合計 12,800円。お問い合わせは03-1234-5678まで。"),
+    "Russian": ("Подтверждение заказа", "Код города 495, телефон +7 495 123-45-67, доставка 24.11.2026."),
+    "Arabic": ("تأكيد الطلب", "تم تأكيد طلبك بتاريخ 2026-11-24. للاستفسار اتصل على +966 11 234 5678"),
+    "German": ("Bestellbestätigung", "Ihre Bestellung vom 24.11.2026 über 129,99 € ist bestätigt."),
+}
+
+
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_a_verification_mail_in_each_common_language_yields_its_code(language):
+    subject, body = LANGUAGES[language]
+    parsed = parse_message(mail(subject, body, encoding="base64"))
+    assert find_codes(parsed.subject, parsed.text) == ["482913"], language
+
+
+@pytest.mark.parametrize("language", NO_CODE)
+def test_numbers_in_mails_of_those_languages_are_not_codes(language):
+    subject, body = NO_CODE[language]
+    parsed = parse_message(mail(subject, body, encoding="base64"))
+    assert find_codes(parsed.subject, parsed.text) == [], language

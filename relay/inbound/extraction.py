@@ -2,7 +2,7 @@
 
 Codes are 4–8 digits (also written 123-456 or 123 456), or 6–12 letters and digits with
 at least one digit, found in the subject and the text near a word that announces a code
-(code, OTP, PIN, verification, token, and their kin in a few languages). The nearer the
+(code, OTP, PIN, verification, token, and their kin in some thirty languages). The nearer the
 word, the likelier the code; a number that is part of a phone number, a date, a year, a
 price or a URL is not a code. Links come from the HTML's anchors and the text's URLs, in
 order, without duplicates.
@@ -16,6 +16,7 @@ and links are computed once, when it is stored (relay.inbound.storing), never pe
 import bisect
 import html
 import re
+import unicodedata
 
 # Words that announce a code, matched anywhere in a word (so "Bestätigungscode" and
 # "passcode" count) and ignoring case.
@@ -23,15 +24,24 @@ import re
 # start with: a position that cannot begin a match is passed over at once, instead of
 # trying every alternative there (most of a 10 KB text's scanning time otherwise).
 KEYWORDS = re.compile(
-    r"(?=[cotpvs2alkкパ認验確])(?:code|otp|\bpin\b|passcode|verif|token|one[- ]time|2fa|two[- ]factor|two[- ]step|2-step|"
+    r"(?=[cotpvs2alkmxкκرקकรكک코인확コパ認验驗確校动])"
+    r"(?:code|otp|\bpin\b|passcode|verif|vérif|token|one[- ]time|2fa|two[- ]factor|two[- ]step|2-step|"
     r"authenticat|security|sign[- ]?in|log[- ]?in|confirm|"
-    r"código|codice|kod|код|パスコード|認証|验证码|確認)",
+    # Spanish, Portuguese, Italian, Romanian; Polish, Turkish, Swedish, Danish, Indonesian,
+    # Malay; Czech, Slovak, Hungarian; Finnish; Vietnamese.
+    r"código|codice|\bcod|kod|kód|koodi|\bmã\b|xác minh|xác thực|"
+    # Russian, Ukrainian; Greek; Arabic, Persian; Hebrew; Hindi; Thai.
+    r"код|κωδικ|رمز|كود|کد|קוד|कोड|รหัส|"
+    # Korean; Japanese; Chinese (simplified and traditional).
+    r"인증|코드|확인|コード|パスコード|認証|验证|驗證|確認|校验码|动态码)",
     re.IGNORECASE,
 )
 # Every KEYWORDS match contains one of these, lower-cased: a text with none of them has
 # no keyword, and is told so by a substring search alone.
-KEYWORD_STEMS = ("code", "otp", "pin", "verif", "token", "one", "2fa", "two", "2-step", "authenticat", "security",
-                 "sign", "log", "confirm", "código", "codice", "kod", "код", "パスコード", "認証", "验证码", "確認")
+KEYWORD_STEMS = ("code", "otp", "pin", "verif", "vérif", "token", "one", "2fa", "two", "2-step", "authenticat",
+                 "security", "sign", "log", "confirm", "código", "codice", "cod", "kod", "kód", "koodi", "mã", "xác",
+                 "код", "κωδικ", "رمز", "كود", "کد", "קוד", "कोड", "รหัส", "인증", "코드", "확인", "コード",
+                 "パスコード", "認証", "验证", "驗證", "確認", "校验码", "动态码")
 # How far (in characters) a keyword may be from a code for it to count.
 NEAR = 80
 URL = re.compile(r"https?://[^\s<>\"'()\[\]{}]+", re.IGNORECASE)
@@ -39,7 +49,10 @@ URL = re.compile(r"https?://[^\s<>\"'()\[\]{}]+", re.IGNORECASE)
 # bounded as RFC 5321 bounds it (64 for the local part, 63 a label), so a long run of
 # letters or digits without an "@" costs one pass, not one pass per starting position.
 EMAIL = re.compile(r"(?<![\w.+-])[\w.+-]{1,64}@[\w-]{1,63}(?:\.[\w-]{1,63}){1,8}")
-DIGITS = re.compile(r"(?<![\w+$€£¥/.:,-])(\d{3}[- ]\d{3}|\d{4,8})(?![\w/%:]|[.,-]\d)")
+# A letter of a script written without spaces (Thai, Japanese, Chinese, Korean) may touch a
+# code ("验证码是482913"): only other word characters glue one to a word.
+GLUING = r"[^\W\u0e00-\u0e7f\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]"
+DIGITS = re.compile(rf"(?<!{GLUING})(?<![+$€£¥/.:,-])(\d{{3}}[- ]\d{{3}}|\d{{4,8}})(?!{GLUING}|[/%:]|[.,-]\d)")
 ALNUM = re.compile(r"(?<![\w/.-])(?=[A-Za-z0-9]*\d)(?=[A-Za-z0-9]*[A-Za-z])([A-Za-z0-9]{6,12})(?![\w/.-])")
 # Things made of digits that are not codes.
 DATE = re.compile(r"(?=\d)(?:\b\d{4}-\d{1,2}-\d{1,2}\b|\b\d{1,2}[./-]\d{1,2}[./-]\d{2,4}\b)")
@@ -48,6 +61,11 @@ PHONE = re.compile(r"(?=[+tpc(\d])(?:(?:\+|\btel\b|\bphone\b|\bcall\b)[\s:.]*[\d
 YEAR = re.compile(r"^(19|20)\d\d$")
 WORDY = re.compile(r"^[A-Za-z]+\d?$|^\d?[A-Za-z]+$")  # "Welcome1" is a word, not a code
 MAX_SCAN = 200_000  # characters of subject + text looked at
+
+
+def ascii_digits(code: str) -> str:
+    """A code as typed back: Arabic-Indic, fullwidth and other decimal digits as 0-9."""
+    return "".join(str(unicodedata.decimal(char)) if char.isdecimal() else char for char in code)
 
 
 def _masked(text: str) -> str:
@@ -80,7 +98,7 @@ def find_codes(subject: str, text: str) -> list[str]:
     for pattern, kind in ((DIGITS, 0), (ALNUM, 1)):
         for match in pattern.finditer(masked):
             raw = match.group(1)
-            code = raw.replace("-", "").replace(" ", "")
+            code = ascii_digits(raw.replace("-", "").replace(" ", ""))
             if kind == 0 and YEAR.match(code):
                 continue
             if kind == 1 and (WORDY.match(code) or code.isdigit()):
