@@ -277,6 +277,8 @@ SPECTACULAR_SETTINGS = {
 RELAY_KEY_CACHE_SECONDS = _int("RELAY_KEY_CACHE_SECONDS", 5)
 # Long-poll waits and event streams one key or mailbox token may hold open at once.
 RELAY_MAX_OPEN_WAITS = _int("RELAY_MAX_OPEN_WAITS", 20, minimum=1)
+# The key or mailbox token `manage.py runmcp` acts with when --key is not given (docs/agents.md).
+RELAY_API_KEY = env.str("RELAY_API_KEY", default="")
 
 # --- Relay -----------------------------------------------------------------------------
 RELAY_DOMAINS = [d.strip().lower() for d in env.list("RELAY_DOMAINS", default=["relay.localhost"]) if d.strip()]

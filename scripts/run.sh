@@ -85,7 +85,8 @@ start() {
 }
 # Keep-alive past a client's usual idle pause (uvicorn's own is 5 s): a client that sends
 # on a connection at the instant the server closes it gets an error it cannot retry safely.
-start web    $BIN/uvicorn config.asgi:application --host 127.0.0.1 --port "$WEB_PORT" --lifespan off --timeout-keep-alive 65
+# The lifespan runs /mcp's session manager for as long as the process (config/asgi.py).
+start web    $BIN/uvicorn config.asgi:application --host 127.0.0.1 --port "$WEB_PORT" --lifespan on --timeout-keep-alive 65
 start worker $BIN/celery -A config worker --loglevel=INFO --concurrency=2 --hostname "worker@%h"
 start beat   $BIN/celery -A config beat --loglevel=INFO
 start smtp   $BIN/python manage.py runsmtp --port "$SMTP_PORT"

@@ -1,0 +1,350 @@
+"""The MCP server (docs/agents.md), driven by the official SDK's own client: over
+streamable HTTP against a real gunicorn web process, and over stdio against
+`manage.py runmcp`. Mail arrives over a real SMTP socket while the tools wait."""
+import asyncio
+import base64
+import smtplib
+import sys
+import threading
+import time
+from email.message import EmailMessage
+
+import httpx2
+import pytest
+import redis
+import requests
+from django.conf import settings
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
+
+from accounts.services import account_create_with_key
+from mailboxes.models import Mailbox
+from tests.conftest import ROOT, free_port
+from tests.helpers import wait_until
+
+pytestmark = pytest.mark.workers
+
+TOOLS = {"create_mailbox", "list_mailboxes", "get_mailbox", "renew_mailbox", "delete_mailbox", "list_messages",
+         "get_message", "wait_for_message", "wait_for_code", "send_message", "search_messages", "get_attachment"}
+
+
+# --- the two transports -----------------------------------------------------------------------
+class Http:
+    """Sessions over streamable HTTP to one web process."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def session(self, key: str):
+        return _http_session(self.url, key)
+
+
+class _http_session:
+    def __init__(self, url: str, key: str) -> None:
+        self.url, self.key = url, key
+
+    async def __aenter__(self) -> ClientSession:
+        self.http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {self.key}"}, timeout=90)
+        self.transport = streamable_http_client(self.url, http_client=self.http)
+        read, write = await self.transport.__aenter__()
+        self.client = ClientSession(read, write)
+        session = await self.client.__aenter__()
+        await session.initialize()
+        return session
+
+    async def __aexit__(self, *exc):
+        await self.client.__aexit__(*exc)
+        await self.transport.__aexit__(*exc)
+        await self.http.aclose()
+
+
+@pytest.fixture
+def mcp_http(processes):
+    port = free_port()
+    processes.web("web", port)
+    processes.wait_ready()
+    url = f"http://127.0.0.1:{port}/mcp"
+    wait_until(lambda: requests.post(url, timeout=5).status_code == 401, timeout=30, message="/mcp to answer")
+    return Http(url)
+
+
+def run(coroutine):
+    return asyncio.run(coroutine)
+
+
+async def call(session: ClientSession, name: str, arguments: dict | None = None) -> dict:
+    """A tool's structured result; AssertionError with its text if it is a tool error."""
+    result = await session.call_tool(name, arguments or {})
+    assert not result.is_error, result.content[0].text
+    return result.structured_content
+
+
+async def error_of(session: ClientSession, name: str, arguments: dict) -> str:
+    result = await session.call_tool(name, arguments)
+    assert result.is_error, result.structured_content
+    return result.content[0].text
+
+
+def send_mail(port: int, to: str, subject: str, text: str, sender: str = "service@example.com",
+              attachments: list | None = None) -> float:
+    """Send over SMTP; returns the time.monotonic() of the 250."""
+    message = EmailMessage()
+    message["From"], message["To"], message["Subject"] = sender, to, subject
+    message.set_content(text)
+    for payload, content_type, filename in attachments or []:
+        maintype, subtype = content_type.split("/")
+        message.add_attachment(payload, maintype=maintype, subtype=subtype, filename=filename)
+    with smtplib.SMTP("127.0.0.1", port, timeout=30) as smtp:
+        smtp.send_message(message)
+        return time.monotonic()
+
+
+class later:
+    """Run `function(*args)` in a thread after `seconds`; `.result()` waits for it."""
+
+    def __init__(self, seconds: float, function, *args) -> None:
+        self.out: list = []
+        self.timer = threading.Timer(seconds, lambda: self.out.append(function(*args)))
+        self.timer.start()
+
+    def result(self):
+        self.timer.join(30)
+        return self.out[0]
+
+
+@pytest.fixture
+def owner():
+    _, key = account_create_with_key(login="agent", plan="pro")
+    return key
+
+
+# --- HTTP ---------------------------------------------------------------------------------------
+def test_the_tools_are_listed_with_their_schemas_and_descriptions(mcp_http, owner):
+    async def scenario():
+        async with mcp_http.session(owner) as session:
+            return (await session.list_tools()).tools
+
+    tools = {tool.name: tool for tool in run(scenario())}
+    assert set(tools) == TOOLS
+    for tool in tools.values():
+        assert len(tool.description) > 60, tool.name
+    waiting = tools["wait_for_code"].input_schema
+    assert set(waiting["properties"]) == {"mailbox_id", "timeout_seconds", "from", "subject", "after"}
+    assert waiting["required"] == ["mailbox_id"]
+    assert waiting["properties"]["timeout_seconds"]["maximum"] == 60
+    assert tools["send_message"].input_schema["required"] == ["mailbox_id", "to", "subject", "text"]
+
+
+def test_mcp_without_credentials_or_with_a_revoked_key_is_401(mcp_http, owner):
+    assert requests.post(mcp_http.url, json={}, timeout=10).status_code == 401
+    refused = requests.post(mcp_http.url, json={}, headers={"Authorization": "Bearer rk_not_a_key"}, timeout=10)
+    assert refused.status_code == 401 and refused.json()["code"] == "unauthorized"
+
+
+def test_an_agent_creates_a_mailbox_waits_for_its_code_and_deletes_it(mcp_http, owner, smtp_server):
+    async def scenario():
+        async with mcp_http.session(owner) as session:
+            box = await call(session, "create_mailbox", {"ttl_minutes": 10, "name": "sign-up", "tags": ["agent"]})
+            sent = later(1.0, send_mail, smtp_server.port, box["address"], "Verify", "Your code is 482913.")
+            code = await call(session, "wait_for_code", {"mailbox_id": box["id"], "timeout_seconds": 20})
+            answered = time.monotonic()
+            listed = await call(session, "list_messages", {"mailbox_id": box["id"]})
+            message = await call(session, "get_message", {"mailbox_id": box["id"], "message_id": code["message_id"]})
+            mailboxes = await call(session, "list_mailboxes")
+            renewed = await call(session, "renew_mailbox", {"mailbox_id": box["id"], "ttl_minutes": 30})
+            found = await call(session, "search_messages", {"query": "482913"})
+            deleted = await call(session, "delete_mailbox", {"mailbox_id": box["id"]})
+            gone = await error_of(session, "get_mailbox", {"mailbox_id": box["id"]})
+            return box, sent, code, answered, listed, message, mailboxes, renewed, found, deleted, gone
+
+    box, sent, code, answered, listed, message, mailboxes, renewed, found, deleted, gone = run(scenario())
+    assert box["name"] == "sign-up" and box["tags"] == ["agent"] and box["status"] == "active"
+    assert code == {"code": "482913", "codes": ["482913"], "message_id": code["message_id"],
+                    "from": "service@example.com", "subject": "Verify"}
+    assert answered - sent.result() < 1.0, "the code came later than a second after the 250"
+    assert [m["id"] for m in listed["messages"]] == [code["message_id"]]
+    assert message["subject"] == "Verify" and message["codes"] == ["482913"]
+    assert [m["id"] for m in mailboxes["mailboxes"]] == [box["id"]]
+    assert renewed["expires_at"] > box["expires_at"]
+    assert [m["id"] for m in found["messages"]] == [code["message_id"]]
+    assert deleted == {"deleted": True} and gone.startswith("not_found: ")
+
+
+def test_waits_that_run_out_return_null(mcp_http, owner):
+    async def scenario():
+        async with mcp_http.session(owner) as session:
+            box = await call(session, "create_mailbox")
+            started = time.monotonic()
+            message = await call(session, "wait_for_message", {"mailbox_id": box["id"], "timeout_seconds": 1})
+            code = await call(session, "wait_for_code", {"mailbox_id": box["id"], "timeout_seconds": 1})
+            return message, code, time.monotonic() - started
+
+    message, code, took = run(scenario())
+    assert message == {"message": None} and code == {"code": None}
+    assert 2.0 <= took < 6.0
+
+
+def test_the_filters_and_after_choose_the_message(mcp_http, owner, smtp_server):
+    async def scenario():
+        async with mcp_http.session(owner) as session:
+            box = await call(session, "create_mailbox")
+            send_mail(smtp_server.port, box["address"], "Newsletter", "No code here.", sender="news@example.com")
+            send_mail(smtp_server.port, box["address"], "Welcome", "Code 111111 for you.", sender="old@example.com")
+            send_mail(smtp_server.port, box["address"], "Your login code", "Code 222222.", sender="auth@example.com")
+            first = await call(session, "wait_for_message", {"mailbox_id": box["id"], "timeout_seconds": 5})
+            by_sender = await call(session, "wait_for_code", {"mailbox_id": box["id"], "from": "auth@",
+                                                              "timeout_seconds": 5})
+            by_subject = await call(session, "wait_for_message", {"mailbox_id": box["id"], "subject": "Welcome",
+                                                                  "timeout_seconds": 5})
+            skipping = await call(session, "wait_for_code", {"mailbox_id": box["id"], "timeout_seconds": 5})
+            after = await call(session, "wait_for_code", {"mailbox_id": box["id"], "timeout_seconds": 5,
+                                                          "after": by_subject["message"]["id"]})
+            return first, by_sender, by_subject, skipping, after
+
+    first, by_sender, by_subject, skipping, after = run(scenario())
+    assert first["message"]["subject"] == "Newsletter"  # the oldest: any already there counts
+    assert by_sender["code"] == "222222"
+    assert by_subject["message"]["from"] == "old@example.com"
+    assert skipping["code"] == "111111", "a message without a code is passed over"
+    assert after["code"] == "222222"
+
+
+def test_expired_deleted_and_other_owners_mailboxes_are_tool_errors_with_the_api_code(mcp_http, owner):
+    _, stranger = account_create_with_key(login="stranger", plan="pro")
+
+    async def create():
+        async with mcp_http.session(owner) as session:
+            return await call(session, "create_mailbox"), await call(session, "create_mailbox")
+
+    ended, mine = run(create())
+    Mailbox.objects.filter(id=ended["id"]).update(status="expired", cleanup_state="done")
+
+    async def scenario():
+        async with mcp_http.session(owner) as session:
+            expired = await error_of(session, "wait_for_message", {"mailbox_id": ended["id"], "timeout_seconds": 1})
+            renewing = await error_of(session, "renew_mailbox", {"mailbox_id": ended["id"]})
+        async with mcp_http.session(stranger) as session:
+            theirs = await error_of(session, "get_message", {"mailbox_id": mine["id"], "message_id": 1})
+            listing = await call(session, "list_mailboxes", {"include_expired": True})
+        return expired, renewing, theirs, listing
+
+    expired, renewing, theirs, listing = run(scenario())
+    assert expired.startswith("expired: ") and renewing.startswith("expired: ")
+    assert theirs.startswith("not_found: ") and listing == {"mailboxes": []}
+
+
+def test_a_mailbox_token_reaches_its_mailbox_only_and_cannot_send(mcp_http, owner, smtp_server):
+    response = requests.post(mcp_http.url.replace("/mcp", "/api/v1/mailboxes"), json={}, timeout=10)
+    assert response.status_code == 201
+    token, box = response.json()["token"], response.json()
+
+    async def scenario():
+        async with mcp_http.session(token) as session:
+            mine = await call(session, "get_mailbox", {"mailbox_id": box["id"]})
+            sending = await error_of(session, "send_message", {"mailbox_id": box["id"], "to": ["a@example.com"],
+                                                               "subject": "hi", "text": "hi"})
+            creating = await session.call_tool("create_mailbox", {})
+            return mine, sending, creating
+
+    mine, sending, creating = run(scenario())
+    assert mine["id"] == box["id"]
+    assert sending.startswith("forbidden: ")
+    assert not creating.is_error and creating.structured_content["id"] != box["id"]  # anonymous creation, as the API
+
+
+def test_a_key_revoked_between_two_calls_is_refused_on_the_next(mcp_http, owner):
+    spare = requests.post(mcp_http.url.replace("/mcp", "/api/v1/keys"), json={},
+                          headers={"Authorization": f"Bearer {owner}"}, timeout=10).json()
+
+    async def scenario():
+        async with mcp_http.session(spare["api_key"]) as session:
+            await call(session, "list_mailboxes")
+            deleted = requests.delete(mcp_http.url.replace("/mcp", f"/api/v1/keys/{spare['id']}"),
+                                      headers={"Authorization": f"Bearer {owner}"}, timeout=10)
+            assert deleted.status_code == 204
+            try:
+                result = await session.call_tool("list_mailboxes", {})
+            except Exception as exc:  # the HTTP request itself was refused
+                return f"refused: {exc}"
+            return result.content[0].text if result.is_error else "served"
+
+    outcome = run(scenario())
+    assert outcome.startswith("refused: ") or outcome.startswith("unauthorized: "), outcome
+    # What the refusal was, as any HTTP client sees it.
+    refused = requests.post(mcp_http.url, json={}, headers={"Authorization": f"Bearer {spare['api_key']}"}, timeout=10)
+    assert refused.status_code == 401 and refused.json()["code"] == "unauthorized"
+
+
+def test_a_client_that_goes_away_mid_wait_frees_its_open_wait(mcp_http, owner):
+    store = redis.Redis.from_url(settings.RELAY_EVENTS_REDIS_URL)
+
+    async def scenario():
+        async with mcp_http.session(owner) as session:
+            box = await call(session, "create_mailbox")
+            waiting = asyncio.ensure_future(
+                session.call_tool("wait_for_message", {"mailbox_id": box["id"], "timeout_seconds": 60}))
+            await asyncio.sleep(1.5)
+            held = sum(store.zcard(name) for name in store.scan_iter("relay:open-waits:*"))
+            waiting.cancel()
+            return held
+
+    held = run(scenario())
+    assert held == 1, "the MCP wait did not hold an open-wait slot"
+    wait_until(lambda: sum(store.zcard(name) for name in store.scan_iter("relay:open-waits:*")) == 0,
+               timeout=10, message="the open wait to be given back")
+
+
+def test_attachments_come_back_as_text_or_base64_and_large_ones_as_a_download_url(mcp_http, owner, smtp_server):
+    binary = bytes(range(256)) * 4
+
+    async def scenario():
+        async with mcp_http.session(owner) as session:
+            box = await call(session, "create_mailbox")
+            send_mail(smtp_server.port, box["address"], "files", "see attached", attachments=[
+                ("naïve text\n".encode(), "text/plain", "note.txt"), (binary, "application/pdf", "doc.pdf"),
+                (b"x" * (1024 * 1024 + 1), "application/zip", "big.zip")])
+            message = (await call(session, "wait_for_message", {"mailbox_id": box["id"], "timeout_seconds": 5}))
+            ids = {"mailbox_id": box["id"], "message_id": message["message"]["id"]}
+            text = await call(session, "get_attachment", {**ids, "attachment_id": 1})
+            pdf = await call(session, "get_attachment", {**ids, "attachment_id": 2})
+            big = await error_of(session, "get_attachment", {**ids, "attachment_id": 3})
+            missing = await error_of(session, "get_attachment", {**ids, "attachment_id": 4})
+            return message, text, pdf, big, missing
+
+    message, text, pdf, big, missing = run(scenario())
+    assert text == {"filename": "note.txt", "content_type": "text/plain", "size": 12, "text": "naïve text\n"}
+    assert base64.b64decode(pdf["content_base64"]) == binary and pdf["content_type"] == "application/pdf"
+    assert big.startswith("too_large: ") and message["message"]["attachments"][2]["download_url"] in big
+    assert missing.startswith("not_found: ")
+
+
+# --- stdio ----------------------------------------------------------------------------------------
+def test_runmcp_serves_the_same_tools_over_stdio(processes, owner, smtp_server):
+    parameters = StdioServerParameters(command=sys.executable, args=["manage.py", "runmcp", "--key", owner],
+                                       env=processes.env, cwd=str(ROOT))
+
+    async def scenario():
+        async with stdio_client(parameters) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            names = {tool.name for tool in (await session.list_tools()).tools}
+            box = await call(session, "create_mailbox")
+            sent = later(0.5, send_mail, smtp_server.port, box["address"], "Code", "Your code is 739122.")
+            code = await call(session, "wait_for_code", {"mailbox_id": box["id"], "timeout_seconds": 20})
+            gone = await error_of(session, "get_mailbox", {"mailbox_id": "00000000-0000-0000-0000-000000000000"})
+            return names, box, code, gone, sent
+
+    names, box, code, gone, sent = run(scenario())
+    assert names == TOOLS
+    assert "@" in box["address"]
+    assert code["subject"] == "Code" and code["code"] == "739122"
+    assert gone.startswith("not_found: ")
+
+
+def test_runmcp_refuses_to_start_without_a_valid_key(processes):
+    import subprocess
+
+    done = subprocess.run([sys.executable, "manage.py", "runmcp", "--key", "rk_nope"], cwd=ROOT, env=processes.env,
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert done.returncode != 0 and "unknown or revoked" in done.stderr
+    assert done.stdout == ""  # stdout is the protocol's: nothing else is written there
