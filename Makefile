@@ -14,7 +14,7 @@ $(VENV)/.installed: requirements.txt | $(BIN)/python
 	$(BIN)/pip install --quiet -r requirements.txt
 	touch $@
 
-$(VENV)/.installed-dev: requirements.txt requirements-dev.txt $(VENV)/.installed
+$(VENV)/.installed-dev: requirements.txt requirements-dev.txt client/pyproject.toml $(VENV)/.installed
 	$(BIN)/pip install --quiet -r requirements-dev.txt
 	touch $@
 

@@ -1,0 +1,239 @@
+"""The client: one method per thing Relay does, named as Relay's MCP tools and taking the
+same arguments."""
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import os
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import requests
+
+from relay_client.types import Event, Mailbox, Message, Sent, build
+
+WAIT_CHUNK_SECONDS = 60  # the API holds one wait for at most this long
+MAX_RETRY_AFTER_SECONDS = 60.0
+
+
+class RelayError(Exception):
+    """An error answer of the API: `.code` is the API's (`not_found`, `expired`,
+    `quota_exceeded`, …), `.status` the HTTP status, `.fields` the bad fields, if any."""
+
+    def __init__(self, code: str, message: str, status: int, fields: dict[str, Any] | None = None) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code, self.message, self.status, self.fields = code, message, status, fields or {}
+
+
+class WaitTimeout(TimeoutError):
+    """A wait ran out before what it waited for arrived."""
+
+
+class Relay:
+    """Relay's API. `base_url` and `api_key` default to RELAY_URL and RELAY_API_KEY.
+    `retries`: how many times a 429 or 503 is retried, after its Retry-After."""
+
+    def __init__(self, base_url: str | None = None, api_key: str | None = None, *, timeout: float = 30.0,
+                 retries: int = 3, session: requests.Session | None = None) -> None:
+        base_url = base_url or os.environ.get("RELAY_URL", "")
+        api_key = api_key or os.environ.get("RELAY_API_KEY", "")
+        if not base_url:
+            raise ValueError("Give Relay's URL: Relay(base_url=…) or RELAY_URL.")
+        base_url = base_url.rstrip("/")
+        self.api_url = base_url if base_url.endswith("/api/v1") else base_url + "/api/v1"
+        self.timeout, self.retries = timeout, retries
+        self.session = session or requests.Session()
+        if api_key:
+            self.session.headers["Authorization"] = f"Bearer {api_key}"
+
+    # --- plumbing ---------------------------------------------------------------------------
+    def _request(self, method: str, path: str, *, params: Mapping[str, Any] | None = None,
+                 json: Any = None, timeout: float | None = None, stream: bool = False,
+                 headers: Mapping[str, str] | None = None) -> requests.Response:
+        params = {key: (str(value).lower() if isinstance(value, bool) else value)
+                  for key, value in (params or {}).items() if value is not None}
+        for attempt in range(self.retries + 1):
+            response = self.session.request(method, self.api_url + path, params=params, json=json,
+                                            timeout=(10, timeout or self.timeout), stream=stream, headers=headers)
+            if response.status_code in (429, 503) and attempt < self.retries:
+                time.sleep(_retry_after(response))
+                continue
+            if response.status_code >= 400:
+                raise _error(response)
+            return response
+        raise AssertionError("unreachable")
+
+    def _json(self, method: str, path: str, **kwargs) -> Any:
+        response = self._request(method, path, **kwargs)
+        return response.json() if response.content else None
+
+    # --- mailboxes ----------------------------------------------------------------------------
+    def create_mailbox(self, ttl_minutes: int | None = None, local_part: str | None = None, name: str | None = None,
+                       tags: list[str] | None = None) -> Mailbox:
+        body = {"ttl_ms": ttl_minutes * 60_000 if ttl_minutes is not None else None, "local_part": local_part,
+                "name": name, "tags": tags}
+        return build(Mailbox, self._json("POST", "/mailboxes", json={k: v for k, v in body.items() if v is not None}))
+
+    def list_mailboxes(self, include_expired: bool = False) -> list[Mailbox]:
+        mailboxes, page = [], 1
+        while True:
+            answer = self._json("GET", "/mailboxes", params={"include_expired": include_expired, "page": page,
+                                                             "page_size": 200})
+            mailboxes += [build(Mailbox, item) for item in answer["results"]]
+            if not answer.get("next"):
+                return mailboxes
+            page += 1
+
+    def get_mailbox(self, mailbox_id: str) -> Mailbox:
+        return build(Mailbox, self._json("GET", f"/mailboxes/{mailbox_id}"))
+
+    def renew_mailbox(self, mailbox_id: str, ttl_minutes: int | None = None) -> Mailbox:
+        body = {"ttl_ms": ttl_minutes * 60_000} if ttl_minutes is not None else {}
+        return build(Mailbox, self._json("POST", f"/mailboxes/{mailbox_id}/renew", json=body))
+
+    def delete_mailbox(self, mailbox_id: str) -> bool:
+        self._request("DELETE", f"/mailboxes/{mailbox_id}")
+        return True
+
+    # --- messages -------------------------------------------------------------------------------
+    def list_messages(self, mailbox_id: str, query: str | None = None, unread: bool = False) -> list[Message]:
+        answer = self._json("GET", f"/mailboxes/{mailbox_id}/messages",
+                            params={"q": query, "unread": True if unread else None})
+        return [Message.from_api(item) for item in answer["results"]]
+
+    def get_message(self, mailbox_id: str, message_id: int) -> Message:
+        return Message.from_api(self._json("GET", f"/mailboxes/{mailbox_id}/messages/{message_id}"))
+
+    def get_raw(self, mailbox_id: str, message_id: int) -> bytes:
+        return self._request("GET", f"/mailboxes/{mailbox_id}/messages/{message_id}/raw").content
+
+    def get_attachment(self, mailbox_id: str, message_id: int, attachment_id: int) -> bytes:
+        return self._request("GET", f"/mailboxes/{mailbox_id}/messages/{message_id}/attachments/{attachment_id}").content
+
+    def _first_after(self, mailbox_id: str, *, wait: int, after: int | None, from_: str | None,
+                     subject: str | None) -> int | None:
+        """The oldest message after `after` that matches, held up to `wait` seconds."""
+        params = {"after": after, "from": from_, "subject": subject, "page_size": 1}
+        answer = self._json("GET", f"/mailboxes/{mailbox_id}/messages", params={**params, "wait": wait},
+                            timeout=wait + self.timeout)
+        if not answer["results"]:
+            return None
+        if answer["count"] > 1:  # newest first: the oldest is on the last page
+            answer = self._json("GET", f"/mailboxes/{mailbox_id}/messages", params={**params, "page": answer["count"]})
+        return answer["results"][0]["id"]
+
+    def wait_for_message(self, mailbox_id: str, timeout_seconds: float = 30, from_: str | None = None,
+                         subject: str | None = None, after: int | None = None) -> Message | None:
+        """The first message matching the filters received after `after` (one already
+        there counts), as soon as it arrives; None if none came in time."""
+        deadline = time.monotonic() + timeout_seconds
+        while True:
+            wait = min(WAIT_CHUNK_SECONDS, max(0, round(deadline - time.monotonic())))
+            found = self._first_after(mailbox_id, wait=wait, after=after, from_=from_, subject=subject)
+            if found is not None:
+                return self.get_message(mailbox_id, found)
+            if time.monotonic() >= deadline - 0.5:
+                return None
+
+    def wait_for_code(self, mailbox_id: str, timeout_seconds: float = 30, from_: str | None = None,
+                      subject: str | None = None, after: int | None = None) -> str:
+        """The most likely code of the first matching message that has one (messages
+        without a code are passed over). Raises WaitTimeout if none came in time."""
+        deadline = time.monotonic() + timeout_seconds
+        while True:
+            left = max(0.0, deadline - time.monotonic())
+            message = self.wait_for_message(mailbox_id, left, from_=from_, subject=subject, after=after)
+            if message is None:
+                break
+            if message.codes:
+                return message.codes[0]
+            after = message.id
+            if time.monotonic() >= deadline:
+                break
+        filters = ", ".join(f"{name} {value!r}" for name, value in (("from", from_), ("subject", subject),
+                                                                     ("after message", after)) if value)
+        raise WaitTimeout(f"no message with a code arrived in mailbox {mailbox_id} within {timeout_seconds:g} s"
+                          + (f" ({filters})" if filters else ""))
+
+    def send_message(self, mailbox_id: str, to: list[str], subject: str, text: str) -> Sent:
+        return build(Sent, self._json("POST", f"/mailboxes/{mailbox_id}/messages",
+                                      json={"to": to, "subject": subject, "text": text}))
+
+    def search_messages(self, query: str, mailbox_id: str | None = None) -> list[Message]:
+        path = f"/mailboxes/{mailbox_id}/messages" if mailbox_id else "/messages"
+        return [Message.from_api(item) for item in self._json("GET", path, params={"q": query})["results"]]
+
+    def events(self, mailbox_id: str, last_event_id: str | None = None) -> Iterator[Event]:
+        """The mailbox's event stream: each new message (`message`), then `expired` when
+        it ends. A dropped connection is resumed after the last event seen."""
+        while True:
+            headers = {"Last-Event-ID": last_event_id} if last_event_id else None
+            try:
+                response = self._request("GET", f"/mailboxes/{mailbox_id}/events", stream=True, headers=headers,
+                                         timeout=60)
+                with response:
+                    for event in _parse_sse(response.iter_lines(decode_unicode=True)):
+                        if event.id is not None:
+                            last_event_id = event.id
+                        yield event
+                        if event.event == "expired":
+                            return
+            except (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError):
+                time.sleep(1.0)  # reconnect, resuming after last_event_id
+                continue
+            return
+
+
+def verify_webhook(body: bytes, headers: Mapping[str, str], secret: str, tolerance_seconds: int = 300) -> bool:
+    """Whether a webhook delivery is Relay's (Standard Webhooks: `webhook-id`,
+    `webhook-timestamp`, `webhook-signature`) and recent."""
+    lowered = {name.lower(): value for name, value in headers.items()}
+    message_id, timestamp = lowered.get("webhook-id", ""), lowered.get("webhook-timestamp", "")
+    if not message_id or not timestamp.isdigit() or abs(time.time() - int(timestamp)) > tolerance_seconds:
+        return False
+    key = base64.b64decode(secret.removeprefix("whsec_"))
+    expected = base64.b64encode(hmac.new(key, f"{message_id}.{timestamp}.".encode() + body,
+                                         hashlib.sha256).digest()).decode()
+    offered = [part.partition(",")[2] for part in lowered.get("webhook-signature", "").split() if part.startswith("v1,")]
+    return any(hmac.compare_digest(expected, signature) for signature in offered)
+
+
+def _retry_after(response: requests.Response) -> float:
+    try:
+        return min(MAX_RETRY_AFTER_SECONDS, max(0.0, float(response.headers.get("Retry-After", "1"))))
+    except ValueError:
+        return 1.0
+
+
+def _error(response: requests.Response) -> RelayError:
+    try:
+        body = response.json()
+    except ValueError:
+        body = {}
+    body = body if isinstance(body, dict) else {}
+    return RelayError(body.get("code", f"http_{response.status_code}"), body.get("message", response.reason or ""),
+                      response.status_code, body.get("fields"))
+
+
+def _parse_sse(lines: Iterator[str]) -> Iterator[Event]:
+    import json
+
+    name, data, event_id = "message", [], None
+    for line in lines:
+        if line == "":
+            if data:
+                yield Event(event=name, data=json.loads("\n".join(data)), id=event_id)
+            name, data, event_id = "message", [], None
+        elif line.startswith(":"):
+            continue
+        else:
+            field, _, value = line.partition(":")
+            value = value[1:] if value.startswith(" ") else value
+            if field == "event":
+                name = value
+            elif field == "data":
+                data.append(value)
+            elif field == "id":
+                event_id = value

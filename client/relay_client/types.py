@@ -1,0 +1,100 @@
+"""What Relay's API answers, as typed objects with the API's field names as attributes
+(`from` is `from_`: a Python keyword). Fields the API adds later are kept in `.raw`."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def build(cls: type[T], data: dict[str, Any]) -> T:
+    """An instance of the dataclass `cls` from the API's JSON `data`."""
+    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    values = {("from_" if key == "from" else key): value for key, value in data.items()}
+    known = {key: value for key, value in values.items() if key in names and key != "raw"}
+    return cls(**known, raw=data)  # type: ignore[call-arg]
+
+
+@dataclass(frozen=True)
+class Mailbox:
+    id: str
+    address: str
+    status: str
+    created_at: str
+    expires_at: str
+    expired_at: str | None = None
+    message_count: int = 0
+    name: str = ""
+    tags: list[str] = field(default_factory=list)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    token: str | None = None  # only when created anonymously
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class Attachment:
+    id: int
+    download_url: str
+    filename: str | None
+    content_type: str
+    size: int
+    content_id: str | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class Link:
+    url: str
+    text: str
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class Message:
+    """A list item, or (from get_message and the waits) a message whole: then `text`,
+    `html`, `headers`, `attachments`, `codes` and `links` are filled in."""
+
+    id: int
+    mailbox_id: str
+    from_: str
+    to: str
+    subject: str
+    received_at: str
+    envelope_from: str = ""
+    envelope_to: str = ""
+    size: int = 0
+    is_read: bool = False
+    has_attachments: bool = False
+    text: str | None = None
+    html: str | None = None
+    headers: list[list[str]] = field(default_factory=list)
+    attachments: list[Attachment] = field(default_factory=list)
+    codes: list[str] = field(default_factory=list)
+    links: list[Link] = field(default_factory=list)
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_api(cls, data: dict[str, Any]) -> Message:
+        message = build(cls, data)
+        return dataclasses.replace(
+            message, attachments=[build(Attachment, item) for item in data.get("attachments", [])],
+            links=[build(Link, item) for item in data.get("links", [])])
+
+
+@dataclass(frozen=True)
+class Sent:
+    id: int
+    status: str
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class Event:
+    """One event of a mailbox's stream: `message` (data: a list item, id: its id) or
+    `expired` (data: the mailbox; the stream ends after it)."""
+
+    event: str
+    data: dict[str, Any]
+    id: str | None = None

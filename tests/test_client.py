@@ -1,0 +1,173 @@
+"""The Python client (client/, `pip install ./client`) and its pytest plugin, against a
+live Relay: a gunicorn web process, mail over a real SMTP socket. No HTTP is mocked."""
+import base64
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import smtplib
+from email.message import EmailMessage
+
+import pytest
+import redis
+import requests
+from django.conf import settings
+from django.utils import timezone
+
+from accounts.services import account_create_with_key
+from mailboxes.models import Mailbox
+from relay_client import Mailbox as MailboxResult, Message, Relay, RelayError, WaitTimeout, verify_webhook
+from tests.conftest import ROOT, free_port
+from tests.helpers import wait_until
+from webhooks.signing import new_secret, sign
+
+pytestmark = pytest.mark.workers
+
+
+def start_web(processes, env: dict | None = None) -> str:
+    port = free_port()
+    processes.web("web", port, env=env)
+    processes.wait_ready()
+    base = f"http://127.0.0.1:{port}"
+    wait_until(lambda: requests.get(f"{base}/api/v1/", timeout=5).status_code < 500, timeout=30,
+               message="the web process to answer")
+    return base
+
+
+@pytest.fixture
+def live(processes):
+    base = start_web(processes)
+    _, key = account_create_with_key(login="tester", plan="pro")
+    return base, key
+
+
+@pytest.fixture
+def relay(live) -> Relay:
+    return Relay(*live)
+
+
+def send_mail(port: int, to: str, subject: str, text: str, attachment: bytes | None = None) -> None:
+    message = EmailMessage()
+    message["From"], message["To"], message["Subject"] = "service@example.com", to, subject
+    message.set_content(text)
+    if attachment is not None:
+        message.add_attachment(attachment, maintype="application", subtype="pdf", filename="a.pdf")
+    with smtplib.SMTP("127.0.0.1", port, timeout=30) as smtp:
+        smtp.send_message(message)
+
+
+def test_mailboxes_are_created_listed_renewed_and_deleted(relay):
+    box = relay.create_mailbox(ttl_minutes=10, local_part="client-box", name="n", tags=["t"])
+    assert isinstance(box, MailboxResult) and box.address.startswith("client-box@") and box.tags == ["t"]
+    assert [m.id for m in relay.list_mailboxes()] == [box.id]
+    assert relay.get_mailbox(box.id).status == "active"
+    assert relay.renew_mailbox(box.id, ttl_minutes=30).expires_at > box.expires_at
+    assert relay.delete_mailbox(box.id) is True
+    with pytest.raises(RelayError) as gone:
+        relay.get_mailbox(box.id)
+    assert (gone.value.code, gone.value.status) == ("not_found", 404)
+
+
+def test_a_code_arrives_during_the_wait_and_the_message_reads_whole(relay, smtp_server):
+    box = relay.create_mailbox()
+    threading.Timer(1.0, send_mail, (smtp_server.port, box.address, "Verify", "Your code is 482913.",
+                                     b"%PDF-1.4 bytes")).start()
+    started = time.monotonic()
+    assert relay.wait_for_code(box.id, timeout_seconds=20) == "482913"
+    assert time.monotonic() - started < 5
+    [item] = relay.list_messages(box.id)
+    message = relay.get_message(box.id, item.id)
+    assert isinstance(message, Message) and message.from_ == "service@example.com" and message.codes == ["482913"]
+    assert relay.get_attachment(box.id, item.id, message.attachments[0].id) == b"%PDF-1.4 bytes"
+    assert b"Subject: Verify" in relay.get_raw(box.id, item.id)
+    assert [m.id for m in relay.search_messages("482913")] == [item.id]
+    assert [m.id for m in relay.search_messages("482913", mailbox_id=box.id)] == [item.id]
+    assert relay.wait_for_message(box.id, timeout_seconds=2, after=item.id) is None
+
+
+def test_wait_for_code_raises_a_timeout_that_says_what_it_waited_for(relay):
+    box = relay.create_mailbox()
+    started = time.monotonic()
+    with pytest.raises(WaitTimeout) as timed_out:
+        relay.wait_for_code(box.id, timeout_seconds=2, from_="bank.example")
+    assert 1.5 <= time.monotonic() - started < 6
+    assert box.id in str(timed_out.value) and "bank.example" in str(timed_out.value)
+
+
+def test_an_expired_mailbox_is_a_relay_error_with_the_api_code(relay):
+    box = relay.create_mailbox()
+    Mailbox.objects.filter(id=box.id).update(status="expired", cleanup_state="done", expired_at=timezone.now())
+    with pytest.raises(RelayError) as expired:
+        relay.wait_for_message(box.id, timeout_seconds=1)
+    assert (expired.value.code, expired.value.status) == ("expired", 410)
+
+
+def test_sending_is_queued(relay):
+    box = relay.create_mailbox()
+    sent = relay.send_message(box.id, to=["someone@example.com"], subject="Hello", text="Hi")
+    assert sent.status == "queued" and sent.id > 0
+
+
+def test_the_event_stream_yields_messages_then_the_end(relay, smtp_server):
+    box = relay.create_mailbox()
+    events = relay.events(box.id)
+    threading.Timer(1.0, send_mail, (smtp_server.port, box.address, "First", "one")).start()
+    first = next(events)
+    assert first.event == "message" and first.data["subject"] == "First" and first.id == str(first.data["id"])
+    threading.Timer(0.5, relay.delete_mailbox, (box.id,)).start()
+    last = next(events)
+    assert last.event == "expired" and last.data == {"id": box.id, "status": "deleted"}
+    assert next(events, None) is None
+
+
+def test_webhook_signatures_are_verified():
+    secret, body, now = new_secret(), b'{"type":"message.received"}', int(time.time())
+    headers = {"webhook-id": "msg_1", "webhook-timestamp": str(now), "webhook-signature": sign(secret, "msg_1", now,
+                                                                                              body)}
+    assert verify_webhook(body, headers, secret)
+    assert not verify_webhook(body + b" ", headers, secret)
+    assert not verify_webhook(body, {**headers, "webhook-timestamp": str(now - 3600)}, secret)
+    assert not verify_webhook(body, headers, "whsec_" + base64.b64encode(b"another key").decode())
+
+
+def test_a_429_is_retried_after_its_retry_after(processes, smtp_server):
+    base = start_web(processes, env={"RELAY_MAX_OPEN_WAITS": "1"})
+    _, key = account_create_with_key(login="busy", plan="pro")
+    statuses = []
+    relay = Relay(base, key, retries=5)
+    relay.session.hooks["response"].append(lambda response, *a, **k: statuses.append(response.status_code))
+    box = relay.create_mailbox()
+    other = Relay(base, key)
+    store = redis.Redis.from_url(settings.RELAY_EVENTS_REDIS_URL)
+    holding = threading.Thread(target=other.wait_for_message, args=(box.id,), kwargs={"timeout_seconds": 3})
+    holding.start()
+    wait_until(lambda: sum(store.zcard(name) for name in store.scan_iter("relay:open-waits:*")) == 1,
+               timeout=10, message="the other wait to take the one place")
+    assert relay.wait_for_message(box.id, timeout_seconds=1) is None
+    holding.join()
+    assert 429 in statuses and statuses[-1] == 200, statuses
+
+
+def test_the_fixture_deletes_its_mailbox_even_when_the_test_fails(live, tmp_path):
+    base, key = live
+    (tmp_path / "test_inner.py").write_text(textwrap.dedent("""
+        def test_fails(relay_mailbox, tmp_path_factory):
+            open(%r, "w").write(relay_mailbox.id)
+            assert relay_mailbox.address and relay_mailbox.messages() == []
+            assert False, "the test fails"
+    """ % str(tmp_path / "id.txt")))
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:django",
+                           str(tmp_path / "test_inner.py")], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={"RELAY_URL": base, "RELAY_API_KEY": key, "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 1 and "the test fails" in done.stdout, done.stdout + done.stderr
+    mailbox_id = (tmp_path / "id.txt").read_text()
+    with pytest.raises(RelayError) as gone:
+        Relay(base, key).get_mailbox(mailbox_id)
+    assert gone.value.code == "not_found"
+
+
+def test_the_client_is_typed_and_depends_on_requests_only():
+    metadata = (ROOT / "client" / "pyproject.toml").read_text()
+    assert 'dependencies = ["requests>=2.28"]' in metadata
+    assert (ROOT / "client" / "relay_client" / "py.typed").exists()
