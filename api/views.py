@@ -247,11 +247,9 @@ class MessageRawView(APIView):
         return HttpResponse(raw, content_type="message/rfc822")
 
 
-@extend_schema_view(get=extend_schema(operation_id="outbox_list", summary="List sent messages and their status",
-                                      parameters=PAGE_PARAMETERS, responses=paginated(OutboundSerializer)))
 class AttachmentView(APIView):
     @extend_schema(operation_id="attachments_get", summary="Download an attachment (always as a download, sandboxed)",
-                   responses={(200, "application/octet-stream"): OpenApiTypes.BINARY})
+                   responses={(200, "*/*"): OpenApiTypes.BINARY})
     def get(self, request, mailbox_id, message_id, attachment_id):
         mailbox = selectors.mailbox_get_active(caller=request.user, mailbox_id=mailbox_id)
         found = attachment_of(selectors.message_raw(mailbox=mailbox, message_id=message_id), attachment_id)
@@ -266,6 +264,8 @@ class AttachmentView(APIView):
         return response
 
 
+@extend_schema_view(get=extend_schema(operation_id="outbox_list", summary="List sent messages and their status",
+                                      parameters=PAGE_PARAMETERS, responses=paginated(OutboundSerializer)))
 class OutboundCollectionView(MailboxRowsView):
     serializer_class = OutboundSerializer
 

@@ -172,14 +172,19 @@ def test_parsed_fields_of_real_world_messages(smtp_server, owner, new_box):
     assert alt["from"] == "Jürgen Müller <jm@example.de>"
     assert alt["text"].strip() == "Your code is 4821. ✓" and "<b>4821</b>" in alt["html"]
     invoice = by_subject["Your invoice"]
-    assert invoice["attachments"] == [
-        {"filename": "invoice.pdf", "content_type": "application/pdf", "size": len(mail_corpus.PDF), "content_id": None},
+    listed = invoice["attachments"]
+    assert [item.pop("download_url").endswith(f"/messages/{invoice['id']}/attachments/{item['id']}")
+            for item in listed] == [True, True]
+    assert listed == [
+        {"id": 1, "filename": "invoice.pdf", "content_type": "application/pdf", "size": len(mail_corpus.PDF),
+         "content_id": None},
         # The decoded payload: Python's parser gives text parts "\n" line ends.
-        {"filename": "résumé.csv", "content_type": "text/csv", "size": len("a,b\n1,2\n"), "content_id": None},
+        {"id": 2, "filename": "résumé.csv", "content_type": "text/csv", "size": len("a,b\n1,2\n"), "content_id": None},
     ]
     news = by_subject["Newsletter"]
-    assert news["attachments"] == [{"filename": None, "content_type": "image/png", "size": len(mail_corpus.PNG),
-                                    "content_id": "logo@example.com"}]
+    assert news["attachments"][0].pop("download_url").endswith(f"/messages/{news['id']}/attachments/1")
+    assert news["attachments"] == [{"id": 1, "filename": None, "content_type": "image/png",
+                                    "size": len(mail_corpus.PNG), "content_id": "logo@example.com"}]
     assert 'cid:logo@example.com' in news["html"]
     russian = by_subject["Привет"]
     assert russian["from"] == "François <f@example.fr>" and "Grüße aus Köln" in russian["text"]

@@ -17,8 +17,15 @@ def build(cls: type[T], data: dict[str, Any]) -> T:
     return cls(**known, raw=data)  # type: ignore[call-arg]
 
 
-@dataclass(frozen=True)
-class Mailbox:
+@dataclass(frozen=True, kw_only=True)
+class ApiObject:
+    """What every result keeps: the API's JSON as it came (`raw`)."""
+
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Mailbox(ApiObject):
     id: str
     address: str
     status: str
@@ -30,29 +37,26 @@ class Mailbox:
     tags: list[str] = field(default_factory=list)
     metadata: dict[str, Any] = field(default_factory=dict)
     token: str | None = None  # only when created anonymously
-    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
 
-@dataclass(frozen=True)
-class Attachment:
+@dataclass(frozen=True, kw_only=True)
+class Attachment(ApiObject):
     id: int
     download_url: str
     filename: str | None
     content_type: str
     size: int
     content_id: str | None = None
-    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
 
-@dataclass(frozen=True)
-class Link:
+@dataclass(frozen=True, kw_only=True)
+class Link(ApiObject):
     url: str
     text: str
-    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
 
-@dataclass(frozen=True)
-class Message:
+@dataclass(frozen=True, kw_only=True)
+class Message(ApiObject):
     """A list item, or (from get_message and the waits) a message whole: then `text`,
     `html`, `headers`, `attachments`, `codes` and `links` are filled in."""
 
@@ -73,7 +77,6 @@ class Message:
     attachments: list[Attachment] = field(default_factory=list)
     codes: list[str] = field(default_factory=list)
     links: list[Link] = field(default_factory=list)
-    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_api(cls, data: dict[str, Any]) -> Message:
@@ -83,11 +86,10 @@ class Message:
             links=[build(Link, item) for item in data.get("links", [])])
 
 
-@dataclass(frozen=True)
-class Sent:
+@dataclass(frozen=True, kw_only=True)
+class Sent(ApiObject):
     id: int
     status: str
-    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
