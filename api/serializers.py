@@ -217,6 +217,14 @@ class LinkSerializer(serializers.Serializer):
     text = serializers.CharField()
 
 
+def message_codes(message) -> list[str]:
+    """The one-time codes of a message (docs/api.md, "Codes and links"), most likely first."""
+    content = message.content
+    if content.codes is not None:  # computed when stored
+        return content.codes
+    return find_codes(message.subject, content.text or text_of_html(content.html))
+
+
 class MessageDetailSerializer(MessageSummarySerializer):
     text = serializers.CharField(source="content.text")
     html = serializers.CharField(source="content.html")
@@ -239,10 +247,7 @@ class MessageDetailSerializer(MessageSummarySerializer):
 
     @extend_schema_field(serializers.ListField(child=serializers.CharField()))
     def get_codes(self, message) -> list[str]:
-        content = message.content
-        if content.codes is not None:  # computed when stored
-            return content.codes
-        return find_codes(message.subject, content.text or text_of_html(content.html))
+        return message_codes(message)
 
     @extend_schema_field(LinkSerializer(many=True))
     def get_links(self, message) -> list[dict]:

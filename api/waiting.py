@@ -23,8 +23,9 @@ from api.errors import error_body, json_error_response
 from api.open_waits import OpenWait, caller_key
 from api.pooling import in_pool
 from accounts import revocations
-from api.serializers import EventsQuerySerializer, MessageSummarySerializer, WaitQuerySerializer
-from mailboxes import selectors
+from api.serializers import (EventsQuerySerializer, MessageDetailSerializer, MessageSummarySerializer,
+                             WaitQuerySerializer, message_codes)
+from mailboxes import selectors, services
 from mailboxes.errors import Forbidden, RelayError
 from mailboxes.models import MailboxStatus
 from mailboxes.wakeups import CHANNEL_PREFIX
@@ -148,12 +149,13 @@ def _check_cursor(caller, mailbox_id, after: int) -> None:
 
 
 def _look(request, mailbox_id, after: int, ascending: bool, page: int = 1, size: int = MAX_RESULTS,
-          search: dict | None = None):
+          search: dict | None = None, caller: Principal | None = None):
     """The mailbox as it is now (expired on the spot if due: raises MailboxExpired) and
     one page of its messages after `after` that match `search` (message_search's filters).
-    The caller is authenticated again on every look, so a key revoked while its request
-    is held is refused (401/403) at the next look (docs/api.md, "Keys and revocation")."""
-    caller = _authenticate(request)
+    The caller is authenticated again on every look after a wait (`caller` is given only
+    to a look right after its authentication), so a key revoked while its request is held
+    is refused (401/403) at the next look (docs/api.md, "Keys and revocation")."""
+    caller = caller or _authenticate(request)
     mailbox = selectors.mailbox_get_active(caller=caller, mailbox_id=mailbox_id)
     return mailbox, _new_messages(mailbox, after, ascending=ascending, page=page, size=size, search=search)
 
@@ -165,7 +167,7 @@ async def _start(request, mailbox_id, query_serializer) -> tuple[Principal, dict
     return caller, query.validated_data
 
 
-def _error_response(exc: Exception) -> JsonResponse:
+def error_response(exc: Exception) -> JsonResponse:
     """The error body (docs/api.md, "Errors") for what the async views can meet: bad
     credentials (401/403), a bad query (400), a domain error (404, 410) or too many open
     waits (429)."""
@@ -177,12 +179,39 @@ def _error_response(exc: Exception) -> JsonResponse:
     return json_error_response(exc)
 
 
+async def hold(caller, mailbox_id, seconds: float, look):
+    """Call `look(caller)` (in the pool; `caller` is None after a wait, for the look to
+    authenticate again) until it finds something or `seconds` pass, woken by the
+    mailbox's channel in between; `(mailbox, found)` from the last look. Holds one of the
+    caller's open-wait places meanwhile (429 past RELAY_MAX_OPEN_WAITS), given back
+    however the wait ends, a client that went away included. The look raises
+    MailboxExpired once the mailbox ends, so an expiry ends the wait."""
+    deadline = time.monotonic() + seconds
+    place = OpenWait(caller_key(caller))
+    await sync_to_async(place.take)()
+    try:
+        event = hub.register(mailbox_id)
+        try:
+            authenticated = caller  # just now: the first look need not authenticate again
+            while True:
+                mailbox, found = await sync_to_async(look)(authenticated)
+                authenticated = None
+                left = deadline - time.monotonic()
+                if found or left <= 0:
+                    return mailbox, found
+                until_expiry = (mailbox.expires_at.timestamp() - time.time()) + 0.05
+                await hub.wait(event, min(left, max(until_expiry, 0.0)))
+        finally:
+            hub.unregister(mailbox_id, event)
+    finally:
+        place.give_back()  # one quick Redis call
+
+
 # --- GET /mailboxes/{id}/messages?wait=S&after=MID -----------------------------------------------
 async def wait_for_messages(request, mailbox_id):
     """Messages after `after` (all when absent) that match the search filters, newest
     first, held up to `wait` seconds until there is one. 410 if the mailbox expires
     meanwhile, 404 if it is deleted; 429 past the caller's open waits."""
-    place = None
     try:
         caller, query = await _start(request, mailbox_id, WaitQuerySerializer)
         search = WaitQuerySerializer.filters(query)
@@ -190,27 +219,55 @@ async def wait_for_messages(request, mailbox_id):
         after = search.pop("after") or 0
         if after:
             await sync_to_async(_check_cursor)(caller, mailbox_id, after)
-        deadline = time.monotonic() + query["wait"]
-        place = OpenWait(caller_key(caller))
-        await sync_to_async(place.take)()
-        event = hub.register(mailbox_id)
-        try:
-            while True:
-                mailbox, results = await sync_to_async(_look)(request, mailbox_id, after, False, query["page"],
-                                                               query["page_size"], search)
-                left = deadline - time.monotonic()
-                if results or left <= 0:
-                    count = await sync_to_async(_count_after)(mailbox, after, search)
-                    return JsonResponse({"count": count, "next": None, "previous": None, "results": results})
-                until_expiry = (mailbox.expires_at.timestamp() - time.time()) + 0.05
-                await hub.wait(event, min(left, max(until_expiry, 0.0)))
-        finally:
-            hub.unregister(mailbox_id, event)
+        mailbox, results = await hold(caller, mailbox_id, query["wait"], lambda authenticated: _look(
+            request, mailbox_id, after, False, query["page"], query["page_size"], search, authenticated))
+        count = await sync_to_async(_count_after)(mailbox, after, search)
+        return JsonResponse({"count": count, "next": None, "previous": None, "results": results})
     except (exceptions.APIException, RelayError) as exc:
-        return _error_response(exc)
-    finally:
-        if place is not None:
-            place.give_back()  # one quick Redis call; also when the client went away
+        return error_response(exc)
+
+
+# --- the first message to come (the MCP server's wait_for_message and wait_for_code) --------------
+def _look_first(request, mailbox_id, cursor: list[int], search: dict, with_code: bool,
+                caller: Principal | None):
+    """The oldest message after `cursor[0]` that matches `search` (and holds a code, if
+    `with_code`), whole as the message route shows it, marked read; None if there is none
+    yet. Messages without a code are passed over for good: the cursor moves past them.
+    The caller is authenticated as by _look."""
+    caller = caller or _authenticate(request)
+    mailbox = selectors.mailbox_get_active(caller=caller, mailbox_id=mailbox_id)
+    rows = (_messages_after(mailbox, cursor[0], search).order_by("id").select_related("content")
+            .defer("content__raw"))
+    with selectors.words_search_plan(search.get("words", "")):
+        candidates = list(rows[:MAX_RESULTS])
+    for message in candidates:
+        if with_code and not message_codes(message):
+            cursor[0] = message.id
+            continue
+        services.message_mark_read(message=message)
+        return mailbox, MessageDetailSerializer(message, context={"request": request}).data
+    return mailbox, None
+
+
+async def first_message(request, mailbox_id, *, seconds: float, filters: dict, with_code: bool = False,
+                        caller: Principal | None = None):
+    """The first message to match `filters` (the wait route's query: `from`, `subject`,
+    `after`, …), one already there included, held up to `seconds` until one comes: the
+    message whole (as GET …/messages/{mid} shows it, and marked read), or None. Raises
+    what the wait route answers with: 401/403, 400 for a bad filter or `after`, 404, 410,
+    429. `caller`: the request's credentials as authenticated a moment ago (the MCP
+    gate's), else they are authenticated here."""
+    caller = caller or await sync_to_async(_authenticate)(request)
+    query = WaitQuerySerializer(data={**filters, "wait": 0})
+    query.is_valid(raise_exception=True)
+    search = WaitQuerySerializer.filters(query.validated_data)
+    after = search.pop("after") or 0
+    if after:
+        await sync_to_async(_check_cursor)(caller, mailbox_id, after)
+    cursor = [after]
+    _, found = await hold(caller, mailbox_id, seconds, lambda authenticated: _look_first(
+        request, mailbox_id, cursor, search, with_code, authenticated))
+    return found
 
 
 # --- GET /mailboxes/{id}/events ----------------------------------------------------------------------
@@ -240,7 +297,6 @@ async def mailbox_events(request, mailbox_id):
     `Last-Event-ID` resumes after that message; without it, only new mail is sent."""
     if request.method != "GET":
         return HttpResponseNotAllowed(["GET"])
-    place = None
     try:
         caller, _ = await _start(request, mailbox_id, EventsQuerySerializer)
         resume = request.headers.get("Last-Event-ID", "").strip()
@@ -251,7 +307,7 @@ async def mailbox_events(request, mailbox_id):
         place = OpenWait(caller_key(caller))
         await sync_to_async(place.take)()
     except (exceptions.APIException, RelayError) as exc:
-        return _error_response(exc)
+        return error_response(exc)
 
     async def stream():
         nonlocal after

@@ -1,6 +1,8 @@
+import gc
 import os
 
 from django.core.asgi import get_asgi_application
+from django.urls import get_resolver
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 # Read by config/settings.py: under ASGI each request runs its sync parts in a thread
@@ -12,6 +14,15 @@ django_app = get_asgi_application()
 from api.agents.server import http_app  # noqa: E402 (needs Django set up)
 
 mcp_app = http_app()
+
+# What the process holds from here on lives as long as it does (modules, the URLconf and
+# the views it imports, the MCP server): moved out of the collector's sight, so that a
+# full collection scans only what requests leave behind. Without this a full collection
+# took 100 to 330 ms with a few hundred waits held, and every answer due meanwhile waited
+# for it (docs/benchmarks.md, "MCP waits").
+get_resolver().url_patterns  # noqa: B018 (imports every view now rather than at the first request)
+gc.collect()
+gc.freeze()
 
 
 async def application(scope, receive, send):

@@ -4,8 +4,9 @@ over streamable HTTP at `/mcp` (the web process, config/asgi.py) and over stdio
 
 Over HTTP it is stateless: every POST carries its own credentials and is answered on
 its own, so any web process answers any request and a restart loses nothing. Each
-answer is a short event stream rather than one JSON body: the stream notices a client
-that hangs up, and the call (a held wait with its open-wait place) ends with it. A request
+answer is one JSON body (the SDK's JSON-response mode, cheaper than a one-event stream
+for both ends); while a call is in flight the gate below listens to the connection, so
+a client that hangs up ends its call (a held wait with its open-wait place). A request
 without valid credentials is refused with 401 before the SDK sees it; each tool call is
 then authenticated again by the API route it calls, so a key revoked between two calls
 is refused on the next one."""
@@ -16,7 +17,8 @@ from django.conf import settings
 from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
 
-from api.agents.dispatch import CLIENT_GONE
+from api.agents.dispatch import AUTHENTICATED, CLIENT_GONE
+from api.authentication import Principal
 from api.agents.tools import TOOLS
 from api.errors import json_error_response
 from api.pooling import in_pool
@@ -36,6 +38,12 @@ def build() -> MCPServer:
     server = MCPServer(name="relay", instructions=INSTRUCTIONS, log_level="WARNING")
     for tool in TOOLS:
         server.add_tool(tool)
+    # The SDK wraps every message in an OpenTelemetry span, which records nothing until an
+    # exporter is installed, and Relay installs none; the span still costs each answer its
+    # share of a held wait's wake-up (docs/benchmarks.md, "MCP waits").
+    # The SDK says to drop it from the list to opt out; it exports no name for it.
+    server.middleware[:] = [layer for layer in server.middleware
+                            if type(layer).__name__ != "OpenTelemetryMiddleware"]
     return server
 
 
@@ -56,35 +64,36 @@ def http_app():
     security = TransportSecuritySettings(enable_dns_rebinding_protection=bool(hosts), allowed_hosts=hosts,
                                          allowed_origins=[f"http://{h}" for h in hosts] + [f"https://{h}" for h in hosts])
     return CredentialsGate(build().streamable_http_app(
-        streamable_http_path="/mcp", stateless_http=True, json_response=False, transport_security=security))
+        streamable_http_path="/mcp", stateless_http=True, json_response=True, transport_security=security))
 
 
 UNAUTHORIZED = (b'{"code":"unauthorized","message":"Use the header \'Authorization: Bearer <key>\' with an API key '
                 b'or a mailbox token."}')
 
 
-def _refusal(authorization: str) -> tuple[int, bytes] | None:
-    """Why the API would refuse these credentials (status and body), or None."""
+def _authenticate(authorization: str) -> Principal | tuple[int, bytes]:
+    """Who these credentials are, as the API sees them, or why the API would refuse them
+    (status and body)."""
     scheme, _, secret = authorization.partition(" ")
     try:
-        if scheme.lower() == "bearer" and secret.strip() and caller_for_secret(secret.strip()) is not None:
-            return None
+        caller = caller_for_secret(secret.strip()) if scheme.lower() == "bearer" and secret.strip() else None
     except RelayError as exc:  # a suspended account: 403, as the API answers it
         response = json_error_response(exc)
         return response.status_code, response.content
-    return 401, UNAUTHORIZED
+    if caller is None:
+        return 401, UNAUTHORIZED
+    return Principal(owner=caller.owner, mailbox_id=caller.mailbox_id, api_key_id=caller.api_key_id)
 
 
-def _noticing_hang_up(receive, gone: asyncio.Event):
-    """`receive`, setting `gone` when the client disconnects (the SDK's event stream
-    listens for it), so that the tools' calls in flight end with the request."""
-    async def watched():
-        message = await receive()
-        if message["type"] == "http.disconnect" and not gone.is_set():
-            logger.debug("an MCP request's connection closed; calls still in flight end")
-            gone.set()
-        return message
-    return watched
+async def _watch_for_hang_up(receive, gone: asyncio.Event) -> None:
+    """Set `gone` when the client disconnects: the request's body has been read, so the
+    next message the server has for this request is its disconnect (or, once the answer
+    is sent, the end of the request, when nothing is in flight any more)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    if not gone.is_set():
+        logger.debug("an MCP request's connection closed; calls still in flight end")
+        gone.set()
 
 
 class CredentialsGate:
@@ -94,20 +103,46 @@ class CredentialsGate:
 
     def __init__(self, app) -> None:
         self.app = app
-        self.refusal = in_pool(_refusal)
+        self.authenticate = in_pool(_authenticate)
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "http":
-            gone = asyncio.Event()
-            CLIENT_GONE.set(gone)
-            receive = _noticing_hang_up(receive, gone)
             authorization = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
-            refused = await self.refusal(authorization)
-            if refused is not None:
-                status, body = refused
+            caller = await self.authenticate(authorization)
+            if not isinstance(caller, Principal):
+                status, body = caller
                 await send({"type": "http.response.start", "status": status, "headers": [
                     (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                     (b"www-authenticate", b'Bearer realm="relay"')]})
                 await send({"type": "http.response.body", "body": body})
                 return
+            # The tools that hold a wait start from this; every other call is
+            # authenticated again by its route.
+            AUTHENTICATED.set(caller)
+            await self.answer(scope, receive, send)
+            return
         await self.app(scope, receive, send)
+
+    async def answer(self, scope, receive, send) -> None:
+        """Let the SDK answer, and watch for the client going away meanwhile: once the
+        SDK has read the request's body, nothing else listens to the connection (each
+        answer is one JSON body), and a tool's call in flight (a held wait and its
+        open-wait place) must end with its client (CLIENT_GONE)."""
+        gone = asyncio.Event()
+        CLIENT_GONE.set(gone)
+        watcher: asyncio.Task | None = None
+
+        async def body_then_watch():
+            nonlocal watcher
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                gone.set()
+            elif not message.get("more_body") and watcher is None:
+                watcher = asyncio.ensure_future(_watch_for_hang_up(receive, gone))
+            return message
+
+        try:
+            await self.app(scope, body_then_watch, send)
+        finally:
+            if watcher is not None:
+                watcher.cancel()

@@ -1,5 +1,7 @@
 """The MCP tools (docs/agents.md): one per thing an agent does with a mailbox, each a call
-of the API route that does it (api/agents/dispatch.py), answering the API's JSON.
+of the API route that does it (api/agents/dispatch.py), answering the API's JSON. The two
+waits run the wait route's own code (api.waiting.first_message) and answer the message
+they find whole, from the same look.
 
 A route's error becomes a tool error (`isError`) whose text starts with the API's code
 (`expired: …`, `not_found: …`), so a model can act on it. The descriptions are written
@@ -7,14 +9,17 @@ for the model that picks the tools: what each does, its arguments, what comes ba
 import base64
 import inspect
 import json
-import time
 from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context
 from mcp_types import CallToolResult, TextContent
 from pydantic import Field
 
-from api.agents.dispatch import Answer, Caller, ClientGone, call
+from rest_framework import exceptions
+
+from api import waiting
+from api.agents.dispatch import AUTHENTICATED, Answer, Caller, ClientGone, call, request_for, until_client_gone
+from mailboxes.errors import RelayError
 
 # Larger attachments are only offered as a download URL: their bytes, base64 in a JSON
 # result, would fill a model's context for nothing.
@@ -183,17 +188,22 @@ async def get_message(ctx: Context, mailbox_id: MailboxId, message_id: MessageId
     return result(await api(ctx, "GET", f"/mailboxes/{mailbox_id}/messages/{message_id}"))
 
 
-async def _first_after(ctx: Context, mailbox_id: str, *, wait: int, after: int | None, from_: str | None,
-                       subject: str | None) -> int | None:
-    """The id of the oldest message after `after` matching the filters, held up to `wait`
-    seconds by the API's own wait until there is one; None if none came."""
-    query = {"after": after, "from": from_, "subject": subject, "page_size": 1}
-    answer = await api(ctx, "GET", f"/mailboxes/{mailbox_id}/messages", query={**query, "wait": wait})
-    if not answer["results"]:
-        return None
-    if answer["count"] > 1:  # newest first: the oldest is on the last page
-        answer = await api(ctx, "GET", f"/mailboxes/{mailbox_id}/messages", query={**query, "page": answer["count"]})
-    return answer["results"][0]["id"]
+async def _first_message(ctx: Context, mailbox_id: str, *, wait: int, after: int | None, from_: str | None,
+                         subject: str | None, with_code: bool) -> dict | None:
+    """The first message to match, held up to `wait` seconds: the wait route's own code
+    (api.waiting.first_message: its wake-up, its open-wait cap, its errors), given the
+    caller's request. It ends when the MCP client hangs up."""
+    filters = {"after": after, "from": from_, "subject": subject}
+    caller = caller_of(ctx)
+    request = request_for(caller, f"/mailboxes/{mailbox_id}/messages")
+    try:
+        return await until_client_gone(waiting.first_message(
+            request, mailbox_id, seconds=wait, with_code=with_code, caller=AUTHENTICATED.get(),
+            filters={name: value for name, value in filters.items() if value is not None}))
+    except (exceptions.APIException, RelayError) as exc:
+        response = waiting.error_response(exc)
+        raise ApiError(Answer(status=response.status_code, body=response.content,
+                              headers={"content-type": response["Content-Type"]})) from None
 
 
 @tool
@@ -205,10 +215,9 @@ async def wait_for_message(ctx: Context, mailbox_id: MailboxId, timeout_seconds:
     message whole, as get_message gives it}, or {"message": null} if none came within
     timeout_seconds. Errors: expired (the mailbox ended while waiting), not_found,
     rate_limited (too many waits open at once)."""
-    found = await _first_after(ctx, mailbox_id, wait=timeout_seconds, after=after, from_=from_, subject=subject)
-    if found is None:
-        return result({"message": None})
-    return result({"message": await api(ctx, "GET", f"/mailboxes/{mailbox_id}/messages/{found}")})
+    message = await _first_message(ctx, mailbox_id, wait=timeout_seconds, after=after, from_=from_,
+                                   subject=subject, with_code=False)
+    return result({"message": message})
 
 
 @tool
@@ -220,19 +229,12 @@ async def wait_for_code(ctx: Context, mailbox_id: MailboxId, timeout_seconds: Ti
     {"code": the most likely code, "codes": all found, "message_id", "from", "subject"},
     or {"code": null} if none came within timeout_seconds. Messages without a code are
     passed over. Errors: expired, not_found, rate_limited."""
-    deadline = time.monotonic() + timeout_seconds
-    while True:
-        left = max(0, int(deadline - time.monotonic() + 0.999))
-        found = await _first_after(ctx, mailbox_id, wait=left, after=after, from_=from_, subject=subject)
-        if found is None:
-            return result({"code": None})
-        message = await api(ctx, "GET", f"/mailboxes/{mailbox_id}/messages/{found}")
-        if message["codes"]:
-            return result({"code": message["codes"][0], "codes": message["codes"], "message_id": message["id"],
-                           "from": message["from"], "subject": message["subject"]})
-        after = found
-        if time.monotonic() >= deadline:
-            return result({"code": None})
+    message = await _first_message(ctx, mailbox_id, wait=timeout_seconds, after=after, from_=from_,
+                                   subject=subject, with_code=True)
+    if message is None:
+        return result({"code": None})
+    return result({"code": message["codes"][0], "codes": message["codes"], "message_id": message["id"],
+                   "from": message["from"], "subject": message["subject"]})
 
 
 @tool
