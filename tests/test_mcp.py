@@ -320,25 +320,55 @@ def test_attachments_come_back_as_text_or_base64_and_large_ones_as_a_download_ur
 
 
 # --- stdio ----------------------------------------------------------------------------------------
-def test_runmcp_serves_the_same_tools_over_stdio(processes, owner, smtp_server):
-    parameters = StdioServerParameters(command=sys.executable, args=["manage.py", "runmcp", "--key", owner],
+def test_runmcp_serves_the_same_tools_over_stdio(processes, smtp_server):
+    account, key = account_create_with_key(login="stdio", plan="pro")
+    _, stranger = account_create_with_key(login="neighbour", plan="pro")
+    theirs = a_mailbox_of(stranger)
+    parameters = StdioServerParameters(command=sys.executable, args=["manage.py", "runmcp", "--key", key],
                                        env=processes.env, cwd=str(ROOT))
 
     async def scenario():
         async with stdio_client(parameters) as (read, write), ClientSession(read, write) as session:
             await session.initialize()
             names = {tool.name for tool in (await session.list_tools()).tools}
-            box = await call(session, "create_mailbox")
+            box = await call(session, "create_mailbox", {"ttl_minutes": 10})
+            none_yet = await call(session, "wait_for_code", {"mailbox_id": box["id"], "timeout_seconds": 1})
+            send_mail(smtp_server.port, box["address"], "News", "Nothing to type in.", sender="news@example.com")
             sent = later(0.5, send_mail, smtp_server.port, box["address"], "Code", "Your code is 739122.")
             code = await call(session, "wait_for_code", {"mailbox_id": box["id"], "timeout_seconds": 20})
+            news = await call(session, "wait_for_message", {"mailbox_id": box["id"], "from": "news@",
+                                                            "timeout_seconds": 5})
             gone = await error_of(session, "get_mailbox", {"mailbox_id": "00000000-0000-0000-0000-000000000000"})
-            return names, box, code, gone, sent
+            other = await error_of(session, "list_messages", {"mailbox_id": theirs})
+            await asyncio.to_thread(revoke_all_keys, account)
+            revoked = await error_of(session, "list_mailboxes", {})
+            return names, none_yet, code, news, gone, other, revoked, sent
 
-    names, box, code, gone, sent = run(scenario())
+    names, none_yet, code, news, gone, other, revoked, sent = run(scenario())
     assert names == TOOLS
-    assert "@" in box["address"]
-    assert code["subject"] == "Code" and code["code"] == "739122"
-    assert gone.startswith("not_found: ")
+    assert none_yet == {"code": None}
+    assert code["subject"] == "Code" and code["code"] == "739122", "the mail without a code is passed over"
+    assert news["message"]["subject"] == "News"
+    assert gone.startswith("not_found: ") and other.startswith("not_found: ")
+    assert revoked.startswith("unauthorized: "), "a key revoked while runmcp runs is refused on the next call"
+    sent.result()
+
+
+def a_mailbox_of(key: str) -> str:
+    """A mailbox of the owner of `key`, made as the API makes one."""
+    from mailboxes.creation import mailbox_create
+    from mailboxes.keys import caller_for_secret
+    from relay.backends import get_backend
+
+    return str(mailbox_create(backend=get_backend(), caller=caller_for_secret(key), local_part=None, domain=None,
+                              ttl_ms=600_000)[0].id)
+
+
+def revoke_all_keys(account) -> None:
+    from accounts.keys import api_key_revoke
+
+    for key_id in account.api_keys.values_list("id", flat=True):
+        api_key_revoke(account=account, key_id=key_id)
 
 
 def test_runmcp_refuses_to_start_without_a_valid_key(processes):
