@@ -1,5 +1,6 @@
 """The soak's outside parts (bench/soak.py): its counters, the webhook receiver and the
-SMTP sink it points Relay at, and the RSS slope and chart it reports."""
+SMTP sink it points Relay at, what it reads of the database, and the RSS slope and chart
+it reports."""
 import collections
 import json
 import re
@@ -119,3 +120,34 @@ def rss_mib(pid: int) -> float | None:
         return int(re.search(r"VmRSS:\s+(\d+)", Path(f"/proc/{pid}/status").read_text()).group(1)) / 1024
     except (FileNotFoundError, AttributeError, ProcessLookupError):
         return None
+
+
+# --- what the soak reads of the database --------------------------------------------------------
+def account_key() -> str:
+    from accounts.services import account_create_with_key
+
+    _, key = account_create_with_key(login="soak", plan="enterprise")
+    return key
+
+
+def accounted(ids: list[str]) -> dict:
+    from mailboxes.models import Mailbox
+
+    rows = Mailbox.objects.filter(id__in=ids)
+    states = collections.Counter(rows.values_list("cleanup_state", flat=True))
+    dead_without_reason = rows.filter(cleanup_state="dead", cleanup_last_error="").count()
+    return {"states": dict(states), "missing": len(ids) - rows.count(), "dead_without_reason": dead_without_reason}
+
+
+def outbox_settled(final: bool = False) -> dict | None:
+    """The outbox mails by status once none is queued or sending (or at once if final)."""
+    from relay.models import OutboxMail
+
+    statuses = collections.Counter(OutboxMail.objects.values_list("status", flat=True))
+    return dict(statuses) if final or not (statuses["queued"] or statuses["sending"]) else None
+
+
+def owed() -> int:
+    from mailboxes.models import Mailbox
+
+    return Mailbox.objects.filter(cleanup_state__in=("pending", "running")).count()
