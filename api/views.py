@@ -29,10 +29,12 @@ from api.serializers import (
 from mailboxes import selectors, services
 from mailboxes.ending import mailbox_delete
 from mailboxes.errors import NotFound
+from mailboxes.models import Mailbox
 from mailboxes.services import LABEL_FIELDS
 from relay.inbound.attachments import SAFETY_HEADERS, attachment_of, safe_filename, served_content_type
 from relay.outbox.outbound import outbound_get, outbound_list, outbound_queue
 from mailboxes.creation import mailbox_create
+from relay import mailserver
 from relay.backends import get_backend
 
 
@@ -195,6 +197,7 @@ class MessageSearchView(APIView):
                    parameters=[MessageSearchQuerySerializer, *PAGE_PARAMETERS],
                    responses=paginated(MessageSummarySerializer))
     def get(self, request):
+        mailserver.read_now(selectors.mailboxes_visible_to(request.user))
         return _message_search(request, self)
 
 
@@ -209,6 +212,7 @@ class MessageCollectionView(MailboxRowsView):
 
     def get(self, request, mailbox_id):
         mailbox = selectors.mailbox_get_active(caller=request.user, mailbox_id=mailbox_id)
+        mailserver.read_now(Mailbox.objects.filter(id=mailbox.id))
         return _message_search(request, self, mailbox)
 
     @extend_schema(operation_id="messages_send", summary="Send a message from this mailbox (needs an API key)",

@@ -2,33 +2,26 @@
 and the event stream `GET …/events`. Both are async views; the rest of the API stays
 DRF's.
 
-Each web process holds one Redis subscription (`relay:mailbox:*`, mailboxes/wakeups.py) and
-wakes the waiters of a mailbox when its channel speaks. A woken waiter reads the
-database, which stays the record; every waiter also looks again at least every
-`RECHECK_SECONDS`, so a lost event or a Redis outage costs latency, never an answer.
-Without Redis, waiters poll every `POLL_SECONDS`."""
-import asyncio
+Waiters are woken by the web process's one Redis subscription (api/hub.py) and then read
+the database, which stays the record."""
 import json
 import logging
 import time
-from collections import defaultdict
 
-import redis.asyncio as aioredis
-from django.conf import settings
 from django.http import HttpResponseNotAllowed, JsonResponse, StreamingHttpResponse
 from rest_framework import exceptions
 
 from api.authentication import BearerAuthentication, Principal
 from api.errors import error_body, json_error_response
+from api.hub import hub
 from api.open_waits import OpenWait, caller_key
 from api.pooling import in_pool
-from accounts import revocations
 from api.serializers import (EventsQuerySerializer, MessageDetailSerializer, MessageSummarySerializer,
                              WaitQuerySerializer, message_codes)
 from mailboxes import selectors, services
 from mailboxes.errors import Forbidden, RelayError
-from mailboxes.models import MailboxStatus
-from mailboxes.wakeups import CHANNEL_PREFIX
+from mailboxes.models import Mailbox, MailboxStatus
+from relay import mailserver
 
 logger = logging.getLogger(__name__)
 
@@ -40,80 +33,8 @@ def sync_to_async(function):
     return in_pool(function)
 
 
-POLL_SECONDS = 0.5
-# With a live subscription no event is lost, so this is only a backstop; each time the
-# subscription (re)connects, every waiter looks at once (events may have been missed).
-# Looking often costs ordinary requests much of their throughput with hundreds of waiters
-# held; every 30 s costs little (docs/benchmarks.md, "Waiting and webhooks").
-RECHECK_SECONDS = 30.0
 HEARTBEAT_SECONDS = 15.0
 MAX_RESULTS = 50
-
-
-class Hub:
-    """The waiters of this process, by mailbox id, and the one subscription that wakes them."""
-
-    def __init__(self) -> None:
-        self.waiters: dict[str, set[asyncio.Event]] = defaultdict(set)
-        self.listener: asyncio.Task | None = None
-
-    def register(self, mailbox_id) -> asyncio.Event:
-        if settings.RELAY_EVENTS_REDIS_URL and (self.listener is None or self.listener.done()):
-            self.listener = asyncio.get_running_loop().create_task(self.listen())
-        event = asyncio.Event()
-        self.waiters[str(mailbox_id)].add(event)
-        return event
-
-    def unregister(self, mailbox_id, event: asyncio.Event) -> None:
-        key = str(mailbox_id)
-        self.waiters[key].discard(event)
-        if not self.waiters[key]:
-            del self.waiters[key]
-
-    async def listen(self) -> None:
-        """Read `relay:mailbox:*` for as long as anyone waits; reconnect after a failure."""
-        failures = 0
-        while self.waiters:
-            client = aioredis.Redis.from_url(settings.RELAY_EVENTS_REDIS_URL, socket_connect_timeout=2)
-            try:
-                async with client.pubsub() as pubsub:
-                    await pubsub.psubscribe(CHANNEL_PREFIX + "*")
-                    await pubsub.subscribe(revocations.CHANNEL)
-                    failures = 0
-                    self.wake_all()  # what happened while unsubscribed is looked at now
-                    while self.waiters:
-                        message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
-                        if message and message["type"] == "message":
-                            # A key or an account was revoked: every waiter authenticates
-                            # again, and those whose key it was end.
-                            self.wake_all()
-                        elif message and message["type"] == "pmessage":
-                            key = message["channel"].decode()[len(CHANNEL_PREFIX):]
-                            for event in self.waiters.get(key, ()):
-                                event.set()
-            except (aioredis.RedisError, OSError) as exc:
-                failures += 1
-                logger.warning("lost the mailbox-event subscription (%s); reconnecting", exc)
-                await asyncio.sleep(min(5.0, 0.2 * 2 ** failures))
-            finally:
-                await client.aclose()
-
-    def wake_all(self) -> None:
-        for events in self.waiters.values():
-            for event in events:
-                event.set()
-
-    async def wait(self, event: asyncio.Event, timeout: float) -> None:
-        """Until `event` is set (then cleared) or `timeout` passes."""
-        limit = RECHECK_SECONDS if settings.RELAY_EVENTS_REDIS_URL else POLL_SECONDS
-        try:
-            await asyncio.wait_for(event.wait(), timeout=max(0.0, min(timeout, limit)))
-        except TimeoutError:
-            pass
-        event.clear()
-
-
-hub = Hub()
 
 
 # --- the shared steps -------------------------------------------------------------------------
@@ -141,6 +62,12 @@ def _new_messages(mailbox, after: int, *, ascending: bool, page: int = 1, size: 
 def _count_after(mailbox, after: int, search: dict) -> int:
     with selectors.words_search_plan(search.get("words", "")):
         return _messages_after(mailbox, after, search).count()
+
+
+def _read_mail_server(mailbox_id) -> None:
+    """Where a mail server holds the mail, what it delivered a moment ago is read before the
+    first look (relay/mailserver/); later news comes by the poll's wake-up."""
+    mailserver.read_now(Mailbox.objects.filter(id=mailbox_id))
 
 
 def _check_cursor(caller, mailbox_id, after: int) -> None:
@@ -219,6 +146,7 @@ async def wait_for_messages(request, mailbox_id):
         after = search.pop("after") or 0
         if after:
             await sync_to_async(_check_cursor)(caller, mailbox_id, after)
+        await sync_to_async(_read_mail_server)(mailbox_id)
         mailbox, results = await hold(caller, mailbox_id, query["wait"], lambda authenticated: _look(
             request, mailbox_id, after, False, query["page"], query["page_size"], search, authenticated))
         count = await sync_to_async(_count_after)(mailbox, after, search)
@@ -264,6 +192,7 @@ async def first_message(request, mailbox_id, *, seconds: float, filters: dict, w
     after = search.pop("after") or 0
     if after:
         await sync_to_async(_check_cursor)(caller, mailbox_id, after)
+    await sync_to_async(_read_mail_server)(mailbox_id)
     cursor = [after]
     _, found = await hold(caller, mailbox_id, seconds, lambda authenticated: _look_first(
         request, mailbox_id, cursor, search, with_code, authenticated))
@@ -299,6 +228,7 @@ async def mailbox_events(request, mailbox_id):
         return HttpResponseNotAllowed(["GET"])
     try:
         caller, _ = await _start(request, mailbox_id, EventsQuerySerializer)
+        await sync_to_async(_read_mail_server)(mailbox_id)
         resume = request.headers.get("Last-Event-ID", "").strip()
         after = int(resume) if resume.isdigit() and len(resume) < 19 else await sync_to_async(_latest_id)(
             caller, mailbox_id)

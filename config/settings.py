@@ -335,7 +335,7 @@ RELAY_EXPIRY_SCHEDULE_AHEAD = _bool("RELAY_EXPIRY_SCHEDULE_AHEAD", True)
 # The longest a retry waits: Celery's retry_backoff_max. Retries past it stop doubling.
 RELAY_CLEANUP_RETRY_BACKOFF_MAX_SECONDS = 600
 
-RELAY_BACKEND = _choice("RELAY_BACKEND", "local", ("local", "stalwart"))
+RELAY_BACKEND = _choice("RELAY_BACKEND", "local", ("local", "stalwart", "cyrus"))
 # For trying the operator's side locally: with the local backend, the cleanup of a
 # mailbox whose local part starts with this prefix fails for good, so it becomes a dead
 # letter (README, "Operator quick start"). Empty: off.
@@ -348,6 +348,28 @@ if STALWART_URL and not STALWART_URL.startswith(("http://", "https://")):
     raise ImproperlyConfigured(f"STALWART_URL must be an http(s) URL, got {STALWART_URL!r}")
 # (connect, read) seconds for every call to Stalwart.
 STALWART_TIMEOUT = (_int("STALWART_CONNECT_TIMEOUT_SECONDS", 3, minimum=1), _int("STALWART_READ_TIMEOUT_SECONDS", 10, minimum=1))
+
+# Cyrus IMAP as the backend (docs/configuration.md): the admin's IMAP for accounts, its
+# JMAP for the mail. Relay signs in as the admin only.
+CYRUS_IMAP_URL = env.str("CYRUS_IMAP_URL", default="").strip()
+CYRUS_JMAP_URL = env.str("CYRUS_JMAP_URL", default="").strip().rstrip("/")
+CYRUS_ADMIN_USER = env.str("CYRUS_ADMIN_USER", default="").strip()
+CYRUS_ADMIN_PASSWORD = env.str("CYRUS_ADMIN_PASSWORD", default="")
+if RELAY_BACKEND == "cyrus":
+    _missing = [name for name, value in (("CYRUS_IMAP_URL", CYRUS_IMAP_URL), ("CYRUS_JMAP_URL", CYRUS_JMAP_URL),
+                                         ("CYRUS_ADMIN_USER", CYRUS_ADMIN_USER),
+                                         ("CYRUS_ADMIN_PASSWORD", CYRUS_ADMIN_PASSWORD)) if not value]
+    if _missing:
+        raise ImproperlyConfigured(f"{', '.join(_missing)} must be set when RELAY_BACKEND is cyrus")
+if CYRUS_IMAP_URL and not CYRUS_IMAP_URL.startswith(("imap://", "imaps://")):
+    raise ImproperlyConfigured(f"CYRUS_IMAP_URL must be imap://host:port or imaps://host:port, got {CYRUS_IMAP_URL!r}")
+if CYRUS_JMAP_URL and not CYRUS_JMAP_URL.startswith(("http://", "https://")):
+    raise ImproperlyConfigured(f"CYRUS_JMAP_URL must be an http(s) URL, got {CYRUS_JMAP_URL!r}")
+# Seconds for each step of a call to Cyrus (connect, sign in, one command or request).
+CYRUS_TIMEOUT_SECONDS = _int("CYRUS_TIMEOUT_SECONDS", 5, minimum=1)
+# How often the mail reader asks the mail server what changed (beat; docs/architecture.md,
+# "Mail read from the mail server"). With Cyrus one IMAP command covers every account.
+RELAY_MAILSERVER_POLL_SECONDS = _int("RELAY_MAILSERVER_POLL_SECONDS", 1, minimum=1)
 
 RELAY_SMTP_HOST = env.str("RELAY_SMTP_HOST", default="127.0.0.1")
 RELAY_SMTP_PORT = _int("RELAY_SMTP_PORT", 2525, minimum=0)
@@ -501,11 +523,13 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # that is dropped in silence until each worker restarts and binds again.
 #
 # The sweep has a queue of its own: behind a backlog of thousands of expire tasks it
-# would wait its turn (and expire), while workers take from both queues in rotation.
+# would wait its turn (and expire), while workers take from both queues in rotation. The
+# mail server's poll shares it, for the same reason.
 CELERY_TASK_QUEUES = [Queue("celery", Exchange(""), routing_key="celery"), Queue("sweep", Exchange(""), routing_key="sweep")]
 CELERY_TASK_DEFAULT_QUEUE = "celery"
 CELERY_TASK_ROUTES = {"expiry.tasks.sweep": {"queue": "sweep"}, "expiry.tasks.purge_retained": {"queue": "sweep"},
                       "relay.tasks.reconcile_report": {"queue": "sweep"},
+                      "relay.tasks.read_mail_server": {"queue": "sweep"},
                       "webhooks.tasks.sweep_deliveries": {"queue": "sweep"}}
 # Relay keeps every outcome in its own tables; Celery results would only pile up.
 CELERY_TASK_IGNORE_RESULT = True

@@ -18,6 +18,7 @@ from django.utils import timezone
 from mailboxes.ending import CLEANUPS, mailboxes_expire_due
 from mailboxes.models import CleanupState, Mailbox, MailboxStatus
 from mailboxes.signals import event_happened
+from relay import mailserver
 from relay.backends import NoBackendSlot, PermanentBackendError, TransientBackendError, get_backend
 
 logger = logging.getLogger(__name__)
@@ -60,6 +61,9 @@ def mailbox_cleanup(*, mailbox_id, retries: int = 0) -> CleanupOutcome:
                             or f"{mailbox.cleanup_attempts - 1} attempts ended without an outcome")
     hold_seconds = settings.RELAY_CLEANUP_LEASE_SECONDS + CLEANUPS.longest_retry_wait(retries)
     try:
+        # Where the mail server holds the mail, what it delivered before the end and no
+        # poll read yet is read now, before the account and its mail are gone.
+        mailserver.read_before_removal(mailbox_id)
         get_backend().deprovision(mailbox)
     except NoBackendSlot:
         # Not an attempt: no call was made. The caller brings the task back later.

@@ -41,7 +41,8 @@ def mailbox_create(*, backend, caller: Caller | None, local_part: str | None, do
         return mailbox_insert(caller=caller, local_part=local_part, domain=domain, ttl_ms=ttl_ms,
                               lease_seconds=0, active=True, labels=labels)
     mailbox, token = mailbox_insert(caller=caller, local_part=local_part, domain=domain, ttl_ms=ttl_ms,
-                                    lease_seconds=provision_lease_seconds(backend), labels=labels)
+                                    lease_seconds=provision_lease_seconds(backend), labels=labels,
+                                    per_local_part=backend.one_account_per_local_part)
     # No transaction is open here: the intent is committed before the network call.
     started = timezone.now()
     # However the call ends, the backend may go on creating for as long as a provision

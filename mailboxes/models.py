@@ -85,6 +85,12 @@ class Mailbox(models.Model):
     metadata = models.TextField(default="{}", blank=True)
     # The mail backend's id for this mailbox's principal (Stalwart account id).
     backend_id = models.CharField(max_length=100, blank=True, default="")
+    # Where the mail reader (relay/mailserver/) got to in the account on a mail server
+    # that holds the mail: the JMAP Email state it has read up to, and the server's
+    # marker of the account (Cyrus: its HIGHESTMODSEQ) when it last looked. Empty for the
+    # local backend.
+    server_state = models.CharField(max_length=255, blank=True, default="", db_default="")
+    server_marker = models.CharField(max_length=255, blank=True, default="", db_default="")
 
     # Until then a `provisioning` mailbox is trusted to its creator; after it, a sweep
     # takes the creator for dead and makes the mailbox owe a deprovision.
@@ -191,6 +197,14 @@ class Message(models.Model):
     size = models.PositiveIntegerField()
     has_attachments = models.BooleanField(default=False)
     is_read = models.BooleanField(default=False)
+    # The message's id on the mail server that holds it (its JMAP Email id), for mail the
+    # reader fetched (relay/mailserver/); empty for mail Relay's own SMTP received. One
+    # row per id and mailbox, whatever crashes, retries or overlapping reads happen. The
+    # new columns have database defaults too, so rows written by SQL of their own (the
+    # benchmarks' fills) need not name them.
+    server_id = models.CharField(max_length=255, blank=True, default="", db_default="")
 
     class Meta:
         indexes = [models.Index(fields=["mailbox", "-received_at"], name="message_mailbox_list")]
+        constraints = [models.UniqueConstraint(fields=["mailbox", "server_id"], condition=~Q(server_id=""),
+                                               name="message_stored_once")]

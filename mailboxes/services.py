@@ -56,28 +56,35 @@ def _reserve(address: str) -> bool:
         return cursor.fetchone() is not None
 
 
-def _reserve_address(*, local_part: str | None, domain: str) -> str:
+def _reserve_address(*, local_part: str | None, domain: str, per_local_part: bool) -> str:
+    """Reserve the address (a random one when `local_part` is None). With
+    `per_local_part` (a backend whose accounts are named by the local part alone, in
+    every domain at once: Cyrus), the local part is reserved too, as `local@`, so that
+    no other domain hands it out again."""
     if local_part:
         address = f"{local_part}@{domain}"
         if not _reserve(address):
             raise AddressTaken(f"The address {address} has already been used.")
+        if per_local_part and not _reserve(f"{local_part}@"):
+            raise AddressTaken(f"The local part {local_part} has already been used, in this or another domain.")
         return address
     for _ in range(RANDOM_ADDRESS_TRIES):
-        address = "".join(secrets.choice(RANDOM_LOCAL_PART_ALPHABET) for _ in range(12)) + f"@{domain}"
-        if _reserve(address):
-            return address
+        local_part = "".join(secrets.choice(RANDOM_LOCAL_PART_ALPHABET) for _ in range(12))
+        if _reserve(f"{local_part}@{domain}") and (not per_local_part or _reserve(f"{local_part}@")):
+            return f"{local_part}@{domain}"
     raise AddressTaken("Could not find a free random address; try again.")
 
 
 def mailbox_insert(*, caller: Caller | None, local_part: str | None, domain: str | None,
                    ttl_ms: int | None, lease_seconds: float, active: bool = False,
-                   labels: dict | None = None) -> tuple[Mailbox, str | None]:
+                   labels: dict | None = None, per_local_part: bool = False) -> tuple[Mailbox, str | None]:
     """The one way a mailbox row comes to be. Reserve the address and write the mailbox
     as `provisioning`, leased for
     `lease_seconds`, before anything is asked of the mail backend: whatever happens to
     the caller after this, the row is there to own (and clean up) what the backend makes.
     With `active`, for a backend that keeps no accounts, it is written active at once.
     `labels`: its name, tags and metadata (docs/api.md), as the API validated them.
+    `per_local_part`: the local part is unique across every domain (see _reserve_address).
     Returns it and, for an anonymous caller, the token that authorizes it (shown once)."""
     owner = caller.owner if caller else None
     plan = caller.plan if caller else Plan.FREE
@@ -87,7 +94,8 @@ def mailbox_insert(*, caller: Caller | None, local_part: str | None, domain: str
     with transaction.atomic():
         if owner is not None:
             take_mailbox_slot(owner)
-        address = _reserve_address(local_part=local_part, domain=domain or settings.RELAY_DOMAINS[0])
+        address = _reserve_address(local_part=local_part, domain=domain or settings.RELAY_DOMAINS[0],
+                                   per_local_part=per_local_part)
         now = timezone.now()
         mailbox = Mailbox.objects.create(
             owner=owner, address=address, token_hash=token_hash, expires_at=now + timedelta(milliseconds=ttl_ms),

@@ -23,3 +23,7 @@ LIMITER_WAITS = Counter("relay_backend_limiter_waits",
 LIMITER_GAVE_UP = Counter("relay_backend_limiter_gave_up",
                           "Backend calls that found no slot within their wait; their task came back later.")
 TASKS = Counter("relay_tasks", "Celery task runs, by task name and outcome.", ["task", "outcome"])
+MAILSERVER_REQUESTS = Counter("relay_mailserver_requests",
+                              "Requests the mail reader and the Cyrus backend sent the mail server, by kind "
+                              "(imap: one admin session; jmap: one API request; blob: one download).", ["kind"])
+MAILSERVER_STORED = Counter("relay_mailserver_messages_stored", "Messages read from the mail server and stored.")

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from django.db.models import Q
 
-from mailboxes.models import CleanupState, Mailbox, MailboxStatus
+from mailboxes.models import AddressReservation, CleanupState, Mailbox, MailboxStatus
 from mailboxes.ending import CLEANUPS
 from relay.backends import TransientBackendError, get_backend
 
@@ -45,6 +45,8 @@ def orphans_find(*, domains: list[str]) -> list[Orphan]:
     """The backend's accounts in `domains` that no live mailbox owns. Raises
     NothingToReconcile for a backend without accounts of its own."""
     backend = get_backend()
+    if backend.one_account_per_local_part:
+        return _orphaned_names(backend, domains)
     orphans: list[Orphan] = []
     for domain in domains:
         page: list[tuple[str, str]] = []
@@ -54,6 +56,23 @@ def orphans_find(*, domains: list[str]) -> list[Orphan]:
                 orphans += _unowned(page)
                 page = []
         orphans += _unowned(page)
+    return orphans
+
+
+def _orphaned_names(backend, domains: list[str]) -> list[Orphan]:
+    """For a backend whose accounts are named by local part, in no domain (Cyrus): an
+    account is Relay's only if Relay handed its name out (reserved as `name@` with its
+    mailbox), and an orphan if no live mailbox of that local part, in any of `domains`,
+    owns it. Any other account on the server (its admin, the operator's own users) is not
+    Relay's to judge."""
+    names = [name for name, _ in backend.accounts(domains[0])]
+    orphans: list[Orphan] = []
+    for start in range(0, len(names), LOOKUP_BATCH):
+        batch = names[start:start + LOOKUP_BATCH]
+        relays = {address[:-1] for address in AddressReservation.objects.filter(
+            address__in=[f"{name}@" for name in batch]).values_list("address", flat=True)}
+        owned = {address.rsplit("@", 1)[0] for address in _owned([f"{n}@{d}" for n in relays for d in domains])}
+        orphans += [Orphan(name, f"{name}@{domains[0]}") for name in batch if name in relays and name not in owned]
     return orphans
 
 

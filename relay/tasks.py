@@ -8,6 +8,7 @@ from django.conf import settings
 from mailboxes.services import contents_index_words
 from relay.outbox import sending as outbox
 from relay.outbox.account_mail import account_recovery_request
+from relay import mailserver
 from relay.backends import NothingToReconcile
 from relay.reconcile import orphans_find
 
@@ -74,3 +75,19 @@ def reconcile_report() -> int:
             "%d backend account(s) are owned by no live mailbox; `manage.py reconcile` lists them, "
             "`--destroy` removes them", len(orphans))
     return len(orphans)
+
+
+# The poll holds its lock (relay/mailserver/reader.py) for at most POLL_LOCK_SECONDS; the
+# task ends before that. A poll message older than two intervals is dropped: beat has
+# queued a newer one.
+@shared_task(soft_time_limit=mailserver.reader.POLL_LOCK_SECONDS - 5,
+             time_limit=mailserver.reader.POLL_LOCK_SECONDS - 2,
+             expires=settings.RELAY_MAILSERVER_POLL_SECONDS * 2)
+def read_mail_server() -> int:
+    """Beat, every RELAY_MAILSERVER_POLL_SECONDS, with a mail server as the backend: copy
+    what it delivered since the last poll into Relay's store (relay.mailserver.poll).
+    Safe to overlap: a poll that finds another running does nothing."""
+    stored = mailserver.poll()
+    if stored:
+        logger.info("read %d message(s) from the mail server", stored)
+    return stored

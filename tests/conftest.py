@@ -1,9 +1,11 @@
 import asyncio
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -27,6 +29,14 @@ def pytest_configure(config):
 
 
 # --- API clients ---------------------------------------------------------------------------
+@pytest.fixture(autouse=True)
+def fresh_mail_reader():
+    """A mail server one test found down is asked again at once by the next."""
+    from relay.mailserver import reader
+
+    reader.forget_failures()
+
+
 @pytest.fixture(autouse=True)
 def fresh_key_cache():
     """Each test resolves its keys anew: the database under the cache is rolled back
@@ -75,6 +85,37 @@ def stalwart(stalwart_server, settings):
     settings.STALWART_TOKEN = TOKEN
     yield stalwart_server
     stalwart_server.reset()
+
+
+# --- Cyrus ---------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def cyrus_server():
+    """A Cyrus IMAP of the suite's own (tests/cyrus_server.py), for the whole session. Its
+    directory is not under pytest's, which only root may enter: Cyrus runs as its own user."""
+    from tests.cyrus_server import CyrusServer, installed
+
+    if not installed():
+        pytest.skip("Cyrus IMAP is not installed (scripts/test.sh installs cyrus-imapd, cyrus-caldav and "
+                    "sasl2-bin where it may)")
+    root = Path(tempfile.mkdtemp(prefix="relay-test-cyrus-"))
+    server = CyrusServer(root).start()
+    yield server
+    server.stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def cyrus(cyrus_server, settings):
+    """The suite's Cyrus, running and without accounts, and Relay configured to use it in
+    this process."""
+    if cyrus_server.proc.poll() is not None:  # a test stopped it and failed before starting it again
+        cyrus_server.start()
+    cyrus_server.remove_accounts()
+    for name, value in cyrus_server.relay_settings().items():
+        setattr(settings, name, value)
+    yield cyrus_server
+    if cyrus_server.proc.poll() is not None:
+        cyrus_server.start()
 
 
 # --- SMTP ----------------------------------------------------------------------------------

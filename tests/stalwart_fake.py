@@ -1,10 +1,13 @@
 """A Stalwart stand-in: a real HTTP server speaking the JMAP management calls Relay uses
-(docs/architecture.md), with failures that tests switch on.
+and the JMAP mail calls its reader uses (docs/architecture.md), with failures that
+tests switch on.
 
 Stalwart itself cannot run here; this is the one double the suite allows. It keeps
-accounts in memory, enforces Stalwart's limit of 4 concurrent requests, and records
-every destroy so tests can check what was deprovisioned, when, and how often.
+accounts and their mail in memory, enforces Stalwart's limit of 4 concurrent requests,
+and records every destroy so tests can check what was deprovisioned, when, and how
+often. `deliver()` puts a message into an account's inbox, as Stalwart's SMTP would.
 """
+import datetime
 import json
 import threading
 import time
@@ -49,6 +52,8 @@ class FakeStalwart:
     create_delay: float = 0.0
     accounts: dict = field(default_factory=dict)  # id -> {"name", "domainId"}
     destroys: list = field(default_factory=list)  # successful destroys
+    # account id -> {"state": int, "emails": [{"id", "blobId", "receivedAt", "raw", "state"}]}
+    mail: dict = field(default_factory=dict)
     calls: list = field(default_factory=list)  # (method, arguments)
     failures_by_name: dict = field(default_factory=dict)  # local part -> Failure (destroy only)
     failure_all: Failure | None = None  # any request
@@ -80,6 +85,7 @@ class FakeStalwart:
     def reset(self) -> None:
         with self.lock:
             self.accounts.clear()
+            self.mail.clear()
             self.destroys.clear()
             self.calls.clear()
             self.failures_by_name.clear()
@@ -102,6 +108,17 @@ class FakeStalwart:
             self._next_id += 1
             self.accounts[account_id] = {"name": name, "domainId": domain_id}
             return account_id
+
+    def deliver(self, account_id: str, raw: bytes, received_at: datetime.datetime | None = None) -> str:
+        """A message delivered into the account's inbox, as Stalwart's SMTP would; its id."""
+        with self.lock:
+            box = self.mail.setdefault(account_id, {"state": 0, "emails": []})
+            box["state"] += 1
+            email_id = f"e{account_id}-{box['state']}"
+            received = (received_at or datetime.datetime.now(datetime.timezone.utc)).replace(microsecond=0)
+            box["emails"].append({"id": email_id, "blobId": f"b{email_id}", "raw": raw, "state": box["state"],
+                                  "receivedAt": received.isoformat().replace("+00:00", "Z")})
+            return email_id
 
     def fail(self, kind: str, *, name: str | None = None, times: int | None = None) -> None:
         with self.lock:
@@ -198,14 +215,18 @@ class FakeStalwart:
                     kind = self._begin()
                     if kind and self._fail(kind):
                         return
+                    if self.path.startswith("/jmap/download/"):
+                        self._download(self.path.split("?")[0].split("/"))
+                        return
                     if self.path != "/.well-known/jmap":
                         self._send(404, {"type": "about:blank", "status": 404})
                         return
                     with fake.lock:
                         fake.discoveries_started += 1
                     time.sleep(fake.discovery_delay)
-                    self._send(200, {"apiUrl": "/jmap/", "capabilities": {"urn:ietf:params:jmap:core": {},
-                                                                          "urn:stalwart:jmap": {}}})
+                    self._send(200, {"apiUrl": "/jmap/", "downloadUrl": "/jmap/download/{accountId}/{blobId}/{name}",
+                                     "capabilities": {"urn:ietf:params:jmap:core": {"maxCallsInRequest": 16},
+                                                      "urn:ietf:params:jmap:mail": {}, "urn:stalwart:jmap": {}}})
                 finally:
                     with fake.lock:
                         fake.in_flight -= 1
@@ -231,10 +252,53 @@ class FakeStalwart:
                     with fake.lock:
                         fake.in_flight -= 1
 
+            def _download(self, parts: list[str]) -> None:
+                account_id, blob_id = parts[3], parts[4]
+                with fake.lock:
+                    found = [e["raw"] for e in fake.mail.get(account_id, {}).get("emails", []) if e["blobId"] == blob_id]
+                if not found:
+                    self._send(404, {"type": "about:blank", "status": 404})
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "message/rfc822")
+                self.send_header("Content-Length", str(len(found[0])))
+                self.end_headers()
+                self.wfile.write(found[0])
+
+            def _mail_method(self, name: str, args: dict, call_id: str):
+                """The JMAP mail calls the reader makes (RFC 8621), on one inbox per account."""
+                account_id = args.get("accountId")
+                if account_id not in fake.accounts:
+                    return ["error", {"type": "accountNotFound"}, call_id]
+                box = fake.mail.setdefault(account_id, {"state": 0, "emails": []})
+                by_id = {e["id"]: e for e in box["emails"]}
+                if name == "Mailbox/query":
+                    return [name, {"accountId": account_id, "ids": ["inbox"]}, call_id]
+                if name == "Email/query":
+                    return [name, {"accountId": account_id, "ids": [e["id"] for e in box["emails"]]}, call_id]
+                if name == "Email/changes":
+                    since = args.get("sinceState", "")
+                    if not since.isdigit() or int(since) > box["state"]:
+                        return ["error", {"type": "cannotCalculateChanges"}, call_id]
+                    created = [e["id"] for e in box["emails"] if e["state"] > int(since)]
+                    limit = args.get("maxChanges") or len(created)
+                    more = len(created) > limit
+                    new_state = by_id[created[limit - 1]]["state"] if more else box["state"]
+                    return [name, {"accountId": account_id, "oldState": since, "newState": str(new_state),
+                                   "hasMoreChanges": more, "created": created[:limit], "updated": [],
+                                   "destroyed": []}, call_id]
+                listed = [{"id": i, "blobId": by_id[i]["blobId"], "receivedAt": by_id[i]["receivedAt"],
+                           "size": len(by_id[i]["raw"]), "mailboxIds": {"inbox": True}}
+                          for i in args.get("ids") or [] if i in by_id]
+                return [name, {"accountId": account_id, "state": str(box["state"]), "list": listed,
+                               "notFound": [i for i in args.get("ids") or [] if i not in by_id]}, call_id]
+
             def _method(self, name: str, args: dict, call_id: str, kind: str | None):
                 if kind == FORBIDDEN_IN_BODY:
                     return ["error", {"type": "forbidden", "description": "not allowed"}, call_id]
                 with fake.lock:
+                    if name in ("Email/get", "Email/changes", "Email/query", "Mailbox/query"):
+                        return self._mail_method(name, args, call_id)
                     if name == "x:Domain/query":
                         wanted = args.get("filter", {}).get("name")
                         return [name, {"ids": [i for i, d in fake.domains.items() if d == wanted]}, call_id]

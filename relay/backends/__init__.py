@@ -38,6 +38,10 @@ class MailBackend(Protocol):
     # gives up on it (and deprovisions) while the backend may still be creating it.
     provision_seconds_max: float
 
+    # Whether the backend's accounts are named by local part alone, whatever the domain
+    # (Cyrus): then a local part is unique across RELAY_DOMAINS.
+    one_account_per_local_part: bool
+
     def provision(self, mailbox: MailboxLike) -> str: ...
 
     def deprovision(self, mailbox: MailboxLike) -> None: ...
@@ -49,11 +53,18 @@ class MailBackend(Protocol):
 
 
 @lru_cache(maxsize=8)
-def _backend(name: str, url: str, token: str) -> MailBackend:
+def _backend(name: str, *where: str) -> MailBackend:
     if name == "stalwart":
         from relay.backends.stalwart import StalwartBackend
 
+        url, token = where[:2]
         return StalwartBackend(base_url=url, token=token, timeout=settings.STALWART_TIMEOUT)
+    if name == "cyrus":
+        from relay.backends.cyrus import CyrusBackend
+
+        imap_url, jmap_url, admin, password = where[2:]
+        return CyrusBackend(imap_url=imap_url, jmap_url=jmap_url, admin=admin, password=password,
+                            timeout=settings.CYRUS_TIMEOUT_SECONDS)
     from relay.backends.local import LocalBackend
 
     return LocalBackend()
@@ -61,4 +72,12 @@ def _backend(name: str, url: str, token: str) -> MailBackend:
 
 def get_backend() -> MailBackend:
     """The configured backend, one instance per process (it keeps an HTTP session)."""
-    return _backend(settings.RELAY_BACKEND, settings.STALWART_URL, settings.STALWART_TOKEN)
+    return _backend(settings.RELAY_BACKEND, settings.STALWART_URL, settings.STALWART_TOKEN, settings.CYRUS_IMAP_URL,
+                    settings.CYRUS_JMAP_URL, settings.CYRUS_ADMIN_USER, settings.CYRUS_ADMIN_PASSWORD)
+
+
+def mail_store():
+    """The configured backend if it holds the mail (Cyrus, Stalwart: relay/mailserver/
+    reads it over JMAP), else None (the local backend: Relay's own SMTP stores it)."""
+    backend = get_backend()
+    return backend if getattr(backend, "jmap", None) is not None else None

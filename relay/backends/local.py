@@ -9,6 +9,7 @@ from relay.backends.errors import counted_backend_call
 class LocalBackend:
     name = "local"
     keeps_accounts = False
+    one_account_per_local_part = False
     provision_seconds_max = 0
 
     @counted_backend_call("provision")

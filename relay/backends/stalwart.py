@@ -1,26 +1,23 @@
 """Stalwart (0.16+) as the mail store, managed over its JMAP management API.
 
 One mailbox is one Stalwart account (`x:Account`, type User) named by the local part in
-the domain of the address. Calls go to the `apiUrl` announced at `/.well-known/jmap`.
-Stalwart may answer HTTP 200 with an error inside the body, so every response is read,
-not just its status.
+the domain of the address. Calls go to the `apiUrl` announced at `/.well-known/jmap`,
+through the JMAP client the mail reader uses too (relay/backends/jmap.py). Stalwart may
+answer HTTP 200 with an error inside the body, so every method's answer is read, not
+just the status.
 """
-import threading
 
-import requests
 from django.conf import settings
 
 from relay.backends.errors import PermanentBackendError, TransientBackendError
 from relay.backends.errors import counted_backend_call
+from relay.backends.jmap import JmapClient
 
 
 USING = ["urn:ietf:params:jmap:core", "urn:stalwart:jmap"]
 
 # JMAP method-level error types a retry may fix; any other is a rejected request.
 TRANSIENT_METHOD_ERRORS = {"serverUnavailable", "serverFail", "serverPartialFail", "tooManyRequests"}
-# Request-level limits (RFC 8620 §3.6.1): Stalwart allows 4 concurrent requests and
-# 1000 a minute per account; hitting either is a reason to wait, not to give up.
-TRANSIENT_LIMITS = {"maxConcurrentRequests", "maxConcurrentUpload", "maxRequestsPerMinute"}
 
 
 # provision() makes at most this many requests: discovery, domain, create, and the
@@ -31,16 +28,16 @@ PROVISION_REQUESTS_MAX = 4
 class StalwartBackend:
     name = "stalwart"
     keeps_accounts = True
+    one_account_per_local_part = False
 
     def __init__(self, *, base_url: str, token: str, timeout: tuple[int, int]):
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self.provision_seconds_max = PROVISION_REQUESTS_MAX * sum(timeout)
-        self.http = requests.Session()
-        self.http.headers.update({"Authorization": f"Bearer {token}", "Accept": "application/json"})
-        self._lock = threading.Lock()
-        self._api_url: str | None = None
         self._domain_ids: dict[str, str] = {}
+        # One JMAP session for the management calls and the mail (relay/mailserver/),
+        # every request under the limit all workers share.
+        self.jmap = JmapClient(base_url=base_url, name="Stalwart", timeout=timeout, token=token, slot=_limited)
 
     # --- the two calls of a backend ----------------------------------------------------
     @counted_backend_call("provision")
@@ -113,6 +110,17 @@ class StalwartBackend:
             if len(ids) < page_size:
                 return
 
+    # --- what the mail reader asks (relay/mailserver/) ---------------------------------
+    @staticmethod
+    def account_of(mailbox) -> str:
+        """The JMAP accountId of a mailbox: the account's id, as provision() returned it."""
+        return mailbox.backend_id
+
+    def markers(self) -> None:
+        """Stalwart offers no one call that says which accounts changed: the reader asks
+        every live account's Email/changes, many to a request."""
+        return None
+
     # --- lookups -----------------------------------------------------------------------
     def _domain_id(self, domain: str) -> str:
         cached = self._domain_ids.get(domain)
@@ -129,23 +137,8 @@ class StalwartBackend:
         return str(ids[0]) if ids else None
 
     # --- transport ---------------------------------------------------------------------
-    def _api(self) -> str:
-        with self._lock:
-            if self._api_url is None:
-                response = self._send("GET", f"{self.base_url}/.well-known/jmap")
-                api_url = _json(response).get("apiUrl")
-                if not isinstance(api_url, str) or not api_url:
-                    raise TransientBackendError("Stalwart's JMAP session has no apiUrl")
-                self._api_url = requests.compat.urljoin(self.base_url + "/", api_url)
-            return self._api_url
-
     def _call(self, method: str, arguments: dict) -> dict:
-        body = {"using": USING, "methodCalls": [[method, arguments, "0"]]}
-        response = self._send("POST", self._api(), json=body)
-        responses = _json(response).get("methodResponses")
-        if not isinstance(responses, list) or not responses or not isinstance(responses[0], list):
-            raise TransientBackendError(f"Stalwart answered {method} without methodResponses")
-        name, result = responses[0][0], responses[0][1] if len(responses[0]) > 1 else {}
+        name, result, _ = self.jmap.call([[method, arguments, "0"]], using=USING)[0]
         if name == "error":
             error_type = (result or {}).get("type", "unknown")
             error = f"Stalwart {method} failed: {_describe(result or {})}"
@@ -156,44 +149,12 @@ class StalwartBackend:
             raise TransientBackendError(f"Stalwart answered {method} with {result!r}")
         return result
 
-    def _send(self, verb: str, url: str, **kwargs) -> requests.Response:
-        from relay.backends.limiter import backend_limiter
 
-        try:
-            # Every call takes a slot of the limit all workers share (relay/backends/limiter.py).
-            with backend_limiter().slot(max_wait=settings.RELAY_BACKEND_SLOT_WAIT_SECONDS):
-                response = self.http.request(verb, url, timeout=self.timeout, **kwargs)
-        except requests.Timeout as exc:
-            raise TransientBackendError(f"Stalwart timed out: {exc}") from exc
-        except requests.RequestException as exc:
-            raise TransientBackendError(f"Stalwart unreachable: {exc}") from exc
-        status = response.status_code
-        if status in (401, 403):
-            raise PermanentBackendError(f"Stalwart rejected the credentials (HTTP {status})")
-        if status == 429 or status >= 500:
-            raise TransientBackendError(f"Stalwart answered HTTP {status}", retry_after=_retry_after(response))
-        if status >= 400:
-            problem = _json(response, strict=False)
-            if problem.get("limit") in TRANSIENT_LIMITS:
-                raise TransientBackendError(f"Stalwart limit reached: {problem.get('limit')}")
-            raise PermanentBackendError(f"Stalwart answered HTTP {status}: {_describe(problem)}")
-        return response
+def _limited():
+    """A slot of the limit on calls to Stalwart that every worker shares (relay/backends/limiter.py)."""
+    from relay.backends.limiter import backend_limiter
 
-
-def _retry_after(response: requests.Response) -> float | None:
-    """Retry-After in seconds, when given as a number (the form Stalwart uses)."""
-    value = response.headers.get("Retry-After", "").strip()
-    return float(value) if value.isdigit() else None
-
-
-def _json(response: requests.Response, *, strict: bool = True) -> dict:
-    try:
-        payload = response.json()
-    except ValueError:
-        if strict:
-            raise TransientBackendError(f"Stalwart answered HTTP {response.status_code} with a body that is not JSON")
-        return {}
-    return payload if isinstance(payload, dict) else {}
+    return backend_limiter().slot(max_wait=settings.RELAY_BACKEND_SLOT_WAIT_SECONDS)
 
 
 def _describe(error: dict) -> str:

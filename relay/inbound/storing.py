@@ -10,6 +10,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
+from celery import current_app
 from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
@@ -23,7 +24,6 @@ from mailboxes.signals import event_happened
 from mailboxes.text import text_of_html
 from relay.inbound.extraction import find_codes, find_links
 from relay.inbound.parsing import parse_message
-from relay.tasks import index_owed_words
 
 logger = logging.getLogger(__name__)
 
@@ -78,8 +78,10 @@ _RECIPIENT_SQL = (
 )
 
 
-def deliver_message(*, raw: bytes, mail_from: str, recipients: list[Recipient]) -> list[int]:
+def deliver_message(*, raw: bytes, mail_from: str, recipients: list[Recipient], server_id: str = "") -> list[int]:
     """Store one received message for each accepted mailbox that still takes it.
+    `server_id`: the message's id on the mail server it was read from (relay/mailserver/);
+    a second copy with the same id in a mailbox is refused by the database (IntegrityError).
 
     The bytes and the parsed bodies are stored once (MessageContent), shared by one
     Message row per recipient. Mailboxes that ended between RCPT and DATA (deleted or
@@ -114,6 +116,7 @@ def deliver_message(*, raw: bytes, mail_from: str, recipients: list[Recipient]) 
                 subject=parsed.subject,
                 size=len(raw),
                 has_attachments=bool(parsed.attachments),
+                server_id=server_id,
             )
             for recipient in recipients if recipient.mailbox_id in live
         ]
@@ -148,6 +151,8 @@ def _insert(rows: list) -> None:
         row.id = row_id
 
 
+# Sent by name: relay/tasks.py imports the flows (this one among them), not the reverse.
+WORDS_TASK = "relay.tasks.index_owed_words"
 # A worker is asked to write owed words at most this often per process, and that long
 # after the first message that owes them: one task for every message a second brings.
 WORDS_DELAY_SECONDS = 1.0
@@ -176,7 +181,7 @@ def words_owed() -> None:
 
 def _ask_for_words() -> None:
     try:
-        index_owed_words.apply_async(countdown=WORDS_DELAY_SECONDS)
+        current_app.send_task(WORDS_TASK, countdown=WORDS_DELAY_SECONDS)
     except Exception:
         logger.warning("could not queue the writing of owed search words; beat's backstop will", exc_info=True)
 
