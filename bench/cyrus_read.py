@@ -110,7 +110,7 @@ def run(args, cyrus, env: dict, metrics_dir: str) -> None:
 
     install_schedules()
     worker_args = [sys.executable, "-m", "celery", "-A", "config", "worker", "-c", "2", "-n", "bench-cyrus@%h",
-                   "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "WARNING"]
+                   "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "INFO"]
     empty = spawn("worker-cyrus-empty", worker_args, env=env, ready=" ready.")
     time.sleep(5)  # settle before reading its memory
     rss_without = rss_mb(empty.pid)
