@@ -50,7 +50,13 @@ READ_NOW_MAX = 200
 # for this long: the API serves what is stored, and does not wait on a server that is down.
 QUIET_SECONDS = 5.0
 POLL_LOCK = "relay:mailserver:poll"
-POLL_LOCK_SECONDS = 30
+# A poll lasts at most this long (its task's time limit is shorter); the lock of a worker
+# killed mid-poll lapses with it, so polling stops for at most this long. Two polls that
+# overlap after all only repeat work: a message is stored once whatever reads it.
+POLL_LOCK_SECONDS = 10
+# One poll reads for this long at most, chunk by chunk, and leaves the rest (a backlog
+# after an outage) to the next: what it read is saved as it goes.
+POLL_BUDGET_SECONDS = 4.0
 WHOLE_SECOND = timedelta(seconds=1)
 
 
@@ -95,7 +101,7 @@ def poll() -> int:
                                                      markers)
                     if markers is None or not reading.state
                     or (reading.marker is not None and reading.marker != reading.stored_marker)]
-        return _read(store, readings)
+        return _read(store, readings, until=time.monotonic() + POLL_BUDGET_SECONDS)
     finally:
         cache.delete(POLL_LOCK)
 
@@ -138,13 +144,18 @@ def _readings(store, rows, markers: dict | None) -> list[Reading]:
     return readings
 
 
-def _read(store, readings: list[Reading]) -> int:
+def _read(store, readings: list[Reading], until: float | None = None) -> int:
+    """Read `readings`, a chunk of accounts to a request, until done (or `until`, a
+    time.monotonic(), has passed: the rest is the next read's)."""
     stored, pending = 0, readings
     for _ in range(MAX_ROUNDS):
         if not pending:
             break
         per_request = max(1, store.jmap.max_calls() // 2)
         for start in range(0, len(pending), per_request):
+            if until is not None and time.monotonic() > until:
+                logger.info("the mail server's poll ran out of time; the next one goes on")
+                return stored
             chunk = pending[start:start + per_request]
             _ask_changes(store, chunk)
             stored += _fetch_and_store(store, [reading for reading in chunk if reading.candidates])
