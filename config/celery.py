@@ -58,6 +58,9 @@ def queue_length(name: str) -> int | None:
     global _last_queue_length_warning
     try:
         with app.connection_for_read() as conn:
+            # One try: a sweep must not wait out the client's reconnect backoff (seconds)
+            # for a figure it can do without.
+            conn.ensure_connection(max_retries=0)
             try:
                 return conn.default_channel.queue_declare(queue=name, passive=True).message_count
             except conn.channel_errors:
