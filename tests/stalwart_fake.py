@@ -99,6 +99,7 @@ class FakeStalwart:
             self.per_minute = None
             self.started_at: list[float] = []
             self.refused_over_limit = 0
+            self.requests = 0  # every request, answered or refused
             self.discoveries_started = self.creates_started = 0
 
     # --- test controls --------------------------------------------------------------------
@@ -170,6 +171,7 @@ class FakeStalwart:
             def _begin(self) -> str | None:
                 """Shared checks; returns a failure kind to act on, if any."""
                 with fake.lock:
+                    fake.requests += 1
                     fake.in_flight += 1
                     fake.max_in_flight = max(fake.max_in_flight, fake.in_flight)
                     over_limit = fake.in_flight > MAX_CONCURRENT
