@@ -12,6 +12,12 @@ if ! command -v wrk >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk) >/dev/null \
     || echo "warning: could not install wrk" >&2
 fi
+# The mail-server benchmark runs a Cyrus of its own; install Debian's when missing.
+if [ "$name" = cyrus_read ] && [ ! -x /usr/lib/cyrus/bin/master ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  echo "installing cyrus-imapd, cyrus-caldav and sasl2-bin for the mail-server benchmark" >&2
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    cyrus-imapd cyrus-caldav sasl2-bin) >/dev/null || echo "warning: could not install Cyrus" >&2
+fi
 export DATABASE_URL="postgres://postgres@127.0.0.1:$PG_PORT/relay_bench"
 export CELERY_BROKER_URL="redis://127.0.0.1:$REDIS_PORT/14"
 mkdir -p var/static
