@@ -73,7 +73,11 @@ def test_reconcile_counts_only_accounts_relay_handed_out(cyrus, client_pro):
 
 
 # --- reading ---------------------------------------------------------------------------------------
-def test_delivered_mail_reads_as_if_relays_own_smtp_had_stored_it(cyrus, client_pro):
+def test_delivered_mail_reads_as_if_relays_own_smtp_had_stored_it(cyrus, client_pro, settings):
+    settings.RELAY_WEBHOOK_ALLOW_PRIVATE = True
+    hook = client_pro.post("/api/v1/webhooks", {"url": "http://127.0.0.1:9/hook", "events": ["message.received"]},
+                           format="json")
+    assert hook.status_code == 201, hook.content
     box = create_via_api(client_pro, local_part="reader").json()
     pdf = b"%PDF-1.4 not really\x00\xff"
     raw = mail(box["address"], "Your code", "Your verification code is 482913. See https://example.com/verify",
@@ -99,9 +103,11 @@ def test_delivered_mail_reads_as_if_relays_own_smtp_had_stored_it(cyrus, client_
     assert raw.split(b"\n\n", 1)[1].replace(b"\n", b"\r\n") in stored
     found = client_pro.get("/api/v1/messages?q=482913").json()["results"]
     assert [m["id"] for m in found] == [item["id"]]
-    # Read again and polled: still one message.
+    # Read again and polled: still one message, and one webhook delivery for it.
     mailserver.poll()
     assert len(listed(client_pro, box)) == 1 and Message.objects.count() == 1
+    deliveries = client_pro.get(f"/api/v1/webhooks/{hook.json()['id']}/deliveries").json()["results"]
+    assert [d["event"] for d in deliveries] == ["message.received"]
 
 
 def test_an_idle_poll_asks_jmap_nothing_and_a_delivery_is_read_by_the_next(cyrus, client_pro):
