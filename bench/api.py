@@ -1,8 +1,10 @@
 """API: gunicorn (uvicorn workers, or sync ones with --server wsgi) on this machine, load from wrk in another process. Prints requests/s
 and p99 latency of GET /api/v1/mailboxes/{id} and POST /api/v1/mailboxes, and their
-ratio to GET /api/v1/whoami (a trivial authenticated DRF endpoint) in the same run.
+ratio to a bare Django view making the same primary-key select (bench/baseline_asgi.py),
+served by the same server and workers; the three alternate for `--rounds` rounds, and
+the ratio is given per round (median and range).
 
-    scripts/bench.sh api [--seconds 15] [--connections 16] [--workers 2] [--server asgi|wsgi]
+    scripts/bench.sh api [--seconds 10] [--connections 16] [--workers 2] [--rounds 3] [--server asgi|wsgi]
 """
 import argparse
 import re
@@ -35,9 +37,10 @@ def wrk(path: str, *, key: str, seconds: int, connections: int, script: str | No
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seconds", type=int, default=15)
+    parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the baseline and the routes")
     parser.add_argument("--server", choices=["asgi", "wsgi"], default="asgi",
                         help="asgi: uvicorn workers, as Relay is served (default); wsgi: sync workers, as before")
     args = parser.parse_args()
@@ -52,25 +55,45 @@ def main() -> None:
 
     owner, key = account_create_with_key(login="bench", plan="enterprise")  # 100,000 active mailboxes: the POST run makes thousands
     mailbox, _ = mailbox_create(backend=get_backend(), caller=Caller(owner=owner), local_part=None, domain=None, ttl_ms=3_600_000)
-    server = (["config.asgi", "-k", "uvicorn_worker.UvicornWorker"] if args.server == "asgi" else ["config.wsgi"])
+    # Relay's application with the baseline's route added (bench/baseline_asgi.py), so both
+    # are served by the same server and the same workers.
+    server = (["bench.baseline_asgi", "-k", "uvicorn_worker.UvicornWorker"] if args.server == "asgi"
+              else ["bench.baseline_wsgi"])
     web = spawn("gunicorn", [sys.executable, "-m", "gunicorn", *server, "-w", str(args.workers),
                              "-b", f"127.0.0.1:{PORT}", "--access-logfile", "-"], env={"RELAY_LOG_LEVEL": "WARNING"})
     wait_until(lambda: _answers(f"http://127.0.0.1:{PORT}/api/schema/"), 60, "gunicorn")
     load = dict(key=key, seconds=args.seconds, connections=args.connections)
+    baseline_path = f"/baseline/mailboxes/{mailbox.id}"
+    rounds: dict[str, list[dict]] = {"baseline": [], "GET mailbox": [], "POST mailboxes": []}
     try:
-        wrk("/api/v1/whoami", **{**load, "seconds": 3})  # warm up every worker
-        baseline = wrk("/api/v1/whoami", **load)
-        get = wrk(f"/api/v1/mailboxes/{mailbox.id}", **load)
-        post = wrk("/api/v1/mailboxes", script="bench/wrk_post.lua", **load)
+        wrk(baseline_path, **{**load, "seconds": 3})  # warm up every worker
+        wrk(f"/api/v1/mailboxes/{mailbox.id}", **{**load, "seconds": 3})
+        for _ in range(args.rounds):
+            rounds["baseline"].append(wrk(baseline_path, **load))
+            rounds["GET mailbox"].append(wrk(f"/api/v1/mailboxes/{mailbox.id}", **load))
+            rounds["POST mailboxes"].append(wrk("/api/v1/mailboxes", script="bench/wrk_post.lua", **load))
     finally:
         stop(web)
-    for name, result in [("whoami", baseline), ("GET mailbox", get), ("POST mailboxes", post)]:
-        print(f"{name}: {result['rps']:.0f} req/s, p99 {result['p99_ms']:.1f} ms, errors {result['errors']}")
-    figures = (f"gunicorn ({args.server}) -w {args.workers}, wrk -c {args.connections}: GET mailbox {get['rps']:.0f} req/s "
-               f"(p99 {get['p99_ms']:.1f} ms) = ratio **{get['rps'] / baseline['rps']:.2f}** to whoami "
-               f"{baseline['rps']:.0f} req/s (p99 {baseline['p99_ms']:.1f} ms); POST mailboxes {post['rps']:.0f} req/s "
-               f"(p99 {post['p99_ms']:.1f} ms) = ratio {post['rps'] / baseline['rps']:.2f}; errors "
-               f"{get['errors'] + post['errors'] + baseline['errors']}")
+    for name, results in rounds.items():
+        for result in results:
+            print(f"{name}: {result['rps']:.0f} req/s, p99 {result['p99_ms']:.1f} ms, errors {result['errors']}")
+
+    def median(values: list[float]) -> float:
+        return sorted(values)[len(values) // 2]
+
+    def summary(name: str) -> str:
+        rps = [result["rps"] for result in rounds[name]]
+        return f"{median(rps):.0f} req/s ({min(rps):.0f}–{max(rps):.0f})"
+
+    def ratio(name: str) -> str:
+        values = sorted(route["rps"] / base["rps"] for route, base in zip(rounds[name], rounds["baseline"]))
+        return f"**{median(values):.2f}** ({values[0]:.2f}–{values[-1]:.2f})"
+
+    errors = sum(result["errors"] for results in rounds.values() for result in results)
+    figures = (f"gunicorn ({args.server}) -w {args.workers}, wrk -c {args.connections}, {args.rounds} interleaved "
+               f"rounds of {args.seconds} s (median, range): GET mailbox {summary('GET mailbox')} = ratio "
+               f"{ratio('GET mailbox')} to the bare Django view's same select {summary('baseline')}; POST mailboxes "
+               f"{summary('POST mailboxes')} = ratio {ratio('POST mailboxes')}; errors {errors}")
     record("api", command_line(), figures)
 
 

@@ -15,7 +15,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from mailboxes.ending import CLEANUPS, mailboxes_expire_due
+from mailboxes.ending import CLEANUPS, mailboxes_expire_due, publish_cleanups
 from mailboxes.models import CleanupState, Mailbox, MailboxStatus
 from mailboxes.signals import event_happened
 from relay import mailserver
@@ -85,6 +85,46 @@ def mailbox_cleanup(*, mailbox_id, retries: int = 0) -> CleanupOutcome:
     CLEANUPS.settle(mailbox_id, claim, state=CleanupState.DONE, cleanup_done_at=timezone.now())
     logger.info("cleanup of %s done", mailbox_id)
     return CleanupOutcome.DONE
+
+
+def mailboxes_cleanup(*, mailbox_ids: list) -> dict[str, int]:
+    """A batch of cleanups, where a deprovision calls no server (mailboxes.ending.
+    cleanups_per_task): the pending ones among `mailbox_ids` taken with one claim (FOR
+    UPDATE SKIP LOCKED: a row another run holds is left to it), each deprovisioned, the
+    done ones settled in one statement. One that fails is settled alone, as
+    mailbox_cleanup would (a dead letter, or given back and queued again on its own).
+    Returns how many ended done and dead."""
+    claim, taken = CLEANUPS.take_batch(Mailbox.objects.filter(CLEANUPS.takeable(timezone.now()), id__in=mailbox_ids)
+                                       .order_by(), limit=len(mailbox_ids))
+    outcome = {"done": 0, "dead": 0}
+    if not taken:
+        return outcome
+    backend, done = get_backend(), []
+    rows = Mailbox.objects.filter(id__in=taken).values_list("id", "address", "backend_id", "cleanup_attempts",
+                                                             "cleanup_last_error")
+    for mailbox_id, address, backend_id, attempts, last_error in rows:
+        if CLEANUPS.overspent(attempts):
+            _record_dead(mailbox_id, claim, last_error or f"{attempts - 1} attempts ended without an outcome")
+            outcome["dead"] += 1
+            continue
+        try:
+            backend.deprovision(Mailbox(id=mailbox_id, address=address, backend_id=backend_id))
+        except PermanentBackendError as exc:
+            _record_dead(mailbox_id, claim, str(exc))
+            outcome["dead"] += 1
+        except Exception as exc:
+            # Not expected where nothing is called; whatever it was, the cleanup goes back
+            # to one task of its own, with mailbox_cleanup's retries.
+            CLEANUPS.release(mailbox_id, claim, error=f"{type(exc).__name__}: {exc}",
+                             hold_seconds=settings.RELAY_CLEANUP_LEASE_SECONDS)
+            publish_cleanups([mailbox_id], batch=1)
+            logger.warning("cleanup of %s failed in a batch; queued on its own: %s", mailbox_id, exc)
+        else:
+            done.append(mailbox_id)
+    outcome["done"] = CLEANUPS.settle(done, claim, state=CleanupState.DONE, cleanup_done_at=timezone.now())
+    if outcome["done"]:
+        logger.info("cleanup of %d mailbox(es) done in one batch", outcome["done"])
+    return outcome
 
 
 def _take(mailbox_id) -> tuple[uuid.UUID, Mailbox] | None:

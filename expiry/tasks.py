@@ -38,6 +38,14 @@ def expire_mailbox(self, mailbox_id: str) -> str:
     return outcome.value
 
 
+@shared_task(acks_late=True, soft_time_limit=_LEASE // 2, time_limit=_LEASE * 3 // 4)
+def expire_mailboxes(mailbox_ids: list[str]) -> dict:
+    """A batch of cleanups where deprovisioning calls no server; see
+    expiry.cleanup.mailboxes_cleanup. A run lost with its worker leaves the batch's
+    leases to lapse, and the sweep queues those cleanups again."""
+    return cleanup.mailboxes_cleanup(mailbox_ids=[uuid.UUID(mailbox_id) for mailbox_id in mailbox_ids])
+
+
 # A sweep message older than two intervals is dropped: a newer one is already queued.
 @shared_task(acks_late=True, soft_time_limit=300, time_limit=330, expires=settings.RELAY_SWEEP_INTERVAL_SECONDS * 2)
 def sweep() -> dict:
