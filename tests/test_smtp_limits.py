@@ -352,3 +352,20 @@ def test_one_ipv6_block_counts_as_one_client():
     assert client_group("2001:db8:1:2::1") != client_group("2001:db8:1:3::1")
     assert client_group("::ffff:192.0.2.7") == client_group("192.0.2.7") == "192.0.2.7"
     assert client_group("192.0.2.7") != client_group("192.0.2.8")
+
+
+@pytest.mark.workers
+def test_a_message_answered_250_survives_a_kill_9_right_after_the_answer(transactional_db, client_pro):
+    """250 is said only after the commit: killing the process the instant the client hears
+    it loses nothing (three times over, a fresh process each time)."""
+    address = create_via_api(client_pro, local_part="durable").json()["address"]
+    for round_ in range(3):
+        port, server = start_runsmtp()
+        with connect(port) as smtp:
+            smtp.mail("a@example.com")
+            smtp.rcpt(address)
+            code, _ = smtp.data(f"Subject: kept {round_}\r\n\r\nanswered, then killed\r\n".encode())
+            server.kill()  # SIGKILL, before the client so much as says QUIT
+            server.wait(10)
+            assert code == 250
+        assert Message.objects.filter(mailbox__address=address, subject=f"kept {round_}").count() == 1
