@@ -215,3 +215,40 @@ def test_a_broker_flushed_between_event_and_delivery_still_delivers(hooked, rece
     wait_until(lambda: WebhookDelivery.objects.filter(status="delivered").exists(), timeout=60,
                message="the delivery, queued again by the sweep")
     assert len(receiver.requests) == 1
+
+
+def test_deliveries_to_one_receiver_go_in_one_batch_task_and_a_failure_retries_alone(
+        db, receiver, allow_private, client_pro, monkeypatch, django_capture_on_commit_callbacks):
+    from celery import current_app
+
+    from webhooks import delivery as webhook_delivery
+    from webhooks import tasks as webhook_tasks
+
+    created = client_pro.post("/api/v1/webhooks", {"url": receiver.url, "events": ["mailbox.expired"]}, format="json")
+    assert created.status_code == 201, created.content
+    secret = created.json()["secret"]
+    boxes = [create_via_api(client_pro, local_part=f"batched{i}").json() for i in range(4)]
+    batches, retried = [], []
+    monkeypatch.setattr(webhook_tasks.deliver_webhooks, "delay", lambda ids: batches.append(ids))
+    monkeypatch.setattr(current_app, "send_task", lambda name, args, **kw: retried.append((name, args)))
+    with django_capture_on_commit_callbacks(execute=True):
+        mailboxes_force_expire(mailbox_ids=[box["id"] for box in boxes])  # one event, four deliveries
+    assert len(batches) == 1 and len(batches[0]) == 4, "one task for the four deliveries to one receiver"
+
+    receiver.answers = [200, 503, 204, 200]
+    assert webhook_delivery.deliver_many(delivery_ids=batches[0]) == {"delivered": 3, "failed": 0, "retrying": 1}
+    assert len(receiver.requests) == 4
+    assert all(verify_standard_webhook(secret, headers, body) for headers, body in receiver.requests)
+    rows = {row.id: row for row in WebhookDelivery.objects.all()}
+    failed_once = batches[0][1]
+    assert [sent for sent in retried if sent[0].startswith("webhooks.")] == [
+        (webhook_delivery.DELIVER_TASK, (failed_once,))], "the 503 comes back as its own task"
+    assert rows[failed_once].status == "pending" and rows[failed_once].last_status_code == 503
+    assert sorted(row.last_status_code for i, row in rows.items() if i != failed_once) == [200, 200, 204]
+    assert {row.status for i, row in rows.items() if i != failed_once} == {"delivered"}
+    # The same batch again (a redelivered message): no delivered one is sent twice (the
+    # one given back for its retry may be tried at once, as by any task that finds it).
+    webhook_delivery.deliver_many(delivery_ids=batches[0])
+    sent = [headers["webhook-id"] for headers, _ in receiver.requests]
+    delivered_ids = {row.message_id for i, row in rows.items() if i != failed_once}
+    assert sorted(i for i in sent if i in delivered_ids) == sorted(delivered_ids)

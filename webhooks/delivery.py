@@ -16,7 +16,9 @@ import logging
 import time
 import uuid
 
+from celery import current_app
 from django.conf import settings
+from django.db import connection, transaction
 from django.db.models import Count
 from django.utils import timezone
 
@@ -55,13 +57,71 @@ def deliver(*, delivery_id: int) -> str:
         return "skipped"
     claim, _ = taken
     delivery = WebhookDelivery.objects.select_related("webhook").get(id=delivery_id)
+    status_code, error = _attempt(delivery, claim)
+    if status_code is None and error is None:
+        return "failed"
+    return _record(delivery, claim, status_code, error)
+
+
+# Deliveries one batch task carries at most (deliver_many).
+BATCH = 50
+DELIVER_TASK = "webhooks.tasks.deliver_webhook"
+
+
+def deliver_many(*, delivery_ids: list[int]) -> dict[str, int]:
+    """One attempt at each of these deliveries (to one receiver, as events queue them):
+    taken with one claim, sent one after another, the delivered ones settled in one
+    statement. That outcome does not wait for the commit to reach the disk: if it is lost
+    the lease lapses and the sweep sends the delivery again, which at-least-once allows.
+    A delivery that fails is recorded alone, as `deliver` would; one with a retry left
+    comes back later as a task of its own. Returns the outcomes counted."""
+    claim, taken = DELIVERIES.take_batch(WebhookDelivery.objects.filter(DELIVERIES.takeable(timezone.now()),
+                                                                        id__in=delivery_ids).order_by("id"),
+                                         limit=len(delivery_ids))
+    if len(taken) > 1:  # sent one after another: each may take its whole deadline
+        WebhookDelivery.objects.filter(id__in=taken, claim=claim).update(lease_until=DELIVERIES.lease(
+            seconds=DELIVERIES.lease_seconds() + settings.RELAY_WEBHOOK_TIMEOUT_SECONDS * (len(taken) - 1)))
+    counted = {"delivered": 0, "failed": 0, "retrying": 0}
+    delivered: dict[int, list[WebhookDelivery]] = {}  # by status code
+    for delivery in WebhookDelivery.objects.select_related("webhook").filter(id__in=taken).order_by("id"):
+        status_code, error = _attempt(delivery, claim)
+        if status_code is None and error is None:
+            counted["failed"] += 1
+            continue
+        if status_code is None or not 200 <= status_code < 300:
+            try:
+                counted[_record(delivery, claim, status_code, error)] += 1
+            except RetryableDelivery:
+                counted["retrying"] += 1
+                # Sent by name: webhooks.tasks imports this module.
+                current_app.send_task(DELIVER_TASK, args=(delivery.id,),
+                                      countdown=DELIVERIES.retry_delay(delivery.attempts - 1))
+            continue
+        delivered.setdefault(status_code, []).append(delivery)
+    if delivered:
+        with transaction.atomic():
+            if connection.vendor == "postgresql":
+                with connection.cursor() as cursor:
+                    cursor.execute("SET LOCAL synchronous_commit TO OFF")
+            for status_code, deliveries in delivered.items():
+                counted["delivered"] += DELIVERIES.settle(
+                    [d.id for d in deliveries], claim, state=DeliveryStatus.DELIVERED, delivered_at=timezone.now(),
+                    last_status_code=status_code, error="")
+        for delivery in (d for deliveries in delivered.values() for d in deliveries):
+            logger.info("delivered %s %s to webhook %s", delivery.event, delivery.message_id, delivery.webhook_id)
+    return counted
+
+
+def _attempt(delivery: WebhookDelivery, claim: uuid.UUID) -> tuple[int | None, str | None]:
+    """POST one taken delivery under every guard: (status code, error). (None, None): it
+    was not sent, and is a dead letter already (its webhook disabled, its attempts spent)."""
     webhook = delivery.webhook
     if webhook.disabled_at is not None:
-        DELIVERIES.dead_letter(delivery_id, claim, error=f"the webhook is disabled: {webhook.disabled_reason}")
-        return "failed"
+        DELIVERIES.dead_letter(delivery.id, claim, error=f"the webhook is disabled: {webhook.disabled_reason}")
+        return None, None
     if DELIVERIES.overspent(delivery.attempts):
-        DELIVERIES.dead_letter(delivery_id, claim, error="gave up: the worker running the last attempt was lost")
-        return "failed"
+        DELIVERIES.dead_letter(delivery.id, claim, error="gave up: the worker running the last attempt was lost")
+        return None, None
     body = json.dumps(delivery.payload, separators=(",", ":")).encode()
     status_code, error = None, ""
     try:
@@ -77,7 +137,7 @@ def deliver(*, delivery_id: int) -> str:
         error = f"timed out: {exc}"
     except TransportFailed as exc:
         error = str(exc)
-    return _record(delivery, claim, status_code, error)
+    return status_code, error
 
 
 def _record(delivery: WebhookDelivery, claim: uuid.UUID, status_code: int | None, error: str) -> str:

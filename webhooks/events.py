@@ -63,12 +63,12 @@ def record(event: str, deliveries: list[tuple[Webhook, dict]]) -> None:
                         lease_until=now + timedelta(seconds=settings.RELAY_WEBHOOK_LEASE_SECONDS))
         for webhook, data in deliveries
     ])
-    ids = [row.id for row in rows]
+    pairs = [(row.webhook_id, row.id) for row in rows]
 
     def publish() -> None:
-        from webhooks.tasks import deliver_webhook, publish_quietly
+        from webhooks.tasks import publish_by_receiver
 
-        publish_quietly(deliver_webhook, ids)
+        publish_by_receiver(pairs)
 
     transaction.on_commit(publish)
 

@@ -18,6 +18,25 @@ def publish_quietly(task, delivery_ids) -> None:
             logger.exception("could not queue webhook delivery %s; the sweep will after its lease", delivery_id)
 
 
+def publish_by_receiver(deliveries: list[tuple[int, int]]) -> None:
+    """Queue new deliveries, given as (webhook id, delivery id): those to one webhook go
+    together, up to delivery.BATCH to a task (deliver_webhooks), a lone one as its own
+    task. A publish that fails loses nothing, as above."""
+    by_webhook: dict[int, list[int]] = {}
+    for webhook_id, delivery_id in deliveries:
+        by_webhook.setdefault(webhook_id, []).append(delivery_id)
+    for ids in by_webhook.values():
+        for start in range(0, len(ids), delivery.BATCH):
+            batch = ids[start:start + delivery.BATCH]
+            if len(batch) == 1:
+                publish_quietly(deliver_webhook, batch)
+                continue
+            try:
+                deliver_webhooks.delay(batch)
+            except Exception:
+                logger.exception("could not queue %d webhook deliveries; the sweep will after their lease", len(batch))
+
+
 @shared_task(bind=True, acks_late=True, max_retries=settings.RELAY_WEBHOOK_MAX_RETRIES)
 def deliver_webhook(self, delivery_id: int) -> str:
     """One attempt at a webhook delivery; see webhooks.delivery.deliver."""
@@ -26,6 +45,15 @@ def deliver_webhook(self, delivery_id: int) -> str:
     except delivery.RetryableDelivery as exc:
         # The row was released for this retry, leased for its longest wait (owed/).
         raise self.retry(exc=exc, countdown=delivery.DELIVERIES.retry_delay(self.request.retries))
+
+
+@shared_task(acks_late=True, soft_time_limit=settings.RELAY_WEBHOOK_TIMEOUT_SECONDS * (delivery.BATCH + 2),
+             time_limit=settings.RELAY_WEBHOOK_TIMEOUT_SECONDS * (delivery.BATCH + 3))
+def deliver_webhooks(delivery_ids: list[int]) -> dict:
+    """One attempt at each of a batch of deliveries to one receiver; see
+    webhooks.delivery.deliver_many. Lost with its worker, the batch's leases lapse and
+    the sweep queues each delivery again."""
+    return delivery.deliver_many(delivery_ids=delivery_ids)
 
 
 @shared_task(acks_late=True)
