@@ -47,7 +47,7 @@ def test_the_api_survives_schema_driven_fuzzing(live_api, credentials):
     if credentials == "owner key":
         _, key = account_create_with_key(login="fuzzer", plan="enterprise")
         headers.append(f"Authorization: Bearer {key}")
-    result = fuzz(live_api, *headers, seconds=20)
+    result = fuzz(live_api, *headers, seconds=15)
     report = result.stdout + result.stderr
     assert result.returncode == 0, report
     tally = re.search(r"(\d+) generated, (\d+) passed([^\n]*)", result.stdout)

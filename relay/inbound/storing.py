@@ -181,9 +181,11 @@ def words_owed() -> None:
 
 def _ask_for_words() -> None:
     try:
-        current_app.send_task(WORDS_TASK, countdown=WORDS_DELAY_SECONDS)
+        current_app.signature(WORDS_TASK).apply_async(countdown=WORDS_DELAY_SECONDS)
     except Exception:
         logger.warning("could not queue the writing of owed search words; beat's backstop will", exc_info=True)
+    finally:
+        connection.close()  # this thread's own, if it opened one (a task run eagerly, in tests)
 
 
 def _count_one_more_message(recipients: list[Recipient], size: int) -> set:
