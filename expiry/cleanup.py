@@ -96,6 +96,7 @@ def mailboxes_cleanup(*, mailbox_ids: list) -> dict[str, int]:
     Returns how many ended done and dead."""
     claim, taken = CLEANUPS.take_batch(Mailbox.objects.filter(CLEANUPS.takeable(timezone.now()), id__in=mailbox_ids)
                                        .order_by(), limit=len(mailbox_ids))
+    _queue_skipped({uuid.UUID(str(mailbox_id)) for mailbox_id in mailbox_ids} - set(taken))
     outcome = {"done": 0, "dead": 0}
     if not taken:
         return outcome
@@ -125,6 +126,19 @@ def mailboxes_cleanup(*, mailbox_ids: list) -> dict[str, int]:
     if outcome["done"]:
         logger.info("cleanup of %d mailbox(es) done in one batch", outcome["done"])
     return outcome
+
+
+def _queue_skipped(mailbox_ids: set) -> None:
+    """A batch's take skips a row another transaction holds at that instant. That may be
+    a second run of the same batch, which then has it; or a short write of the API's, such
+    as a delete of a mailbox a read expired a moment earlier, whose cleanup nobody else
+    would take before its lease lapsed (two minutes). Those still pending are queued on
+    their own: a single cleanup's take waits for the row instead of skipping it."""
+    skipped = list(Mailbox.objects.filter(id__in=mailbox_ids, cleanup_state=CleanupState.PENDING)
+                   .values_list("id", flat=True)) if mailbox_ids else []
+    if skipped:
+        publish_cleanups(skipped, batch=1)
+        logger.info("%d cleanup(s) held by another transaction when a batch took; queued on their own", len(skipped))
 
 
 def _take(mailbox_id) -> tuple[uuid.UUID, Mailbox] | None:

@@ -1,12 +1,16 @@
 """Cleanups in batches where a deprovision calls no server (the local backend): one task
 takes many, settles the done ones in one statement, and keeps every guarantee of the
 cleanup taken one at a time (none doubled, none early, failures each on their own)."""
-from celery import current_app
+import threading
 
-from expiry.cleanup import mailboxes_cleanup
+import pytest
+from celery import current_app
+from django.db import connection, transaction
+
+from expiry.cleanup import CleanupOutcome, mailbox_cleanup, mailboxes_cleanup
 from mailboxes.ending import EXPIRE_BATCH_TASK, EXPIRE_TASK, mailboxes_expire_due
 from mailboxes.models import Mailbox
-from tests.helpers import make_mailbox
+from tests.helpers import make_mailbox, make_mailboxes, wait_until
 
 
 def test_the_local_backend_cleans_up_a_batch_in_one_task(db, settings, monkeypatch,
@@ -40,6 +44,35 @@ def test_a_batch_never_takes_a_mailbox_not_yet_ended(db, settings):
     assert Mailbox.objects.get(id=live.id).cleanup_state == ""
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_row_another_transaction_holds_is_queued_on_its_own_and_taken(settings, monkeypatch):
+    settings.RELAY_BACKEND = "local"
+    sent = []
+    monkeypatch.setattr(current_app, "send_task", lambda name, args, **kw: sent.append((name, args)))
+    box = make_mailbox("held", due=True)
+    mailboxes_expire_due(mailbox_ids=[box.id], publish=False)
+    held, release = threading.Event(), threading.Event()
+
+    def hold_the_row():  # as the API's delete of a mailbox a read has just expired does
+        with transaction.atomic():
+            Mailbox.objects.select_for_update().get(id=box.id)
+            held.set()
+            release.wait(10)
+        connection.close()
+
+    holder = threading.Thread(target=hold_the_row)
+    holder.start()
+    assert held.wait(10)
+    try:
+        assert mailboxes_cleanup(mailbox_ids=[str(box.id)]) == {"done": 0, "dead": 0}
+    finally:
+        release.set()
+        holder.join()
+    assert sent == [(EXPIRE_TASK, (str(box.id),))], "the skipped cleanup is queued on its own"
+    assert mailbox_cleanup(mailbox_id=box.id) == CleanupOutcome.DONE
+    assert Mailbox.objects.get(id=box.id).cleanup_attempts == 1
+
+
 def test_other_backends_keep_one_task_per_cleanup(db, stalwart, monkeypatch, django_capture_on_commit_callbacks):
     sent = []
     monkeypatch.setattr(current_app, "send_task", lambda name, args, **kw: sent.append(name))
@@ -47,3 +80,60 @@ def test_other_backends_keep_one_task_per_cleanup(db, stalwart, monkeypatch, dja
     with django_capture_on_commit_callbacks(execute=True):
         mailboxes_expire_due(mailbox_ids=[box.id for box in boxes])
     assert sent == [EXPIRE_TASK] * 3
+
+
+# A batch's settle (its rows to done) waits on an advisory lock the test holds (a trigger
+# of this test's database), so the worker can be killed after its claim and before its
+# outcome; its connection is then ended, as a dying process's is, and nothing it did after
+# the claim is kept.
+HOLD_SETTLE = """
+CREATE FUNCTION relay_test_hold_settle() RETURNS trigger AS $$
+BEGIN PERFORM pg_advisory_xact_lock_shared(4242); RETURN NEW; END $$ LANGUAGE plpgsql;
+CREATE TRIGGER relay_test_hold_settle BEFORE UPDATE ON {table} FOR EACH ROW
+WHEN (NEW.cleanup_state = 'done' AND OLD.cleanup_state <> 'done') EXECUTE FUNCTION relay_test_hold_settle();
+"""
+FREE_SETTLE = "DROP TRIGGER IF EXISTS relay_test_hold_settle ON {table}; DROP FUNCTION IF EXISTS relay_test_hold_settle();"
+
+
+def _settle_waiting() -> list[int]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND wait_event = 'advisory'")
+        return [pid for pid, in cursor.fetchall()]
+
+
+@pytest.mark.workers
+def test_a_worker_killed_inside_a_batch_loses_no_cleanup_and_takes_none_early(processes):
+    processes.env["RELAY_BACKEND"] = "local"
+    table = Mailbox._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(HOLD_SETTLE.format(table=table))
+        cursor.execute("SELECT pg_advisory_lock(4242)")
+    try:
+        processes.worker("victim")
+        processes.beat("beat")
+        processes.wait_ready()
+        mailboxes = make_mailboxes(1000, prefix="b", first_in=0.5, spread=0.5)
+        ids = [m.id for m in mailboxes]
+        waiting = wait_until(_settle_waiting, timeout=60, interval=0.05,
+                             message="the victim to be between a batch's claim and its outcome")
+        processes.kill("victim")
+        with connection.cursor() as cursor:
+            for pid in waiting:
+                cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(FREE_SETTLE.format(table=table))
+            cursor.execute("SELECT pg_advisory_unlock(4242)")
+    assert "expire_mailboxes" in processes.log("victim"), "the cleanups should run in batches"
+    running = Mailbox.objects.filter(id__in=ids, cleanup_state="running").count()
+    assert running > 0, "the killed batch should have left its claimed rows behind"
+
+    processes.worker("survivor")
+    processes.wait_ready()
+    wait_until(lambda: Mailbox.objects.filter(id__in=ids, cleanup_state="done").count() == len(ids), timeout=90,
+               interval=0.25, message="every cleanup to be done")
+    rows = Mailbox.objects.filter(id__in=ids)
+    assert not [m.address for m in rows if m.cleanup_done_at < m.expires_at], "a cleanup ran before expires_at"
+    attempts = sorted(rows.values_list("cleanup_attempts", flat=True))
+    # The killed batch's rows were taken once more after their lease lapsed; no row more.
+    assert attempts[0] == 1 and attempts[-1] == 2 and attempts.count(2) <= running
