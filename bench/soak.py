@@ -39,8 +39,9 @@ from pathlib import Path
 import requests
 
 from bench.common import LOGS, ROOT, command_line, fresh_database, record, setup_django, wait_until
-from bench.soak_parts import (Counters, CountingRetry, account_key, accounted, chart, free_port, outbox_settled,
-                              owed, rss_mib, slope_mib_per_hour, smtp_sink, webhook_receiver)
+from bench.soak_parts import (AFTER_END_410, AFTER_END_550, Counters, CountingRetry, account_key, accounted, chart,
+                              ends_at, free_port, outbox_settled, owed, rss_mib, slope_mib_per_hour, smtp_sink,
+                              webhook_receiver)
 
 SAMPLE_EVERY_SECONDS = 30
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -155,7 +156,7 @@ class Load:
             return None
         self.counters.add("api requests")
         if response.status_code == 410 and ends_at is not None and time.time() >= ends_at:
-            self.counters.add("reads after the mailbox's end (410)")
+            self.counters.add(AFTER_END_410)
             return None
         if response.status_code not in expect:
             self.counters.error(f"{method} {path.split('/')[1]} -> {response.status_code} {response.text[:120]}")
@@ -173,11 +174,12 @@ class Load:
             self.ids.append(box["id"])
         self.counters.add("mailboxes")
         path = f"/mailboxes/{box['id']}"
+        end = ends_at(box)
         deleted = False
         if n % 5 == 0:
             self.mail(box, n)
         if n % 10 == 1:
-            self.api("POST", path + "/renew", (200,), json={"ttl_ms": ttl_ms})
+            self.api("POST", path + "/renew", (200,), ends_at=end, json={"ttl_ms": ttl_ms})
             self.counters.add("renews")
         if n % 25 == 2:
             self.api("POST", path + "/messages", (202,),
@@ -193,28 +195,35 @@ class Load:
             self.counters.error(f"GET after expiry -> {after.json()['status']}")
 
     def mail(self, box: dict, n: int) -> None:
+        end = ends_at(box)
         message = EmailMessage()
         message["From"], message["To"], message["Subject"] = "soak@example.com", box["address"], f"Your code {n}"
         message.set_content(f"Your verification code is {100000 + n % 900000}.\n" + "filler line\n" * 40)
         try:
             with smtplib.SMTP("127.0.0.1", self.stack.smtp_port, timeout=30) as smtp:
                 smtp.send_message(message)
+        except smtplib.SMTPRecipientsRefused as exc:
+            # Refused at RCPT once the mailbox's end has passed is right, as a 410 is.
+            if time.time() >= end and all(code == 550 for code, _ in exc.recipients.values()):
+                self.counters.add(AFTER_END_550)
+            else:
+                self.counters.error(f"SMTP: {type(exc).__name__} {exc}"[:160])
+            return
         except (OSError, smtplib.SMTPException) as exc:
             self.counters.error(f"SMTP: {type(exc).__name__} {exc}"[:160])
             return
         self.counters.add("mail in")
         path = f"/mailboxes/{box['id']}/messages"
-        ends_at = datetime.datetime.fromisoformat(box["expires_at"].replace("Z", "+00:00")).timestamp()
-        listed = self.api("GET", path + "?wait=5", (200,), ends_at=ends_at)
+        listed = self.api("GET", path + "?wait=5", (200,), ends_at=end)
         if listed is None or not listed.json()["results"]:
-            if listed is not None or time.time() < ends_at:
+            if listed is not None or time.time() < end:
                 self.counters.error("the delivered message is not listed")
             return
         mid = listed.json()["results"][0]["id"]
-        shown = self.api("GET", f"{path}/{mid}", (200,), ends_at=ends_at)
+        shown = self.api("GET", f"{path}/{mid}", (200,), ends_at=end)
         if shown is not None and str(100000 + n % 900000) not in shown.json()["codes"]:
             self.counters.error("the code was not found")
-        self.api("GET", f"{path}/{mid}/raw", (200,), ends_at=ends_at)
+        self.api("GET", f"{path}/{mid}/raw", (200,), ends_at=end)
 
 
 def main() -> None:
@@ -304,7 +313,9 @@ def main() -> None:
            f"RSS slope worst {worst[0]} {worst[1]:+.1f} MiB/h ("
            + ", ".join(f"{r} {s:+.1f}" for r, s in slopes.items()) + "); "
            f"WARNING+ after warm-up {warnings_late / (minutes * 0.75):.2f}/min; "
-           f"max owed {max(s['owed'] for s in samples)}; errors {errors}; unaccounted {unaccounted} "
+           f"max owed {max(s['owed'] for s in samples)}; errors {errors} (answers after a mailbox's end, "
+           f"not errors: {counters.counts[AFTER_END_410]} 410, {counters.counts[AFTER_END_550]} 550); "
+           f"unaccounted {unaccounted} "
            f"of {len(load.ids)} ({', '.join(f'{k} {v}' for k, v in sorted(final['states'].items()))})")
     if errors or unaccounted or warnings_late:
         sys.exit(1)

@@ -2,6 +2,7 @@
 SMTP sink it points Relay at, what it reads of the database, and the RSS slope and chart
 it reports."""
 import collections
+import datetime
 import json
 import re
 import socket
@@ -15,6 +16,15 @@ from urllib3.util.retry import Retry
 from bench.common import ROOT
 
 CHART = ROOT / "docs" / "soak-rss.png"
+# A short life can end before the client's next step: a 410 or a 550 after that end is the
+# right answer, counted apart from errors (before the end either is an error).
+AFTER_END_410 = "answered 410 after the mailbox's end"
+AFTER_END_550 = "refused at RCPT (550) after the mailbox's end"
+
+
+def ends_at(box: dict) -> float:
+    """When a mailbox's life ends, from its API representation (epoch seconds)."""
+    return datetime.datetime.fromisoformat(box["expires_at"].replace("Z", "+00:00")).timestamp()
 
 
 def free_port() -> int:
