@@ -21,7 +21,6 @@ docs/soak-rss.png.
 import argparse
 import atexit
 import collections
-import datetime
 import os
 import random
 import re
