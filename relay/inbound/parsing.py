@@ -5,7 +5,8 @@ metadata) and never raises: malformed MIME yields less, not an error.
 Parsing is linear in the message's size and capped, so no message can hold a worker for
 long: at most MAX_HEADERS header lines are decoded (each once, each cut to
 MAX_HEADER_CHARS before decoding), at most MAX_PARTS MIME parts are read, bodies are
-kept up to MAX_BODY_BYTES, and reading stops when PARSE_SECONDS have passed. A message that hits a cap is stored whole, with
+kept up to MAX_BODY_BYTES, and reading the parts stops PARSE_SECONDS after the structure
+was split. A message that hits a cap is stored whole, with
 what was parsed before it and `parsed_fully` false. The compat32 policy is used for the
 structure: it splits headers without interpreting them (the default policy's header
 objects cost seconds on thousands of repeated headers); values are decoded here.
@@ -156,7 +157,6 @@ def bounded_bytes(raw: bytes) -> tuple[bytes, bool]:
 
 def parse_message(raw: bytes) -> ParsedMessage:
     parsed = ParsedMessage()
-    deadline = time.monotonic() + PARSE_SECONDS
     bounded, cut = bounded_bytes(raw)
     parsed.parsed_fully = not cut
     try:
@@ -169,6 +169,10 @@ def parse_message(raw: bytes) -> ParsedMessage:
         except Exception:
             return parsed
 
+    # The clock starts once the structure is split: that step is linear in the bytes
+    # (bounded above), and on slow cores it alone can take a second for a large message,
+    # which would leave no time to list a large attachment's part.
+    deadline = time.monotonic() + PARSE_SECONDS
     items = list(message.raw_items())
     if len(items) > MAX_HEADERS:
         items, parsed.parsed_fully = items[:MAX_HEADERS], False
