@@ -31,6 +31,7 @@ def wrk(path: str, *, key: str, seconds: int, connections: int, script: str | No
     non_2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", output)
     socket_errors = re.search(r"Socket errors: (.*)", output)
     return {"rps": float(re.search(r"Requests/sec:\s+([\d.]+)", output).group(1)),
+            "requests": int(re.search(r"(\d+) requests in", output).group(1)),
             "p99_ms": float(p99.group(1)) * scale,
             "errors": (int(non_2xx.group(1)) if non_2xx else 0) + (1 if socket_errors else 0)}
 

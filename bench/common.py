@@ -124,6 +124,21 @@ def cpu_seconds(pid: int) -> float:
     return total
 
 
+def postgres_cpu_seconds() -> float:
+    """CPU time of every PostgreSQL process on this machine (the server and its backends)."""
+    ticks, total = os.sysconf("SC_CLK_TCK"), 0.0
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                head, rest = stat.read().rsplit(")", 1)
+            if head.endswith("(postgres"):
+                fields = rest.split()
+                total += (int(fields[11]) + int(fields[12])) / ticks
+        except (OSError, ValueError):  # not a process, or one that just ended
+            pass
+    return total
+
+
 def machine() -> str:
     with open("/proc/meminfo") as meminfo:
         mem_kib = int(re.search(r"MemTotal:\s+(\d+)", meminfo.read()).group(1))

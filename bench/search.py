@@ -12,12 +12,14 @@ the searches a known number of matches: `quartz` in 1 message of 1,000 and `zebr
 of 100,000.
 """
 import argparse
+import os
 import random
 import sys
 import time
 
 from bench.api import PORT, _answers, wrk
-from bench.common import command_line, fresh_database, record, setup_django, spawn, stop, wait_until
+from bench.common import (command_line, cpu_seconds, fresh_database, postgres_cpu_seconds, record, setup_django, spawn,
+                          stop, wait_until)
 
 VOCABULARY = 30_000
 MAILBOXES = 10_000
@@ -139,6 +141,14 @@ def ingest_cost(count: int) -> tuple[float, float]:
     return stored, (time.perf_counter() - started) * 1000 / count
 
 
+def cpu(result: dict) -> str:
+    """CPU per request, and the rate at which those milliseconds fill every core."""
+    spent = result["cpu_ms"]
+    ceiling = os.cpu_count() * 1000 / sum(spent.values())
+    return (" [CPU per request: " + ", ".join(f"{name} {ms:.1f} ms" for name, ms in spent.items())
+            + f"; all cores full at {ceiling:.0f} req/s]")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=1_000_000)
@@ -161,22 +171,34 @@ def main() -> None:
                              "-w", str(args.workers), "-b", f"127.0.0.1:{PORT}"], env={"RELAY_LOG_LEVEL": "WARNING"})
     wait_until(lambda: _answers(f"http://127.0.0.1:{PORT}/api/schema/"), 60, "gunicorn")
     load = dict(key=key, seconds=args.seconds, connections=args.connections)
+    # Where each request's time goes: CPU milliseconds per request of the web workers,
+    # of PostgreSQL and of wrk itself, which share the machine's cores.
+    parts = {"web": lambda: cpu_seconds(web.pid), "PostgreSQL": postgres_cpu_seconds,
+             "wrk": lambda: sum(os.times()[2:4])}
+
+    def measured(path: str, **options) -> dict:
+        before = {name: read() for name, read in parts.items()}
+        result = wrk(path, **{**load, **options})
+        result["cpu_ms"] = {name: (read() - before[name]) * 1000 / max(1, result["requests"])
+                            for name, read in parts.items()}
+        return result
+
     try:
         wrk(f"/api/v1/mailboxes/{mailbox.id}", **{**load, "seconds": 3})  # warm up every worker
-        single = wrk(f"/api/v1/mailboxes/{mailbox.id}", **load)
-        searches = {word: wrk(f"/api/v1/messages?q={word}", **load) for word in ("zebra", "quartz")}
+        single = measured(f"/api/v1/mailboxes/{mailbox.id}")
+        searches = {word: measured(f"/api/v1/messages?q={word}") for word in ("zebra", "quartz")}
         # One connection: the time a search takes when nothing else queues with it.
-        alone = wrk("/api/v1/messages?q=quartz", **{**load, "connections": 1})
+        alone = measured("/api/v1/messages?q=quartz", connections=1)
     finally:
         stop(web)
     stored, words = ingest_cost(args.ingest) if args.ingest else (0.0, 0.0)
     parts = [f"{args.messages:,} messages (word index {index_size}; messages with their contents {table_size}): "
-             f"GET mailbox {single['rps']:.0f} req/s (p99 {single['p99_ms']:.1f} ms)"]
+             f"GET mailbox {single['rps']:.0f} req/s (p99 {single['p99_ms']:.1f} ms{cpu(single)})"]
     matches = {"zebra": args.messages // 100_000, "quartz": args.messages // 1000}
     for word, result in searches.items():
         parts.append(f"q={word} (~{matches[word]:,} matches) {result['rps']:.0f} req/s, p99 **{result['p99_ms']:.1f} ms**, "
-                     f"ratio **{result['rps'] / single['rps']:.2f}**")
-    parts.append(f"q=quartz alone (1 connection): p99 **{alone['p99_ms']:.1f} ms**")
+                     f"ratio **{result['rps'] / single['rps']:.2f}**{cpu(result)}")
+    parts.append(f"q=quartz alone (1 connection): p99 **{alone['p99_ms']:.1f} ms**{cpu(alone)}")
     errors = single["errors"] + alone["errors"] + sum(result["errors"] for result in searches.values())
     if args.ingest:
         parts.append(f"ingest {stored:.2f} ms/message stored, then {words:.2f} ms/message to write and index its "

@@ -22,8 +22,8 @@ import time
 
 import psycopg2
 
-from bench.common import (celery_worker, command_line, cpu_seconds, fresh_database, record, rss_mb, setup_django,
-                          spawn, stop, wait_until)
+from bench.common import (celery_worker, command_line, cpu_seconds, fresh_database, postgres_cpu_seconds, record,
+                          rss_mb, setup_django, spawn, stop, wait_until)
 
 RELAY_PORT, BARE_PORT = 2626, 2627
 LATENCY_MESSAGES = 500
@@ -130,21 +130,6 @@ def database_floor(databases: list, mailbox_ids: list, total: int) -> float:
     [t.start() for t in threads]
     [t.join() for t in threads]
     return per_connection * len(databases) / (time.monotonic() - started)
-
-
-def postgres_cpu_seconds() -> float:
-    """CPU time of every PostgreSQL process on this machine (the server and its backends)."""
-    ticks, total = os.sysconf("SC_CLK_TCK"), 0.0
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{entry}/stat") as stat:
-                head, rest = stat.read().rsplit(")", 1)
-            if head.endswith("(postgres"):
-                fields = rest.split()
-                total += (int(fields[11]) + int(fields[12])) / ticks
-        except (OSError, ValueError):  # not a process, or one that just ended
-            pass
-    return total
 
 
 def cpu_per_message(blast_once, parts: dict) -> tuple[float, dict]:

@@ -12,7 +12,7 @@ from enum import StrEnum
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 from mailboxes.ending import CLEANUPS, mailboxes_expire_due, publish_cleanups
@@ -26,6 +26,9 @@ logger = logging.getLogger(__name__)
 # A task scheduled for a mailbox's expires_at may fire up to this long before it (timer
 # resolution, clock skew between the beat and the worker); it then comes back.
 EARLY_WINDOW = timedelta(seconds=1)
+# ... and it comes back after this long: long enough to be past the due instant, short
+# enough to add nothing a client could see.
+EARLY_RETRY_SECONDS = 0.05
 
 
 class CleanupOutcome(StrEnum):
@@ -87,16 +90,20 @@ def mailbox_cleanup(*, mailbox_id, retries: int = 0) -> CleanupOutcome:
     return CleanupOutcome.DONE
 
 
-def mailboxes_cleanup(*, mailbox_ids: list) -> dict[str, int]:
+def mailboxes_cleanup(*, mailbox_ids: list, expire_due: bool = False) -> dict[str, int]:
     """A batch of cleanups, where a deprovision calls no server (mailboxes.ending.
     cleanups_per_task): the pending ones among `mailbox_ids` taken with one claim (FOR
     UPDATE SKIP LOCKED: a row another run holds is left to it), each deprovisioned, the
     done ones settled in one statement. One that fails is settled alone, as
     mailbox_cleanup would (a dead letter, or given back and queued again on its own).
-    Returns how many ended done and dead."""
-    claim, taken = CLEANUPS.take_batch(Mailbox.objects.filter(CLEANUPS.takeable(timezone.now()), id__in=mailbox_ids)
+    `expire_due`: a batch scheduled for its mailboxes' due instant first expires those of
+    them that are due, in one statement. Returns how many ended done and dead."""
+    now = timezone.now()
+    if expire_due:
+        mailboxes_expire_due(mailbox_ids=mailbox_ids, now=now, publish=False)
+    claim, taken = CLEANUPS.take_batch(Mailbox.objects.filter(CLEANUPS.takeable(now), id__in=mailbox_ids)
                                        .order_by(), limit=len(mailbox_ids))
-    _queue_skipped({uuid.UUID(str(mailbox_id)) for mailbox_id in mailbox_ids} - set(taken))
+    _queue_left_over({uuid.UUID(str(mailbox_id)) for mailbox_id in mailbox_ids} - set(taken), now=now)
     outcome = {"done": 0, "dead": 0}
     if not taken:
         return outcome
@@ -128,17 +135,28 @@ def mailboxes_cleanup(*, mailbox_ids: list) -> dict[str, int]:
     return outcome
 
 
-def _queue_skipped(mailbox_ids: set) -> None:
-    """A batch's take skips a row another transaction holds at that instant. That may be
-    a second run of the same batch, which then has it; or a short write of the API's, such
-    as a delete of a mailbox a read expired a moment earlier, whose cleanup nobody else
-    would take before its lease lapsed (two minutes). Those still pending are queued on
-    their own: a single cleanup's take waits for the row instead of skipping it."""
-    skipped = list(Mailbox.objects.filter(id__in=mailbox_ids, cleanup_state=CleanupState.PENDING)
-                   .values_list("id", flat=True)) if mailbox_ids else []
+def _queue_left_over(mailbox_ids: set, *, now) -> None:
+    """What a batch did not take. A row another transaction held at that instant may be
+    a second run of the same batch, which then has it; or a short write of the API's,
+    such as a delete of a mailbox a read expired a moment earlier, whose cleanup nobody
+    else would take before its lease lapsed (two minutes). Those still pending are queued
+    on their own: a single cleanup's take waits for the row instead of skipping it. And a
+    scheduled batch whose timer fired a hair before some of its mailboxes were due comes
+    back for those at their instant (as mailbox_cleanup's EARLY)."""
+    if not mailbox_ids:
+        return
+    rows = Mailbox.objects.filter(id__in=mailbox_ids).filter(
+        Q(cleanup_state=CleanupState.PENDING)
+        | Q(status=MailboxStatus.ACTIVE, expiry_scheduled_for=F("expires_at"), expires_at__lte=now + EARLY_WINDOW))
+    skipped, early = [], []
+    for mailbox_id, state, expires_at in rows.values_list("id", "cleanup_state", "expires_at"):
+        (skipped if state == CleanupState.PENDING else early).append((mailbox_id, expires_at))
     if skipped:
-        publish_cleanups(skipped, batch=1)
+        publish_cleanups([mailbox_id for mailbox_id, _ in skipped], batch=1)
         logger.info("%d cleanup(s) held by another transaction when a batch took; queued on their own", len(skipped))
+    if early:
+        soon = now + timedelta(seconds=EARLY_RETRY_SECONDS)
+        publish_cleanups([mailbox_id for mailbox_id, _ in early], etas=[max(at, soon) for _, at in early])
 
 
 def _take(mailbox_id) -> tuple[uuid.UUID, Mailbox] | None:

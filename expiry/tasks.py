@@ -11,9 +11,6 @@ from relay.backends import NoBackendSlot, TransientBackendError
 # The cleanup's lease must outlive the task: if the hard time limit could exceed the
 # lease, a sweep might hand the cleanup to a second worker while the first still runs.
 _LEASE = settings.RELAY_CLEANUP_LEASE_SECONDS
-# A task that fired a hair before its mailbox was due comes back after this long: long
-# enough to be past the due instant, short enough to add nothing a client could see.
-EARLY_RETRY_SECONDS = 0.05
 
 
 @shared_task(bind=True, acks_late=True, max_retries=settings.RELAY_CLEANUP_MAX_RETRIES,
@@ -34,16 +31,18 @@ def expire_mailbox(self, mailbox_id: str) -> str:
         # The row was released for this retry, leased for its longest wait (owed/).
         raise self.retry(exc=exc, countdown=CLEANUPS.retry_delay(retries, at_least=exc.retry_after or 0))
     if outcome == cleanup.CleanupOutcome.EARLY:
-        self.apply_async(args=(mailbox_id,), countdown=EARLY_RETRY_SECONDS)
+        self.apply_async(args=(mailbox_id,), countdown=cleanup.EARLY_RETRY_SECONDS)
     return outcome.value
 
 
 @shared_task(acks_late=True, soft_time_limit=_LEASE // 2, time_limit=_LEASE * 3 // 4)
-def expire_mailboxes(mailbox_ids: list[str]) -> dict:
+def expire_mailboxes(mailbox_ids: list[str], expire_due: bool = False) -> dict:
     """A batch of cleanups where deprovisioning calls no server; see
     expiry.cleanup.mailboxes_cleanup. A run lost with its worker leaves the batch's
-    leases to lapse, and the sweep queues those cleanups again."""
-    return cleanup.mailboxes_cleanup(mailbox_ids=[uuid.UUID(mailbox_id) for mailbox_id in mailbox_ids])
+    leases to lapse, and the sweep queues those cleanups again (a scheduled batch's
+    mailboxes, not yet expired, are the sweep's once due)."""
+    return cleanup.mailboxes_cleanup(mailbox_ids=[uuid.UUID(mailbox_id) for mailbox_id in mailbox_ids],
+                                     expire_due=expire_due)
 
 
 # A sweep message older than two intervals is dropped: a newer one is already queued.

@@ -12,7 +12,7 @@ the cleanup again.
 """
 import logging
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from celery import current_app
 from django.conf import settings
@@ -73,24 +73,50 @@ def cleanups_per_task() -> int:
     return CLEANUP_BATCH if settings.RELAY_BACKEND == "local" else 1
 
 
+# Scheduled cleanups (expiry.sweep.schedule_upcoming) that fall due within this span of
+# the first of them share one batch task, where cleanups_per_task allows, run at the last
+# one's instant: none runs early, none waits longer than this for the others.
+SCHEDULED_BATCH_SPAN = timedelta(milliseconds=50)
+
+
 def publish_cleanups(mailbox_ids: list, *, etas: list[datetime] | None = None, batch: int | None = None) -> None:
     """Queue the expire tasks of these cleanups (one each, or a batch each where
-    cleanups_per_task allows, or `batch`; scheduled ones are always one each), over one
-    broker connection. A publish that fails is only logged: the cleanup's lease lapses
-    and a sweep queues it again (or, for a scheduled one, the sweep expires the mailbox
-    when due)."""
-    batch = 1 if etas else batch or cleanups_per_task()
+    cleanups_per_task allows, or `batch`), over one broker connection. With `etas`, each
+    task runs at its mailboxes' due instant and first expires those that are due. A
+    publish that fails is only logged: the cleanup's lease lapses and a sweep queues it
+    again (or, for a scheduled one, the sweep expires the mailbox when due)."""
+    batch = batch or cleanups_per_task()
+    if etas:
+        tasks = _scheduled_batches(mailbox_ids, etas, batch)
+    else:
+        tasks = ((mailbox_ids[start:start + batch], None) for start in range(0, len(mailbox_ids), batch))
     with current_app.producer_or_acquire() as producer:
-        for start in range(0, len(mailbox_ids), batch):
-            ids = [str(mailbox_id) for mailbox_id in mailbox_ids[start:start + batch]]
+        for task_ids, eta in tasks:
+            ids = [str(mailbox_id) for mailbox_id in task_ids]
             try:
                 if batch == 1:
-                    current_app.send_task(EXPIRE_TASK, args=(ids[0],), eta=etas[start] if etas else None,
-                                          producer=producer)
+                    current_app.send_task(EXPIRE_TASK, args=(ids[0],), eta=eta, producer=producer)
                 else:
-                    current_app.send_task(EXPIRE_BATCH_TASK, args=(ids,), producer=producer)
+                    current_app.send_task(EXPIRE_BATCH_TASK, args=(ids,), kwargs={"expire_due": True} if eta else {},
+                                          eta=eta, producer=producer)
             except Exception:
                 logger.exception("could not queue the cleanup of %s; the sweep will see to it", ", ".join(ids))
+
+
+def _scheduled_batches(mailbox_ids: list, etas: list[datetime], batch: int):
+    """(ids, eta) per task: in the order they fall due, at most `batch` and at most
+    SCHEDULED_BATCH_SPAN apart each, to run at the last one's instant."""
+    ids, first, last = [], None, None
+    for mailbox_id, eta in sorted(zip(mailbox_ids, etas), key=lambda pair: pair[1]):
+        if ids and (len(ids) == batch or eta - first > SCHEDULED_BATCH_SPAN):
+            yield ids, last
+            ids = []
+        if not ids:
+            first = eta
+        ids.append(mailbox_id)
+        last = eta
+    if ids:
+        yield ids, last
 
 
 def publish_after_commit(mailbox_ids: list, *, not_before: datetime | None = None) -> None:

@@ -2,12 +2,16 @@
 takes many, settles the done ones in one statement, and keeps every guarantee of the
 cleanup taken one at a time (none doubled, none early, failures each on their own)."""
 import threading
+from datetime import timedelta
 
 import pytest
+import time_machine
 from celery import current_app
 from django.db import connection, transaction
+from django.utils import timezone
 
-from expiry.cleanup import CleanupOutcome, mailbox_cleanup, mailboxes_cleanup
+from expiry.cleanup import EARLY_RETRY_SECONDS, CleanupOutcome, mailbox_cleanup, mailboxes_cleanup
+from expiry.sweep import schedule_upcoming
 from mailboxes.ending import EXPIRE_BATCH_TASK, EXPIRE_TASK, mailboxes_expire_due
 from mailboxes.models import Mailbox
 from tests.helpers import make_mailbox, make_mailboxes, wait_until
@@ -137,3 +141,52 @@ def test_a_worker_killed_inside_a_batch_loses_no_cleanup_and_takes_none_early(pr
     attempts = sorted(rows.values_list("cleanup_attempts", flat=True))
     # The killed batch's rows were taken once more after their lease lapsed; no row more.
     assert attempts[0] == 1 and attempts[-1] == 2 and attempts.count(2) <= running
+
+
+def _record_sends(monkeypatch) -> list:
+    sent = []
+    monkeypatch.setattr(current_app, "send_task",
+                        lambda name, args, kwargs=None, eta=None, **kw: sent.append((name, args, kwargs or {}, eta)))
+    return sent
+
+
+def test_mailboxes_falling_due_together_are_scheduled_as_one_batch_at_the_last_ones_instant(
+        db, settings, monkeypatch, django_capture_on_commit_callbacks):
+    settings.RELAY_BACKEND = "local"
+    sent = _record_sends(monkeypatch)
+    soon = timezone.now() + timedelta(seconds=1)
+    together = [make_mailbox(f"together{i}", expires_at=soon + timedelta(milliseconds=20 * i)) for i in range(3)]
+    apart = make_mailbox("apart", expires_at=soon + timedelta(milliseconds=200))
+    with django_capture_on_commit_callbacks(execute=True):
+        assert schedule_upcoming() == 4
+    assert sent == [
+        (EXPIRE_BATCH_TASK, ([str(box.id) for box in together],), {"expire_due": True}, together[-1].expires_at),
+        (EXPIRE_BATCH_TASK, ([str(apart.id)],), {"expire_due": True}, apart.expires_at),
+    ]
+
+
+def test_a_scheduled_batch_expires_and_cleans_up_its_mailboxes_and_comes_back_for_one_not_yet_due(
+        db, settings, monkeypatch):
+    settings.RELAY_BACKEND = "local"
+    sent = _record_sends(monkeypatch)
+    soon = timezone.now() + timedelta(seconds=1)
+    boxes = [make_mailbox(f"sched{i}", expires_at=soon + timedelta(milliseconds=20 * i)) for i in range(3)]
+    renewed = make_mailbox("renewed", expires_at=soon)
+    for box in boxes + [renewed]:
+        Mailbox.objects.filter(id=box.id).update(expiry_scheduled_for=box.expires_at)
+    Mailbox.objects.filter(id=renewed.id).update(expires_at=soon + timedelta(minutes=10))  # renewed since
+    ids = [str(box.id) for box in boxes + [renewed]]
+    # The timer fires 10 ms before the last one is due: the first two are done.
+    fired = boxes[-1].expires_at - timedelta(milliseconds=10)
+    with time_machine.travel(fired, tick=False):
+        assert mailboxes_cleanup(mailbox_ids=ids, expire_due=True) == {"done": 2, "dead": 0}
+    rows = {box.address: box for box in Mailbox.objects.all()}
+    assert [(rows[box.address].status, rows[box.address].cleanup_state, rows[box.address].expired_at)
+            for box in boxes] == [("expired", "done", fired), ("expired", "done", fired), ("active", "", None)]
+    # The early one comes back alone, not before it is due; the renewed one is left alone.
+    retry_at = fired + timedelta(seconds=EARLY_RETRY_SECONDS)
+    assert sent == [(EXPIRE_BATCH_TASK, ([str(boxes[-1].id)],), {"expire_due": True}, retry_at)]
+    with time_machine.travel(retry_at, tick=False):
+        assert mailboxes_cleanup(mailbox_ids=[str(boxes[-1].id)], expire_due=True) == {"done": 1, "dead": 0}
+    assert Mailbox.objects.get(id=renewed.id).status == "active"
+    assert set(Mailbox.objects.filter(cleanup_state="done").values_list("cleanup_attempts", flat=True)) == {1}
