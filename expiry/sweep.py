@@ -26,8 +26,8 @@ from django.db.models.functions import Greatest, Least
 from django.utils import timezone
 
 from config.celery import queue_length
-from mailboxes.ending import (cleanup_lease_until, mailboxes_expire_due, provisionings_abandon, publish_after_commit,
-                              publish_cleanups)
+from mailboxes.ending import (cleanup_lease_until, cleanups_per_task, mailboxes_expire_due, provisionings_abandon,
+                              publish_after_commit, publish_cleanups)
 from mailboxes.models import CleanupState, Mailbox, MailboxStatus
 
 logger = logging.getLogger(__name__)
@@ -145,29 +145,39 @@ def _requeue_lapsed_batch(batch_size: int, *, backlog: bool) -> tuple[int, int]:
 
 
 def schedule_upcoming(*, batch_size: int | None = None, now: datetime | None = None) -> int:
-    """Queue `expire_mailbox` to run at `expires_at` for active mailboxes that fall due
+    """Queue expire tasks to run at `expires_at` for active mailboxes that fall due
     before the sweep after next, so their cleanup starts at the due instant instead of
     up to a sweep interval later. The task expires the mailbox itself when it runs
     (expiry/cleanup.py); if it is lost, or the mailbox was renewed, the sweep still
     expires it when due: this only shortens the lag, correctness never depends on it.
 
-    Each mailbox is scheduled once per `expires_at` (`expiry_scheduled_for`); at most
-    `batch_size` a sweep, since workers hold scheduled tasks in memory until they run."""
+    Each mailbox is scheduled once per `expires_at` (`expiry_scheduled_for`). Workers
+    hold scheduled tasks in memory until they run, so where a task cleans up one mailbox
+    a sweep schedules at most `batch_size`; where one task runs a batch (those due within
+    50 ms of each other, mailboxes.ending.publish_cleanups), they hold a timer per batch,
+    not per mailbox, and a sweep schedules batch after batch, as it expires them
+    (RELAY_SWEEP_MAX_BATCHES)."""
     batch_size = batch_size or settings.RELAY_SWEEP_BATCH_SIZE
     now = now or timezone.now()
     horizon = now + timedelta(seconds=2 * settings.RELAY_SWEEP_INTERVAL_SECONDS)
-    with transaction.atomic(durable=True):
-        upcoming = list(
-            Mailbox.objects.select_for_update(skip_locked=True)
-            .filter(status=MailboxStatus.ACTIVE, expires_at__gt=now, expires_at__lte=horizon)
-            .exclude(expiry_scheduled_for=F("expires_at"))
-            .order_by("expires_at")
-            .values_list("id", "expires_at")[:batch_size]
-        )
-        if not upcoming:
-            return 0
-        Mailbox.objects.filter(id__in=[mailbox_id for mailbox_id, _ in upcoming]).update(
-            expiry_scheduled_for=F("expires_at"))
-        ids, etas = zip(*upcoming)
-        transaction.on_commit(lambda: publish_cleanups(list(ids), etas=list(etas)))
-    return len(upcoming)
+    if cleanups_per_task() == 1:
+        with transaction.atomic(durable=True):
+            return _schedule_batch(batch_size, now=now, horizon=horizon)[1]
+    return _in_batches(lambda size: _schedule_batch(size, now=now, horizon=horizon), batch_size)
+
+
+def _schedule_batch(batch_size: int, *, now: datetime, horizon: datetime) -> tuple[int, int]:
+    upcoming = list(
+        Mailbox.objects.select_for_update(skip_locked=True)
+        .filter(status=MailboxStatus.ACTIVE, expires_at__gt=now, expires_at__lte=horizon)
+        .exclude(expiry_scheduled_for=F("expires_at"))
+        .order_by("expires_at")
+        .values_list("id", "expires_at")[:batch_size]
+    )
+    if not upcoming:
+        return 0, 0
+    Mailbox.objects.filter(id__in=[mailbox_id for mailbox_id, _ in upcoming]).update(
+        expiry_scheduled_for=F("expires_at"))
+    ids, etas = zip(*upcoming)
+    transaction.on_commit(lambda: publish_cleanups(list(ids), etas=list(etas)))
+    return len(upcoming), len(upcoming)

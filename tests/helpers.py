@@ -4,16 +4,45 @@
   tests of the expiry engine and the operators that set up states the API cannot.
 - `create_via_api` creates one through POST /api/v1/mailboxes, as a client would.
 """
+import threading
 import time
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 
+from django.db import connection, transaction
 from django.utils import timezone
 
 from mailboxes.models import AddressReservation, Mailbox
 
 ROOT = Path(__file__).resolve().parent.parent
 DOMAIN = "relay.localhost"
+
+
+@contextmanager
+def row_held(model, pk):
+    """While the block runs, another connection (a thread) holds this row with SELECT …
+    FOR UPDATE, as a short write of another process would. Needs committed rows
+    (django_db(transaction=True))."""
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        try:
+            with transaction.atomic():
+                model.objects.select_for_update().get(pk=pk)
+                held.set()
+                release.wait(10)
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert held.wait(10), "the row could not be held"
+    try:
+        yield
+    finally:
+        release.set()
+        holder.join()
 
 
 def wait_until(predicate, *, timeout: float, interval: float = 0.05, message: str = "condition"):

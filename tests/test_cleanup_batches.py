@@ -1,20 +1,19 @@
 """Cleanups in batches where a deprovision calls no server (the local backend): one task
 takes many, settles the done ones in one statement, and keeps every guarantee of the
 cleanup taken one at a time (none doubled, none early, failures each on their own)."""
-import threading
 from datetime import timedelta
 
 import pytest
 import time_machine
 from celery import current_app
-from django.db import connection, transaction
+from django.db import connection
 from django.utils import timezone
 
 from expiry.cleanup import EARLY_RETRY_SECONDS, CleanupOutcome, mailbox_cleanup, mailboxes_cleanup
 from expiry.sweep import schedule_upcoming
 from mailboxes.ending import EXPIRE_BATCH_TASK, EXPIRE_TASK, mailboxes_expire_due
 from mailboxes.models import Mailbox
-from tests.helpers import make_mailbox, make_mailboxes, wait_until
+from tests.helpers import make_mailbox, make_mailboxes, row_held, wait_until
 
 
 def test_the_local_backend_cleans_up_a_batch_in_one_task(db, settings, monkeypatch,
@@ -55,23 +54,8 @@ def test_a_row_another_transaction_holds_is_queued_on_its_own_and_taken(settings
     monkeypatch.setattr(current_app, "send_task", lambda name, args, **kw: sent.append((name, args)))
     box = make_mailbox("held", due=True)
     mailboxes_expire_due(mailbox_ids=[box.id], publish=False)
-    held, release = threading.Event(), threading.Event()
-
-    def hold_the_row():  # as the API's delete of a mailbox a read has just expired does
-        with transaction.atomic():
-            Mailbox.objects.select_for_update().get(id=box.id)
-            held.set()
-            release.wait(10)
-        connection.close()
-
-    holder = threading.Thread(target=hold_the_row)
-    holder.start()
-    assert held.wait(10)
-    try:
+    with row_held(Mailbox, box.id):  # as the API's delete of a mailbox a read has just expired does
         assert mailboxes_cleanup(mailbox_ids=[str(box.id)]) == {"done": 0, "dead": 0}
-    finally:
-        release.set()
-        holder.join()
     assert sent == [(EXPIRE_TASK, (str(box.id),))], "the skipped cleanup is queued on its own"
     assert mailbox_cleanup(mailbox_id=box.id) == CleanupOutcome.DONE
     assert Mailbox.objects.get(id=box.id).cleanup_attempts == 1
@@ -190,3 +174,17 @@ def test_a_scheduled_batch_expires_and_cleans_up_its_mailboxes_and_comes_back_fo
         assert mailboxes_cleanup(mailbox_ids=[str(boxes[-1].id)], expire_due=True) == {"done": 1, "dead": 0}
     assert Mailbox.objects.get(id=renewed.id).status == "active"
     assert set(Mailbox.objects.filter(cleanup_state="done").values_list("cleanup_attempts", flat=True)) == {1}
+
+
+def test_where_a_task_runs_a_batch_the_sweep_schedules_batch_after_batch(db, stalwart, settings, monkeypatch,
+                                                                        django_capture_on_commit_callbacks):
+    sent = _record_sends(monkeypatch)
+    soon = timezone.now() + timedelta(seconds=1)
+    for i in range(5):
+        make_mailbox(f"many{i}", stalwart=stalwart, expires_at=soon + timedelta(milliseconds=100 * i))
+    with django_capture_on_commit_callbacks(execute=True):
+        assert schedule_upcoming(batch_size=2) == 2  # a task each: the workers hold a timer per mailbox
+    settings.RELAY_BACKEND = "local"
+    with django_capture_on_commit_callbacks(execute=True):
+        assert schedule_upcoming(batch_size=2) == 3  # a timer per batch: the rest, batch after batch
+    assert sorted(len(args[0]) for name, args, _, _ in sent if name == EXPIRE_BATCH_TASK) == [1, 1, 1]

@@ -16,7 +16,7 @@ from mailboxes.keys import Caller
 from mailboxes.models import Message, MessageContent
 from mailboxes.selectors import message_search, words_search_plan
 from tests.conftest import _test_database_url
-from tests.helpers import create_via_api, deliver, wait_until
+from tests.helpers import create_via_api, deliver, row_held, wait_until
 
 
 def mail(subject: str, body: str, sender: str = "news@shop.example") -> bytes:
@@ -226,30 +226,10 @@ def test_the_worker_writes_owed_words_in_batches_and_passes_over_those_held(make
     mailbox = create_via_api(client, ttl_ms=3_600_000).json()
     ids = [deliver(mail(f"Note {n}", f"body {n}"), mailbox["address"])[0] for n in range(3)]
     held_content = Message.objects.get(id=ids[1]).content_id
-    held, holding, release = threading.Event(), threading.Event(), threading.Event()
-
-    def hold() -> None:  # another worker (or a search) in the middle of writing one of them
-        from django.db import connections, transaction
-
-        try:
-            with transaction.atomic():
-                MessageContent.objects.select_for_update().get(id=held_content)
-                holding.set()
-                release.wait(10)
-        finally:
-            connections.close_all()
-            held.set()
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    try:
-        assert holding.wait(10)
+    with row_held(MessageContent, held_content):  # another worker (or a search) in the middle of writing it
         assert contents_index_words(skip_locked=True, limit=1) == 1  # a batch of one: the oldest
         assert contents_index_words(skip_locked=True) == 1  # the third; the held one is passed over
         assert [_words_written(id) for id in ids] == [True, False, True]
-    finally:
-        release.set()
-        holder.join(10)
     assert contents_index_words(skip_locked=True) == 1
     assert contents_index_words(skip_locked=True) == 0
     assert all(_words_written(id) for id in ids)

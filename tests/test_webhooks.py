@@ -17,7 +17,7 @@ from expiry.cleanup import _record_dead
 from mailboxes.ending import mailbox_delete, mailboxes_force_expire
 from mailboxes.models import CleanupState, Mailbox
 from tests import mail_corpus
-from tests.helpers import create_via_api, deliver, wait_until
+from tests.helpers import create_via_api, deliver, row_held, wait_until
 from webhooks.delivery import deliveries_redeliver
 from webhooks.models import Webhook, WebhookDelivery
 from webhooks.tasks import deliver_webhook, publish_quietly
@@ -199,6 +199,28 @@ def test_a_410_disables_the_webhook(hooked, receiver):
                message="the webhook disabled")
     deliver(mail_corpus.plain(box["address"]), box["address"])
     assert WebhookDelivery.objects.count() == 1 and WebhookDelivery.objects.get().status == "failed"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_delivery_another_transaction_holds_when_its_batch_takes_is_queued_on_its_own(
+        receiver, allow_private, client_pro, monkeypatch):
+    from celery import current_app
+
+    from webhooks import delivery as webhook_delivery
+    from webhooks import tasks as webhook_tasks
+
+    subscribe(client_pro, receiver.url, events=["mailbox.expired"])
+    boxes = [create_via_api(client_pro, local_part=f"heldhook{i}").json() for i in range(2)]
+    batches, sent = [], []
+    monkeypatch.setattr(webhook_tasks.deliver_webhooks, "delay", lambda ids: batches.append(ids))
+    monkeypatch.setattr(current_app, "send_task", lambda name, args, **kw: sent.append((name, args)))
+    mailboxes_force_expire(mailbox_ids=[box["id"] for box in boxes])  # commits: the batch is queued
+    (batch,) = batches
+    with row_held(WebhookDelivery, batch[0]):  # as an operator's redeliver does for a moment
+        assert webhook_delivery.deliver_many(delivery_ids=batch) == {"delivered": 1, "failed": 0, "retrying": 0}
+    assert [task for task in sent if task[0].startswith("webhooks.")] == [(webhook_delivery.DELIVER_TASK, (batch[0],))]
+    assert webhook_delivery.deliver(delivery_id=batch[0]) == "delivered"
+    assert len(receiver.requests) == 2 and set(WebhookDelivery.objects.values_list("status", flat=True)) == {"delivered"}
 
 
 @pytest.mark.workers

@@ -78,6 +78,7 @@ def deliver_many(*, delivery_ids: list[int]) -> dict[str, int]:
     claim, taken = DELIVERIES.take_batch(WebhookDelivery.objects.filter(DELIVERIES.takeable(timezone.now()),
                                                                         id__in=delivery_ids).order_by("id"),
                                          limit=len(delivery_ids))
+    _queue_skipped(set(delivery_ids) - set(taken))
     if len(taken) > 1:  # sent one after another: each may take its whole deadline
         WebhookDelivery.objects.filter(id__in=taken, claim=claim).update(lease_until=DELIVERIES.lease(
             seconds=DELIVERIES.lease_seconds() + settings.RELAY_WEBHOOK_TIMEOUT_SECONDS * (len(taken) - 1)))
@@ -110,6 +111,20 @@ def deliver_many(*, delivery_ids: list[int]) -> dict[str, int]:
         for delivery in (d for deliveries in delivered.values() for d in deliveries):
             logger.info("delivered %s %s to webhook %s", delivery.event, delivery.message_id, delivery.webhook_id)
     return counted
+
+
+def _queue_skipped(delivery_ids: set) -> None:
+    """The batch's take skips a row another transaction holds at that instant (a second
+    run of the same batch, which then has it; or an operator's redeliver). One still owed
+    and free now goes to a task of its own, whose take waits for the row, instead of
+    waiting out its lease for the sweep."""
+    skipped = list(WebhookDelivery.objects.filter(DELIVERIES.takeable(timezone.now()), id__in=delivery_ids)
+                   .values_list("id", flat=True)) if delivery_ids else []
+    for delivery_id in skipped:
+        current_app.send_task(DELIVER_TASK, args=(delivery_id,))
+    if skipped:
+        logger.info("%d webhook delivery(ies) held by another transaction when a batch took; queued on their own",
+                    len(skipped))
 
 
 def _attempt(delivery: WebhookDelivery, claim: uuid.UUID) -> tuple[int | None, str | None]:
