@@ -1,3 +1,5 @@
+from django.core.paginator import EmptyPage, PageNotAnInteger, Paginator
+from django.db.models import Count, Window
 from rest_framework.exceptions import ValidationError
 from rest_framework.pagination import PageNumberPagination
 
@@ -17,3 +19,26 @@ class RelayPagination(PageNumberPagination):
             if value is not None and not (value.isdigit() and 0 < int(value) <= most):
                 raise ValidationError({name: [f"{name} must be an integer from 1 to {most}."]})
         return super().paginate_queryset(queryset, request, view)
+
+
+class CountedWithPage(Paginator):
+    """A paginator that reads the count with the page, in one query (`COUNT(*) OVER ()`
+    beside each row), for a word search: counting apart would repeat the search's whole
+    work, the matching and the owner's mailboxes hashed (docs/benchmarks.md, "Message
+    search"). Not for plain lists, where a count alone is an index-only scan and the page
+    a short ordered one. The answers are Paginator's: page 1 of nothing is empty, a page
+    past the end is EmptyPage."""
+
+    def page(self, number):
+        try:
+            number = int(number)
+        except (TypeError, ValueError):
+            raise PageNotAnInteger("That page number is not an integer")
+        if number < 1:
+            raise EmptyPage("That page number is less than 1")
+        bottom = (number - 1) * self.per_page
+        rows = list(self.object_list.annotate(relay_total=Window(Count("*")))[bottom:bottom + self.per_page])
+        if not rows and number > 1:
+            raise EmptyPage("That page contains no results")
+        self.__dict__["count"] = rows[0].relay_total if rows else 0  # Paginator.count is a cached property
+        return self._get_page(rows, number, self)

@@ -10,7 +10,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from api.authentication import AnonymousCreateThrottle, caller_of
-from api.pagination import RelayPagination
+from api.pagination import CountedWithPage, RelayPagination
 from api.schema import PAGE_PARAMETERS, WAIT_PARAMETERS, paginated
 from api.serializers import (
     MailboxCreateSerializer,
@@ -38,8 +38,10 @@ from relay import mailserver
 from relay.backends import get_backend
 
 
-def _paginated(request, view, queryset, serializer_class) -> Response:
+def _paginated(request, view, queryset, serializer_class, *, count_with_page: bool = False) -> Response:
     paginator = RelayPagination()
+    if count_with_page:
+        paginator.django_paginator_class = CountedWithPage
     page = paginator.paginate_queryset(queryset, request, view=view)
     return paginator.get_paginated_response(serializer_class(page, many=True).data)
 
@@ -188,7 +190,7 @@ def _message_search(request, view, mailbox=None) -> Response:
     search = MessageSearchQuerySerializer.filters(_valid(MessageSearchQuerySerializer, request.query_params))
     messages = selectors.message_search(caller=request.user, mailbox=mailbox, **search)
     with selectors.words_search_plan(search["words"]):
-        return _paginated(request, view, messages, MessageSummarySerializer)
+        return _paginated(request, view, messages, MessageSummarySerializer, count_with_page=bool(search["words"]))
 
 
 class MessageSearchView(APIView):

@@ -59,6 +59,23 @@ def test_words_match_in_the_subject_and_the_text_across_mailboxes(client_pro, in
     assert results[0]["mailbox_id"] == inbox["second"]["id"]
 
 
+def test_a_word_search_counts_with_its_page_in_one_query_and_pages_as_any_list(client_pro, inbox):
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as queries:
+        first = client_pro.get("/api/v1/messages", {"q": "your", "page_size": 2})
+    assert subjects(first) == ["Welcome aboard", "Invoice 7"]
+    body = first.json()
+    assert body["count"] == 3 and body["previous"] is None and "page=2" in body["next"]
+    assert not [q for q in queries.captured_queries if q["sql"].startswith("SELECT COUNT(*)")], "no count apart"
+    second = client_pro.get("/api/v1/messages", {"q": "your", "page_size": 2, "page": 2})
+    assert subjects(second) == ["Your login code"] and second.json()["count"] == 3 and second.json()["next"] is None
+    assert client_pro.get("/api/v1/messages", {"q": "your", "page_size": 2, "page": 3}).status_code == 404
+    nothing = client_pro.get("/api/v1/messages", {"q": "absent"})
+    assert nothing.status_code == 200 and nothing.json()["count"] == 0 and nothing.json()["results"] == []
+    assert client_pro.get("/api/v1/messages", {"q": "absent", "page": 2}).status_code == 404
+
+
 def test_sender_subject_and_time_bounds(client_pro, inbox):
     assert subjects(client_pro.get("/api/v1/messages?from=shop.example")) == ["Invoice 7", "Your login code"]
     assert subjects(client_pro.get("/api/v1/messages?from=info@bank")) == ["Bestätigung"]
