@@ -26,6 +26,15 @@ def readme_blocks(language: str) -> list[str]:
     return re.findall(rf"```{language}\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
 
 
+def as_from_a_terminal() -> None:
+    """In the child, before exec: Ctrl-C's signals at their defaults, as a shell started
+    from a terminal has them. A test suite launched in the background (`make test &`,
+    nohup, a job runner) hands its children SIGINT ignored, and bash cannot trap a signal
+    that was ignored when it started: run.sh would never see the Ctrl-C the test sends."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+
+
 class Stack:
     def __init__(self, tmp_path, **env) -> None:
         self.web, self.smtp = free_port(), free_port()
@@ -37,7 +46,7 @@ class Stack:
 
     def start(self) -> "Stack":
         self.proc = subprocess.Popen(["scripts/run.sh"], cwd=ROOT, env=self.env, stdout=self.log.open("wb"),
-                                     stderr=subprocess.STDOUT, start_new_session=True)
+                                     stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=as_from_a_terminal)
         return self
 
     def output(self) -> str:
@@ -133,6 +142,7 @@ def test_ctrl_c_on_a_terminal_stops_make_run_with_exit_0(tmp_path):
     if pid == 0:  # the child: a shell on the pty, as a terminal runs it
         try:
             os.chdir(ROOT)
+            as_from_a_terminal()
             os.execvpe("bash", ["bash", "-c", "make run; echo make-exit=$?"], {**stack.env, "TERM": "dumb"})
         finally:
             os._exit(127)  # never go on running the test suite in the forked child
