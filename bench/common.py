@@ -107,16 +107,20 @@ def rss_mb(pid: int) -> float:
     return total / 1024
 
 
+def _stat_cpu_seconds(stat: str) -> float:
+    """User + system CPU seconds from the text of a /proc/PID/stat."""
+    fields = stat.rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def cpu_seconds(pid: int) -> float:
     """CPU time (user + system) of a process and all its live descendants, in seconds."""
-    ticks = os.sysconf("SC_CLK_TCK")
     total, stack = 0.0, [pid]
     while stack:
         current = stack.pop()
         try:
             with open(f"/proc/{current}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / ticks
+                total += _stat_cpu_seconds(stat.read())
             with open(f"/proc/{current}/task/{current}/children") as children:
                 stack += [int(child) for child in children.read().split()]
         except (FileNotFoundError, IndexError, ProcessLookupError):
@@ -126,15 +130,14 @@ def cpu_seconds(pid: int) -> float:
 
 def postgres_cpu_seconds() -> float:
     """CPU time of every PostgreSQL process on this machine (the server and its backends)."""
-    ticks, total = os.sysconf("SC_CLK_TCK"), 0.0
+    total = 0.0
     for entry in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{entry}/stat") as stat:
-                head, rest = stat.read().rsplit(")", 1)
-            if head.endswith("(postgres"):
-                fields = rest.split()
-                total += (int(fields[11]) + int(fields[12])) / ticks
-        except (OSError, ValueError):  # not a process, or one that just ended
+                text = stat.read()
+            if text.rsplit(")", 1)[0].endswith("(postgres"):
+                total += _stat_cpu_seconds(text)
+        except (OSError, ValueError, IndexError):  # not a process, or one that just ended
             pass
     return total
 

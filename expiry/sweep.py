@@ -44,14 +44,15 @@ class SweepResult:
     abandoned: int = 0
 
 
-def _in_batches(claim_batch, batch_size: int) -> int:
+def _in_batches(claim_batch, batch_size: int, *, max_batches: int | None = None) -> int:
     """Run `claim_batch(batch_size)` in its own durable transaction until a batch comes
-    back short, at most RELAY_SWEEP_MAX_BATCHES times; returns the total it handled.
+    back short, at most `max_batches` (RELAY_SWEEP_MAX_BATCHES) times; returns the total
+    it handled.
     The cap bounds what one sweep publishes (a 100,000-mailbox burst would otherwise be
     50,000 messages from one task, and the worker's memory for them): the rest is the
     next sweep's, an interval later, which the workers are still busy for anyway."""
     total = 0
-    for _ in range(settings.RELAY_SWEEP_MAX_BATCHES):
+    for _ in range(max_batches or settings.RELAY_SWEEP_MAX_BATCHES):
         with transaction.atomic(durable=True):
             found, handled = claim_batch(batch_size)
         total += handled
@@ -160,10 +161,8 @@ def schedule_upcoming(*, batch_size: int | None = None, now: datetime | None = N
     batch_size = batch_size or settings.RELAY_SWEEP_BATCH_SIZE
     now = now or timezone.now()
     horizon = now + timedelta(seconds=2 * settings.RELAY_SWEEP_INTERVAL_SECONDS)
-    if cleanups_per_task() == 1:
-        with transaction.atomic(durable=True):
-            return _schedule_batch(batch_size, now=now, horizon=horizon)[1]
-    return _in_batches(lambda size: _schedule_batch(size, now=now, horizon=horizon), batch_size)
+    return _in_batches(lambda size: _schedule_batch(size, now=now, horizon=horizon), batch_size,
+                       max_batches=1 if cleanups_per_task() == 1 else None)
 
 
 def _schedule_batch(batch_size: int, *, now: datetime, horizon: datetime) -> tuple[int, int]:

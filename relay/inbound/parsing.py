@@ -6,10 +6,10 @@ Parsing is linear in the message's size and capped, so no message can hold a wor
 long: at most MAX_HEADERS header lines are decoded (each once, each cut to
 MAX_HEADER_CHARS before decoding), at most MAX_PARTS MIME parts are read, bodies are
 kept up to MAX_BODY_BYTES, and reading the parts stops PARSE_SECONDS after the structure
-was split. A message that hits a cap is stored whole, with
-what was parsed before it and `parsed_fully` false. The compat32 policy is used for the
-structure: it splits headers without interpreting them (the default policy's header
-objects cost seconds on thousands of repeated headers); values are decoded here.
+was split. A message that hits a cap is stored whole, with what was parsed before it and
+`parsed_fully` false. The compat32 policy is used for the structure: it splits headers
+without interpreting them (the default policy's header objects cost seconds on thousands
+of repeated headers); values are decoded here.
 """
 import email
 import logging
