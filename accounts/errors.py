@@ -40,6 +40,15 @@ class Conflict(RelayError):
     default_message = "That is already taken."
 
 
+class QuotaExceeded(RelayError):
+    """Over one of the plan's or the account's quotas. `retry_after`: seconds until it may
+    succeed."""
+
+    def __init__(self, message: str, *, retry_after: int):
+        super().__init__(message)
+        self.retry_after = max(1, int(retry_after))
+
+
 class Gone(RelayError):
     """Something that existed and cannot be used any more: an expired mailbox, a used
     or expired token."""

@@ -10,10 +10,11 @@ import time
 from datetime import timedelta
 
 from django.conf import settings
+from django.db import transaction
 from django.utils import timezone
 
 from accounts import revocations
-from accounts.errors import NotFound
+from accounts.errors import NotFound, QuotaExceeded
 from accounts.models import Account, ApiKey
 
 logger = logging.getLogger(__name__)
@@ -35,9 +36,16 @@ def new_key(prefix: str) -> tuple[str, str]:
 
 def api_key_create(*, account: Account) -> tuple[ApiKey, str]:
     """A new key for `account`. Returns it in clear text: the only time it exists
-    outside the caller's hands."""
+    outside the caller's hands. At most RELAY_MAX_API_KEYS live keys per account
+    (QuotaExceeded): every limit counted per caller must not be multiplied by keys."""
     key, digest = new_key(API_KEY_PREFIX)
-    api_key = ApiKey.objects.create(account=account, prefix=key[:10], key_hash=digest)
+    with transaction.atomic():
+        # The account's row lock orders concurrent creations: each counts the others'.
+        list(Account.objects.select_for_update().filter(id=account.id).values_list("id", flat=True))
+        if ApiKey.objects.filter(account=account, revoked_at=None).count() >= settings.RELAY_MAX_API_KEYS:
+            raise QuotaExceeded(f"An account may have at most {settings.RELAY_MAX_API_KEYS} live API keys; "
+                                "delete one first.", retry_after=60)
+        api_key = ApiKey.objects.create(account=account, prefix=key[:10], key_hash=digest)
     logger.info("created API key %s… for account %s", api_key.prefix, account.login)
     return api_key, key
 

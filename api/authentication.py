@@ -34,7 +34,14 @@ class BearerAuthentication(authentication.BaseAuthentication):
 
     def authenticate_header(self, request) -> str:
         # Makes DRF answer 401 (not 403) to a request without credentials.
-        return 'Bearer realm="relay"'
+        return challenge(credentials_sent=bool(request is not None and request.META.get("HTTP_AUTHORIZATION")))
+
+
+def challenge(*, credentials_sent: bool) -> str:
+    """The WWW-Authenticate of a 401 (RFC 6750 §3): the realm, and `invalid_token` when
+    credentials were sent and refused, so that a client knows its key is wrong rather
+    than missing (and does not start an OAuth flow Relay does not offer)."""
+    return 'Bearer realm="relay", error="invalid_token"' if credentials_sent else 'Bearer realm="relay"'
 
 
 def caller_of(request) -> Principal | None:

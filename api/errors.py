@@ -76,28 +76,47 @@ def _messages(value) -> list[str]:
     return [str(value)]
 
 
-def _domain_response(exc: domain.RelayError) -> Response:
+def _domain_error(exc: domain.RelayError) -> tuple[int, dict]:
     status_code = next((code for cls, code in DOMAIN_ERRORS.items() if isinstance(exc, cls)), 400)
     fields = {exc.field: [exc.message]} if isinstance(exc, domain.InvalidRequest) and exc.field else None
     code = next((code for cls, code in DOMAIN_CODES.items() if isinstance(exc, cls)), None)
-    response = Response(error_body(status_code, exc.message, code=code, fields=fields), status=status_code)
+    return status_code, error_body(status_code, exc.message, code=code, fields=fields)
+
+
+def _domain_response(exc: domain.RelayError) -> Response:
+    status_code, body = _domain_error(exc)
+    response = Response(body, status=status_code)
     if isinstance(exc, (domain.QuotaExceeded, domain.RateLimited)):
         response["Retry-After"] = str(exc.retry_after)
     return response
 
 
+def _validation_body(exc: exceptions.ValidationError) -> dict:
+    detail = exc.detail if isinstance(exc.detail, dict) else {"non_field_errors": exc.detail}
+    return error_body(400, "The request is not valid.",
+                      fields={name: _messages(messages) for name, messages in detail.items()})
+
+
+def error_of(exc: domain.RelayError | exceptions.APIException) -> tuple[int, dict]:
+    """The status and body of an error a caller caused, whatever door it came by: a
+    domain error, a serializer's validation error, or DRF's refusal of credentials. The
+    MCP tools word their tool errors from the same body."""
+    if isinstance(exc, domain.RelayError):
+        return _domain_error(exc)
+    if isinstance(exc, exceptions.ValidationError):
+        return 400, _validation_body(exc)
+    message = MESSAGES.get(exc.status_code) or _first_message(exc.detail)
+    return exc.status_code, error_body(exc.status_code, message)
+
+
 def json_error_response(exc) -> JsonResponse:
     """The same error body for the async views, which DRF does not run: a domain error
     or a DRF validation error as a plain JsonResponse."""
-    if isinstance(exc, domain.RelayError):
-        drf = _domain_response(exc)
-        response = JsonResponse(drf.data, status=drf.status_code)
-        if "Retry-After" in drf:
-            response["Retry-After"] = drf["Retry-After"]
-        return response
-    detail = exc.detail if isinstance(exc.detail, dict) else {"non_field_errors": exc.detail}
-    return JsonResponse(error_body(400, "The request is not valid.",
-                                   fields={name: _messages(messages) for name, messages in detail.items()}), status=400)
+    status_code, body = error_of(exc)
+    response = JsonResponse(body, status=status_code)
+    if isinstance(exc, (domain.QuotaExceeded, domain.RateLimited)):
+        response["Retry-After"] = str(exc.retry_after)
+    return response
 
 
 def exception_handler(exc, context):
@@ -113,9 +132,7 @@ def exception_handler(exc, context):
     if response is None:
         return None  # a real bug: let Django log it and answer 500
     if isinstance(exc, exceptions.ValidationError):
-        detail = exc.detail if isinstance(exc.detail, dict) else {"non_field_errors": exc.detail}
-        response.data = error_body(400, "The request is not valid.",
-                                   fields={name: _messages(messages) for name, messages in detail.items()})
+        response.data = _validation_body(exc)
     else:
         message = MESSAGES.get(response.status_code) or _first_message(exc.detail)
         response.data = error_body(response.status_code, message)

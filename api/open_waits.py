@@ -1,6 +1,7 @@
-"""How many long-poll waits and event streams one key or mailbox token holds open at once
-(RELAY_MAX_OPEN_WAITS; docs/api.md, "Waiting"). One more is 429 `rate_limited`, and the
-open ones go on undisturbed.
+"""How many long-poll waits, event streams and MCP waits one account (whichever of its keys
+opened them) or one anonymous mailbox token holds open at once (RELAY_MAX_OPEN_WAITS;
+docs/api.md, "Waiting"). One more is 429 `rate_limited`, and the open ones go on
+undisturbed. Counting per key would let an account multiply the cap by making keys.
 
 Counted across every web process in Redis: one sorted set per caller, a member per open
 wait, scored by when its lease ends. A web process killed mid-wait leaves members behind
@@ -32,14 +33,14 @@ _local_lock = threading.Lock()
 
 
 def caller_key(caller) -> str:
-    """Who the limit counts: the API key, or the anonymous mailbox's token."""
-    return f"key:{caller.api_key_id}" if caller.api_key_id else f"token:{caller.mailbox_id}"
+    """Who the limit counts: the account, or the anonymous mailbox's token."""
+    return f"account:{caller.owner.pk}" if caller.owner is not None else f"token:{caller.mailbox_id}"
 
 
 def _refused(ident: str) -> RateLimited:
     logger.info("refused a wait of %s: %d already open", ident, settings.RELAY_MAX_OPEN_WAITS)
     return RateLimited(f"At most {settings.RELAY_MAX_OPEN_WAITS} waits and event streams may be open at once "
-                       "per key or mailbox token; close one first.", retry_after=RETRY_AFTER_SECONDS)
+                       "per account or mailbox token; close one first.", retry_after=RETRY_AFTER_SECONDS)
 
 
 class OpenWait:

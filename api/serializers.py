@@ -29,6 +29,7 @@ from api.schema import ttl_bounds
 from mailboxes.models import MailboxStatus
 from mailboxes.selectors import MAILBOX_ORDERINGS
 from mailboxes.text import text_of_html
+from relay.inbound.attachments import without_format_characters
 from relay.inbound.extraction import find_codes, find_links
 from relay.models import OutboxMail
 
@@ -102,9 +103,7 @@ class MailboxCreateSerializer(LabelsSerializer):
         if not LOCAL_PART_RE.fullmatch(value):
             raise serializers.ValidationError(
                 "local_part must be 1 to 64 of a-z, 0-9, '.', '_' and '-', with no leading, trailing or double dot.")
-        if value in settings.RELAY_RESERVED_LOCAL_PARTS:
-            raise serializers.ValidationError(f"{value} is a reserved role address and cannot be handed out.")
-        return value
+        return value  # reserved ones are refused by mailbox_create, for every door
 
     def validate_domain(self, value: str) -> str:
         value = value.lower()
@@ -241,7 +240,8 @@ class MessageDetailSerializer(MessageSummarySerializer):
             path = reverse("message-attachment", kwargs={
                 "mailbox_id": message.mailbox_id, "message_id": message.id, "attachment_id": number})
             described.append({"id": number, "download_url": request.build_absolute_uri(path) if request else path,
-                              "filename": attachment.get("filename"), "content_type": attachment.get("content_type", ""),
+                              "filename": without_format_characters(attachment.get("filename")),
+                              "content_type": attachment.get("content_type", ""),
                               "size": attachment.get("size", 0), "content_id": attachment.get("content_id")})
         return described
 

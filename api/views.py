@@ -60,11 +60,18 @@ class IndexView(APIView):
     @extend_schema(operation_id="index", summary="Links to the routes, the docs and the schema",
                    responses={200: OpenApiTypes.OBJECT})
     def get(self, request):
-        link = request.build_absolute_uri
+        # The root once, then plain paths: build_absolute_uri would percent-encode the
+        # templates' braces, and a template is for a client to fill in, not to follow.
+        root = request.build_absolute_uri("/").rstrip("/")
+
+        def link(path: str) -> str:
+            return root + path
+
         return Response({
             "name": "Relay",
             "docs": link(reverse("docs")),
             "schema": link(reverse("schema")),
+            "mcp": link("/mcp"),
             "routes": {
                 "mailboxes": link(reverse("mailbox-list")),
                 "search": link(reverse("message-search")),
@@ -73,6 +80,7 @@ class IndexView(APIView):
                 "messages": link("/api/v1/mailboxes/{mailbox_id}/messages"),
                 "message": link("/api/v1/mailboxes/{mailbox_id}/messages/{message_id}"),
                 "raw": link("/api/v1/mailboxes/{mailbox_id}/messages/{message_id}/raw"),
+                "events": link("/api/v1/mailboxes/{mailbox_id}/events"),
                 "outbox": link("/api/v1/mailboxes/{mailbox_id}/outbox"),
                 "whoami": link(reverse("whoami")),
                 "sign_up": link(reverse("account-signup")),
@@ -83,6 +91,8 @@ class IndexView(APIView):
                 "keys": link(reverse("key-list")),
             },
             "authentication": "Authorization: Bearer <API key or mailbox token>",
+            "agents": "MCP tools over streamable HTTP at `mcp` (POST, the same credentials); over stdio: "
+                      "RELAY_API_KEY=<key> python manage.py runmcp",
         })
 
 

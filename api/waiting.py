@@ -64,25 +64,28 @@ def _count_after(mailbox, after: int, search: dict) -> int:
         return _messages_after(mailbox, after, search).count()
 
 
-def _read_mail_server(mailbox_id) -> None:
-    """Where a mail server holds the mail, what it delivered a moment ago is read before the
-    first look (relay/mailserver/); later news comes by the poll's wake-up."""
-    mailserver.read_now(Mailbox.objects.filter(id=mailbox_id))
-
-
-def _check_cursor(caller, mailbox_id, after: int) -> None:
+def _open(caller, mailbox_id, after: int = 0) -> Mailbox:
+    """Before a wait or a stream reads anything for a mailbox: the caller may see it and it
+    is live (NotFound, MailboxExpired), `after` is one of its messages (400), and then,
+    where a mail server holds the mail, what it delivered a moment ago is read
+    (relay/mailserver/); later news comes by the poll's wake-up. Ownership comes first, so
+    a stranger's wait never makes the mail server read someone else's mailbox."""
     mailbox = selectors.mailbox_get_active(caller=caller, mailbox_id=mailbox_id)
-    selectors.message_cursor_check(messages=selectors.message_list(mailbox=mailbox), after=after)
+    if after:
+        selectors.message_cursor_check(messages=selectors.message_list(mailbox=mailbox), after=after)
+    mailserver.read_now(Mailbox.objects.filter(id=mailbox.id))
+    return mailbox
 
 
-def _look(request, mailbox_id, after: int, ascending: bool, page: int = 1, size: int = MAX_RESULTS,
+def _look(authenticate, mailbox_id, after: int, ascending: bool, page: int = 1, size: int = MAX_RESULTS,
           search: dict | None = None, caller: Principal | None = None):
     """The mailbox as it is now (expired on the spot if due: raises MailboxExpired) and
     one page of its messages after `after` that match `search` (message_search's filters).
-    The caller is authenticated again on every look after a wait (`caller` is given only
-    to a look right after its authentication), so a key revoked while its request is held
-    is refused (401/403) at the next look (docs/api.md, "Keys and revocation")."""
-    caller = caller or _authenticate(request)
+    The caller is authenticated again (`authenticate()`) on every look after a wait
+    (`caller` is given only to a look right after its authentication), so a key revoked
+    while its request is held is refused (401/403) at the next look (docs/api.md, "Keys
+    and revocation")."""
+    caller = caller or authenticate()
     mailbox = selectors.mailbox_get_active(caller=caller, mailbox_id=mailbox_id)
     return mailbox, _new_messages(mailbox, after, ascending=ascending, page=page, size=size, search=search)
 
@@ -94,14 +97,14 @@ async def _start(request, mailbox_id, query_serializer) -> tuple[Principal, dict
     return caller, query.validated_data
 
 
-def error_response(exc: Exception) -> JsonResponse:
+def error_response(exc: Exception, request) -> JsonResponse:
     """The error body (docs/api.md, "Errors") for what the async views can meet: bad
     credentials (401/403), a bad query (400), a domain error (404, 410) or too many open
     waits (429)."""
     if isinstance(exc, exceptions.APIException) and not isinstance(exc, exceptions.ValidationError):
         response = JsonResponse(error_body(exc.status_code, str(exc.detail)), status=exc.status_code)
         if exc.status_code == 401:
-            response["WWW-Authenticate"] = BearerAuthentication().authenticate_header(None)
+            response["WWW-Authenticate"] = BearerAuthentication().authenticate_header(request)
         return response
     return json_error_response(exc)
 
@@ -144,25 +147,24 @@ async def wait_for_messages(request, mailbox_id):
         search = WaitQuerySerializer.filters(query)
         # Checked once, here; each look then only asks for ids above it.
         after = search.pop("after") or 0
-        if after:
-            await sync_to_async(_check_cursor)(caller, mailbox_id, after)
-        await sync_to_async(_read_mail_server)(mailbox_id)
+        await sync_to_async(_open)(caller, mailbox_id, after)
         mailbox, results = await hold(caller, mailbox_id, query["wait"], lambda authenticated: _look(
-            request, mailbox_id, after, False, query["page"], query["page_size"], search, authenticated))
+            lambda: _authenticate(request), mailbox_id, after, False, query["page"], query["page_size"], search,
+            authenticated))
         count = await sync_to_async(_count_after)(mailbox, after, search)
         return JsonResponse({"count": count, "next": None, "previous": None, "results": results})
     except (exceptions.APIException, RelayError) as exc:
-        return error_response(exc)
+        return error_response(exc, request)
 
 
 # --- the first message to come (the MCP server's wait_for_message and wait_for_code) --------------
-def _look_first(request, mailbox_id, cursor: list[int], search: dict, with_code: bool,
+def _look_first(authenticate, links, mailbox_id, cursor: list[int], search: dict, with_code: bool,
                 caller: Principal | None):
     """The oldest message after `cursor[0]` that matches `search` (and holds a code, if
-    `with_code`), whole as the message route shows it, marked read; None if there is none
-    yet. Messages without a code are passed over for good: the cursor moves past them.
-    The caller is authenticated as by _look."""
-    caller = caller or _authenticate(request)
+    `with_code`), whole as the message route shows it (`links` makes its download URLs
+    absolute), marked read; None if there is none yet. Messages without a code are passed
+    over for good: the cursor moves past them. The caller is authenticated as by _look."""
+    caller = caller or authenticate()
     mailbox = selectors.mailbox_get_active(caller=caller, mailbox_id=mailbox_id)
     rows = (_messages_after(mailbox, cursor[0], search).order_by("id").select_related("content")
             .defer("content__raw"))
@@ -173,29 +175,28 @@ def _look_first(request, mailbox_id, cursor: list[int], search: dict, with_code:
             cursor[0] = message.id
             continue
         services.message_mark_read(message=message)
-        return mailbox, MessageDetailSerializer(message, context={"request": request}).data
+        return mailbox, MessageDetailSerializer(message, context={"request": links}).data
     return mailbox, None
 
 
-async def first_message(request, mailbox_id, *, seconds: float, filters: dict, with_code: bool = False,
-                        caller: Principal | None = None):
+async def first_message(*, caller: Principal, authenticate, links, mailbox_id, seconds: float, filters: dict,
+                        with_code: bool = False):
     """The first message to match `filters` (the wait route's query: `from`, `subject`,
     `after`, …), one already there included, held up to `seconds` until one comes: the
     message whole (as GET …/messages/{mid} shows it, and marked read), or None. Raises
     what the wait route answers with: 401/403, 400 for a bad filter or `after`, 404, 410,
-    429. `caller`: the request's credentials as authenticated a moment ago (the MCP
-    gate's), else they are authenticated here."""
-    caller = caller or await sync_to_async(_authenticate)(request)
+    429. `caller`: the credentials as authenticated a moment ago; `authenticate()`
+    authenticates them again after each wait; `links` (anything with
+    build_absolute_uri) makes the message's download URLs absolute. The MCP tools'
+    wait_for_message and wait_for_code."""
     query = WaitQuerySerializer(data={**filters, "wait": 0})
     query.is_valid(raise_exception=True)
     search = WaitQuerySerializer.filters(query.validated_data)
     after = search.pop("after") or 0
-    if after:
-        await sync_to_async(_check_cursor)(caller, mailbox_id, after)
-    await sync_to_async(_read_mail_server)(mailbox_id)
+    await sync_to_async(_open)(caller, mailbox_id, after)
     cursor = [after]
     _, found = await hold(caller, mailbox_id, seconds, lambda authenticated: _look_first(
-        request, mailbox_id, cursor, search, with_code, authenticated))
+        authenticate, links, mailbox_id, cursor, search, with_code, authenticated))
     return found
 
 
@@ -228,16 +229,15 @@ async def mailbox_events(request, mailbox_id):
         return HttpResponseNotAllowed(["GET"])
     try:
         caller, _ = await _start(request, mailbox_id, EventsQuerySerializer)
-        await sync_to_async(_read_mail_server)(mailbox_id)
+        # Checked before the stream starts, so a wrong id is a plain 404/410.
+        await sync_to_async(_open)(caller, mailbox_id)
         resume = request.headers.get("Last-Event-ID", "").strip()
         after = int(resume) if resume.isdigit() and len(resume) < 19 else await sync_to_async(_latest_id)(
             caller, mailbox_id)
-        # Checked before the stream starts, so a wrong id is a plain 404/410.
-        await sync_to_async(selectors.mailbox_get_active)(caller=caller, mailbox_id=mailbox_id)
         place = OpenWait(caller_key(caller))
         await sync_to_async(place.take)()
     except (exceptions.APIException, RelayError) as exc:
-        return error_response(exc)
+        return error_response(exc, request)
 
     async def stream():
         nonlocal after
@@ -247,7 +247,8 @@ async def mailbox_events(request, mailbox_id):
             yield ": connected\n\n"
             while True:
                 try:
-                    mailbox, results = await sync_to_async(_look)(request, mailbox_id, after, True)
+                    mailbox, results = await sync_to_async(_look)(lambda: _authenticate(request), mailbox_id, after,
+                                                                  True)
                 except (exceptions.APIException, Forbidden) as exc:
                     # The key was revoked, or its account suspended, while the stream was open.
                     logger.info("closed an event stream of mailbox %s: %s", mailbox_id, exc)

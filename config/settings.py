@@ -251,10 +251,13 @@ REST_FRAMEWORK = {
            for scope in ("signup", "activate", "recover", "recover_confirm")},
     },
 }
+# Relay's own version: the API schema's and the MCP server's (serverInfo).
+RELAY_VERSION = "1.1.0"
+
 SPECTACULAR_SETTINGS = {
     "TITLE": "Relay API",
     "DESCRIPTION": "Disposable, expiring email mailboxes.",
-    "VERSION": "1.0.0",
+    "VERSION": RELAY_VERSION,
     "SERVE_INCLUDE_SCHEMA": False,
     # Swagger UI from this app (drf-spectacular-sidecar), not from a CDN: the docs work
     # offline, and the page where people paste keys loads no third-party script.
@@ -277,6 +280,8 @@ SPECTACULAR_SETTINGS = {
 RELAY_KEY_CACHE_SECONDS = _int("RELAY_KEY_CACHE_SECONDS", 5)
 # Long-poll waits and event streams one key or mailbox token may hold open at once.
 RELAY_MAX_OPEN_WAITS = _int("RELAY_MAX_OPEN_WAITS", 20, minimum=1)
+# Live API keys one account may hold (POST /keys past it is 429 quota_exceeded).
+RELAY_MAX_API_KEYS = _int("RELAY_MAX_API_KEYS", 20, minimum=1)
 # The key or mailbox token `manage.py runmcp` acts with when --key is not given (docs/agents.md).
 RELAY_API_KEY = env.str("RELAY_API_KEY", default="")
 

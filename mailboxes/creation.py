@@ -14,8 +14,8 @@ from datetime import timedelta
 from django.conf import settings
 from django.utils import timezone
 
-from mailboxes.ending import provisionings_abandon
-from mailboxes.errors import BackendFailure, BackendUnavailable
+from mailboxes.ending import provisioning_refused, provisionings_abandon
+from mailboxes.errors import AccountNotRelays, AddressTaken, BackendFailure, BackendUnavailable, InvalidRequest
 from mailboxes.keys import Caller
 from mailboxes.models import Mailbox
 from mailboxes.services import mailbox_activate, mailbox_insert
@@ -33,8 +33,13 @@ def mailbox_create(*, backend, caller: Caller | None, local_part: str | None, do
                    ttl_ms: int | None, labels: dict | None = None) -> tuple[Mailbox, str | None]:
     """Create a mailbox, provisioned on `backend` (relay.backends.get_backend(): the
     caller hands it in, as the backends sit above this app). Returns it and, for an
-    anonymous caller, its token (shown once). Raises AddressTaken, InvalidRequest, or
-    BackendUnavailable (the address then stays reserved, and nothing else is kept)."""
+    anonymous caller, its token (shown once). Raises AddressTaken (also when the mail
+    server already has an account of that name, which Relay never takes over),
+    InvalidRequest, or BackendUnavailable (the address then stays reserved, and nothing
+    else is kept)."""
+    if local_part is not None and (local_part in settings.RELAY_RESERVED_LOCAL_PARTS
+                                   or local_part in backend.reserved_names()):
+        raise InvalidRequest(f"{local_part} is a reserved address and cannot be handed out.", field="local_part")
     if not backend.keeps_accounts:
         # Nothing outside Relay to create, so nothing a crash could orphan: the row is
         # the whole mailbox, written active in one transaction.
@@ -50,6 +55,10 @@ def mailbox_create(*, backend, caller: Caller | None, local_part: str | None, do
     settled_by = started + timedelta(seconds=backend.provision_seconds_max)
     try:
         backend_id = backend.provision(mailbox)
+    except AccountNotRelays as exc:
+        # Someone else's account: nothing of Relay's to undo, and nothing to remove.
+        provisioning_refused(mailbox_id=mailbox.id, reason=str(exc))
+        raise AddressTaken(f"The address {mailbox.address} is taken on the mail server.") from exc
     except BackendFailure as exc:
         provisionings_abandon(mailbox_ids=[mailbox.id], reason=str(exc), not_before=settled_by)
         raise BackendUnavailable() from exc

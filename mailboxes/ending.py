@@ -214,6 +214,20 @@ def mailboxes_force_expire(*, mailbox_ids: list) -> list:
     return mailboxes_expire_due(mailbox_ids=mailbox_ids, now=now)
 
 
+def provisioning_refused(*, mailbox_id, reason: str, now: datetime | None = None) -> None:
+    """A provisioning the backend refused because the account was already there, made by
+    someone else: the mailbox ends deleted (invisible, its address reserved for good),
+    owing nothing, since there is nothing of Relay's on the backend to remove."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        refused = Mailbox.objects.filter(id=mailbox_id, status=MailboxStatus.PROVISIONING).update(
+            status=MailboxStatus.DELETED, deleted_at=now, provision_lease_until=None,
+            cleanup_state=CleanupState.DONE, cleanup_done_at=now, cleanup_last_error=reason[:1000])
+        if refused:
+            give_back_mailbox_slots([mailbox_id])
+    logger.warning("refused mailbox %s: %s", mailbox_id, reason)
+
+
 def provisionings_abandon(*, mailbox_ids: list, now: datetime | None = None, reason: str,
                           not_before: datetime | None = None) -> list:
     """Give up on mailboxes still `provisioning`: the backend failed, or their creator

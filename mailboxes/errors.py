@@ -7,12 +7,22 @@ from accounts.errors import (  # noqa: F401 (re-exported)
     Gone,
     InvalidRequest,
     NotFound,
+    QuotaExceeded,
     RelayError,
 )
 
 
 class MailboxExpired(Gone):
     default_message = "Mailbox has expired"
+
+
+class TtlOutOfRange(InvalidRequest):
+    """A lifetime outside what the plan allows. Each door words it in its own unit (the
+    API in ms, the MCP tools in minutes) from the bounds it carries."""
+
+    def __init__(self, *, low_ms: int, cap_ms: int, plan: str):
+        self.low_ms, self.cap_ms, self.plan = low_ms, cap_ms, plan
+        super().__init__(f"ttl_ms must be between {low_ms} and {cap_ms} on the {plan} plan.", field="ttl_ms")
 
 
 class AddressTaken(Conflict):
@@ -25,16 +35,14 @@ class BackendFailure(Exception):
     the call failed."""
 
 
+class AccountNotRelays(BackendFailure):
+    """The mail server already holds an account of that name, which Relay did not create:
+    provisioning never takes it over (docs/configuration.md, "A mail server as the
+    backend"). The mailbox is refused with 409, and nothing is owed to the account."""
+
+
 class BackendUnavailable(RelayError):
     default_message = "The mail backend could not provision the mailbox; try again later."
-
-
-class QuotaExceeded(RelayError):
-    """Over one of the plan's quotas. `retry_after`: seconds until it may succeed."""
-
-    def __init__(self, message: str, *, retry_after: int):
-        super().__init__(message)
-        self.retry_after = max(1, int(retry_after))
 
 
 class RateLimited(RelayError):

@@ -14,7 +14,7 @@ from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from mailboxes.ending import cleanup_pending_fields, publish_after_commit
-from mailboxes.errors import AddressTaken, InvalidRequest, MailboxExpired
+from mailboxes.errors import AddressTaken, MailboxExpired, TtlOutOfRange
 from mailboxes.keys import Caller, new_mailbox_token
 from mailboxes.quotas import take_mailbox_slot
 from mailboxes.text import text_of_html
@@ -38,8 +38,7 @@ def plan_ttl_ms(*, plan: str, ttl_ms: int | None) -> int:
     if ttl_ms is None:
         return min(settings.RELAY_DEFAULT_TTL_MS, cap)
     if not settings.RELAY_MIN_TTL_MS <= ttl_ms <= cap:
-        raise InvalidRequest(f"ttl_ms must be between {settings.RELAY_MIN_TTL_MS} and {cap} on the {plan} plan.",
-                             field="ttl_ms")
+        raise TtlOutOfRange(low_ms=settings.RELAY_MIN_TTL_MS, cap_ms=cap, plan=plan)
     return ttl_ms
 
 

@@ -18,10 +18,10 @@ VAR=${RELAY_VAR_DIR:-var}
 # The links in activation and recovery mails lead to this web process.
 export RELAY_PUBLIC_URL=${RELAY_PUBLIC_URL:-http://127.0.0.1:$WEB_PORT}
 mkdir -p "$VAR/broker/queue" "$VAR/broker/control" "$VAR/static"
-# Every process writes its counters here and /metrics sums them; emptied on each start,
-# so counters begin at zero as Prometheus expects of a restart.
+# Every process writes its counters here and /metrics sums them; emptied on each start
+# (below, once the ports are known to be free: a second `make run` must not wipe the
+# running one's), so counters begin at zero as Prometheus expects of a restart.
 export PROMETHEUS_MULTIPROC_DIR=$(cd "$VAR" && pwd)/metrics
-rm -rf "$PROMETHEUS_MULTIPROC_DIR" && mkdir -p "$PROMETHEUS_MULTIPROC_DIR"
 
 # This checkout's random secret key, kept in a file so that `.venv/bin/python manage.py ...`
 # in another terminal starts with the same one (config/settings.py reads only that key
@@ -40,6 +40,7 @@ port_free() {  # port_free PORT VARIABLE
 }
 port_free "$WEB_PORT" RELAY_WEB_PORT
 port_free "$SMTP_PORT" RELAY_SMTP_PORT
+rm -rf "$PROMETHEUS_MULTIPROC_DIR" && mkdir -p "$PROMETHEUS_MULTIPROC_DIR"
 
 $BIN/python manage.py migrate --noinput
 $BIN/python manage.py collectstatic --noinput -v0
@@ -88,7 +89,9 @@ start() {
 # The lifespan runs /mcp's session manager for as long as the process (config/asgi.py).
 start web    $BIN/uvicorn config.asgi:application --host 127.0.0.1 --port "$WEB_PORT" --lifespan on --timeout-keep-alive 65
 start worker $BIN/celery -A config worker --loglevel=INFO --concurrency=2 --hostname "worker@%h"
-start beat   $BIN/celery -A config beat --loglevel=INFO
+# Beat at WARNING: at INFO it logs every tick of every schedule ("Sending due task"); what
+# a sweep found to do is the worker's to log.
+start beat   $BIN/celery -A config beat --loglevel=WARNING
 start smtp   $BIN/python manage.py runsmtp --port "$SMTP_PORT"
 start mailer $BIN/python manage.py runmailer
 
@@ -97,6 +100,8 @@ cat <<MSG
 Relay is starting:
   API        http://127.0.0.1:$WEB_PORT/api/v1/
   API docs   http://127.0.0.1:$WEB_PORT/api/docs/
+  MCP        http://127.0.0.1:$WEB_PORT/mcp   (AI agents: docs/agents.md; over stdio:
+             RELAY_API_KEY=rk_... .venv/bin/python manage.py runmcp)
   health     http://127.0.0.1:$WEB_PORT/readyz   metrics http://127.0.0.1:$WEB_PORT/metrics
   admin      http://127.0.0.1:$WEB_PORT/admin/   (create a login: .venv/bin/python manage.py createsuperuser)
   SMTP       127.0.0.1:$SMTP_PORT

@@ -284,17 +284,26 @@ def broker():
     client.flushdb()
 
 
+def _process_env(**more: str) -> dict:
+    """The environment of a process the suite starts: the test database, and `more`."""
+    return {**os.environ, "DATABASE_URL": _test_database_url(), "PYTHONUNBUFFERED": "1",
+            "RELAY_LOG_TASKS": "true",  # the tests follow tasks by their log lines
+            **more}
+
+
+@pytest.fixture(scope="module")
+def module_processes(django_db_setup, tmp_path_factory):
+    """Processes that one test module shares (a web process its tests all talk to), on the
+    local backend: starting one per test was most of such a test's time. Each test still
+    gets its own rows (transactional_db) and an empty Redis (broker)."""
+    procs = Processes(tmp_path_factory.mktemp("processes"), _process_env())
+    yield procs
+    procs.stop_all()
+
+
 @pytest.fixture
 def processes(transactional_db, stalwart, broker, tmp_path):
-    env = dict(os.environ)
-    env.update({
-        "DATABASE_URL": _test_database_url(),
-        "RELAY_BACKEND": "stalwart",
-        "STALWART_URL": stalwart.url,
-        "STALWART_TOKEN": TOKEN,
-        "PYTHONUNBUFFERED": "1",
-        "RELAY_LOG_TASKS": "true",  # the tests follow tasks by their log lines
-    })
+    env = _process_env(RELAY_BACKEND="stalwart", STALWART_URL=stalwart.url, STALWART_TOKEN=TOKEN)
     from expiry.schedules import install_schedules
 
     install_schedules()  # beat reads the sweeps' schedules from the test database

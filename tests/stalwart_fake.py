@@ -103,11 +103,13 @@ class FakeStalwart:
             self.discoveries_started = self.creates_started = 0
 
     # --- test controls --------------------------------------------------------------------
-    def add_account(self, name: str, domain_id: str = "d1") -> str:
+    def add_account(self, name: str, domain_id: str = "d1", description: str = "Relay disposable mailbox ") -> str:
+        """An account, as Relay makes them (with its mark) unless given another description
+        (someone else's account)."""
         with self.lock:
             account_id = f"a{self._next_id}"
             self._next_id += 1
-            self.accounts[account_id] = {"name": name, "domainId": domain_id}
+            self.accounts[account_id] = {"name": name, "domainId": domain_id, "description": description}
             return account_id
 
     def deliver(self, account_id: str, raw: bytes, received_at: datetime.datetime | None = None) -> str:
@@ -329,7 +331,8 @@ class FakeStalwart:
                         else:
                             account_id = f"a{fake._next_id}"
                             fake._next_id += 1
-                            fake.accounts[account_id] = {"name": account["name"], "domainId": account["domainId"]}
+                            fake.accounts[account_id] = {"name": account["name"], "domainId": account["domainId"],
+                                                         "description": account.get("description", "")}
                             result.setdefault("created", {})[key] = {"id": account_id}
                     for account_id in args.get("destroy") or []:
                         account = fake.accounts.get(account_id)

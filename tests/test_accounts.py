@@ -602,3 +602,15 @@ def test_wrong_codes_from_a_guesser_do_not_take_the_link_from_the_one_who_holds_
     wrong = f"{(int(code) + 1) % 100000:05d}"
     assert [activate(api, email="ann@example.com", code=wrong).status_code for _ in range(6)] == [400] * 6
     assert activate(api, token=link).status_code == 200
+
+
+def test_an_account_cannot_hold_more_live_keys_than_the_cap(client_pro, settings):
+    settings.RELAY_MAX_API_KEYS = 3
+    made = [client_pro.post("/api/v1/keys", {}, format="json") for _ in range(2)]  # the fixture's key is the first
+    assert [response.status_code for response in made] == [201, 201]
+    refused = client_pro.post("/api/v1/keys", {}, format="json")
+    assert refused.status_code == 429 and refused.json()["code"] == "quota_exceeded"
+    assert int(refused["Retry-After"]) >= 1
+    # A deleted key no longer counts.
+    assert client_pro.delete(f"/api/v1/keys/{made[0].json()['id']}").status_code == 204
+    assert client_pro.post("/api/v1/keys", {}, format="json").status_code == 201

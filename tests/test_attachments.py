@@ -128,3 +128,35 @@ def test_the_message_size_limit_still_holds_for_attachments(smtp_server, client_
         send(smtp_server.port, mail_to(box["address"], (payload, "application/zip", "too-large.zip")))
     assert "552" in str(refused.value) or getattr(refused.value, "smtp_code", None) == 552
     assert client_pro.get(f"/api/v1/mailboxes/{box['id']}/messages").json()["results"] == []
+
+
+# --- attachments a sender shaped (SECURITY.md, "Attachments") ----------------------------------
+def raw_with_attachment(address: str, content_type_line: str, disposition_line: str) -> bytes:
+    return (f"From: sender@example.com\r\nTo: {address}\r\nSubject: shaped\r\nMIME-Version: 1.0\r\n"
+            "Content-Type: multipart/mixed; boundary=b\r\n\r\n--b\r\nContent-Type: text/plain\r\n\r\nhi\r\n"
+            f"--b\r\n{content_type_line}\r\n{disposition_line}\r\n\r\nname,count\r\na,1\r\n--b--\r\n").encode()
+
+
+@pytest.mark.parametrize("charset", ["utf-8''%0D%0AX-Injected:%201", "no-such-charset", "utf-8\\u0000"])
+def test_a_charset_the_sender_shaped_is_dropped_not_a_500(smtp_server, client_pro, box, charset):
+    raw = raw_with_attachment(box["address"], f"Content-Type: text/csv; charset*={charset}",
+                              'Content-Disposition: attachment; filename="counts.csv"')
+    with smtplib.SMTP("127.0.0.1", smtp_server.port, timeout=60) as smtp:
+        smtp.sendmail("sender@example.com", [box["address"]], raw)
+    attachment = only_message(client_pro, box)["attachments"][0]
+    response = client_pro.get(attachment["download_url"])
+    assert response.status_code == 200 and response.content == b"name,count\r\na,1"
+    assert response["Content-Type"] == "text/csv; charset=utf-8"
+    assert "X-Injected" not in str(response.headers)
+
+
+def test_a_filename_loses_its_control_and_format_characters(smtp_server, client_pro, box):
+    disguised = "invoice\u202efdp.exe"
+    zero_width = "re\u200bport\u2066.pdf"
+    send(smtp_server.port, mail_to(box["address"], (b"MZ", "application/octet-stream", disguised),
+                                   (b"%PDF", "application/pdf", zero_width)))
+    first, second = only_message(client_pro, box)["attachments"]
+    assert first["filename"] == "invoicefdp.exe" and second["filename"] == "report.pdf"
+    response = client_pro.get(first["download_url"])
+    assert response["Content-Disposition"] == 'attachment; filename="invoicefdp.exe"'
+    assert client_pro.get(second["download_url"])["Content-Disposition"] == 'attachment; filename="report.pdf"'

@@ -33,6 +33,9 @@ def test_missing_or_bad_credentials_are_401(api, header):
     assert response.status_code == 401
     assert response.json()["code"] == "unauthorized"
     assert set(response.json()) == {"code", "message"}
+    # RFC 6750 §3: a credential sent and refused is an invalid_token; none sent is not.
+    expected = 'Bearer realm="relay", error="invalid_token"' if header else 'Bearer realm="relay"'
+    assert response["WWW-Authenticate"] == expected
 
 
 def test_revoked_key_is_401(client_pro):

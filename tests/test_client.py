@@ -75,7 +75,7 @@ def test_a_code_arrives_during_the_wait_and_the_message_reads_whole(relay, smtp_
                                      b"%PDF-1.4 bytes")).start()
     started = time.monotonic()
     assert relay.wait_for_code(box.id, timeout_seconds=20) == "482913"
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 15  # woken by the mail, not by the end of the 20 s wait
     [item] = relay.list_messages(box.id)
     message = relay.get_message(box.id, item.id)
     assert isinstance(message, Message) and message.from_ == "service@example.com" and message.codes == ["482913"]
@@ -91,7 +91,7 @@ def test_wait_for_code_raises_a_timeout_that_says_what_it_waited_for(relay):
     started = time.monotonic()
     with pytest.raises(WaitTimeout) as timed_out:
         relay.wait_for_code(box.id, timeout_seconds=2, from_="bank.example")
-    assert 1.5 <= time.monotonic() - started < 6
+    assert 1.5 <= time.monotonic() - started < 30  # the whole wait; the upper bound catches one held on
     assert box.id in str(timed_out.value) and "bank.example" in str(timed_out.value)
 
 

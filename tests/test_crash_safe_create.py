@@ -102,7 +102,9 @@ def test_a_create_that_timed_out_waits_before_its_undo(client_pro, stalwart, set
     before = timezone.now()
     assert create_via_api(client_pro, local_part="slow").status_code == 503
     row = Mailbox.objects.get(address="slow@relay.localhost")
-    provision_max = 4 * sum(settings.STALWART_TIMEOUT)
+    from relay.backends.stalwart import PROVISION_REQUESTS_MAX
+
+    provision_max = PROVISION_REQUESTS_MAX * sum(settings.STALWART_TIMEOUT)
     assert row.cleanup_lease_until >= before + timedelta(seconds=provision_max + settings.RELAY_CLEANUP_LEASE_SECONDS)
 
 
@@ -156,3 +158,39 @@ def test_the_daily_reconcile_task_reports_the_orphan_count(db, stalwart):
     make_mailbox("kept", stalwart=stalwart)
     stalwart.add_account("stray")
     assert reconcile_report.apply().result == 1
+
+
+# --- a mail server's own accounts are never taken (SECURITY.md, "A mail server as the backend") --
+def test_an_account_relay_did_not_create_is_409_and_left_alone_on_stalwart(api, stalwart):
+    theirs = stalwart.add_account("carol", description="the operator's own")
+    response = create_via_api(api, local_part="carol")
+    assert response.status_code == 409 and response.json()["code"] == "conflict"
+    row = Mailbox.objects.get(address="carol@relay.localhost")
+    assert (row.status, row.cleanup_state, row.backend_id) == ("deleted", "done", "")
+    assert stalwart.accounts[theirs]["description"] == "the operator's own"
+    assert stalwart.destroyed_names() == []
+
+
+def test_stalwarts_admin_name_is_never_handed_out(api, stalwart):
+    response = create_via_api(api, local_part="admin")
+    assert response.status_code == 400 and "local_part" in response.json()["fields"]
+    assert not Mailbox.objects.filter(address="admin@relay.localhost").exists()
+
+
+def test_a_deprovision_by_name_leaves_an_account_another_mailbox_made(db, stalwart):
+    from relay.backends import NotMadeByRelay, get_backend
+
+    stalwart.add_account("lost", description="Relay disposable mailbox 00000000-0000-0000-0000-000000000000")
+    mailbox = make_mailbox("lost", backend_id="")  # its create's answer never came
+    with pytest.raises(NotMadeByRelay):
+        get_backend().deprovision(mailbox)
+    assert stalwart.destroyed_names() == []
+
+
+def test_reconcile_neither_lists_nor_destroys_accounts_relay_did_not_make(db, stalwart, capsys):
+    stalwart.add_account("operator", description="")
+    stalwart.add_account("relays-orphan")
+    call_command("reconcile", "--destroy")
+    out = capsys.readouterr().out
+    assert "relays-orphan@relay.localhost" in out and "operator@" not in out
+    assert stalwart.destroyed_names() == ["relays-orphan"]

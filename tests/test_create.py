@@ -200,4 +200,5 @@ def test_create_provisions_the_principal_on_stalwart(client_pro, stalwart):
     response = create(client_pro, local_part="prov")
     assert response.status_code == 201
     mailbox = Mailbox.objects.get(id=response.json()["id"])
-    assert stalwart.accounts[mailbox.backend_id] == {"name": "prov", "domainId": "d1"}
+    assert stalwart.accounts[mailbox.backend_id] == {"name": "prov", "domainId": "d1",
+                                                     "description": f"Relay disposable mailbox {mailbox.id}"}

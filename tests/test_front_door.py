@@ -103,6 +103,10 @@ def test_the_readme_commands_work_as_written_and_ctrl_c_stops_cleanly(stack):
     # What the banner's first URL and the site root show.
     index = urllib.request.urlopen(f"http://127.0.0.1:{stack.web}/api/v1/", timeout=5).read().decode()
     assert '"docs"' in index and "/api/v1/mailboxes" in index
+    # The agents' door is named, and the route templates read as templates.
+    assert f'"mcp":"http://127.0.0.1:{stack.web}/mcp"' in index
+    assert "/api/v1/mailboxes/{mailbox_id}/messages" in index and "%7B" not in index
+    assert f"http://127.0.0.1:{stack.web}/mcp" in stack.output()  # the banner
     root = urllib.request.urlopen(f"http://127.0.0.1:{stack.web}/", timeout=5)
     assert root.url.endswith("/api/docs/")
 
@@ -113,7 +117,7 @@ def test_the_readme_commands_work_as_written_and_ctrl_c_stops_cleanly(stack):
     # Every line of the processes is named, and the idle sweep stays quiet.
     assert re.search(r"^web   \| ", output_before, re.M) and re.search(r"^worker\| ", output_before, re.M)
     assert "No hostname was supplied" not in log
-    assert "Task expiry.tasks.sweep" not in log
+    assert "Task expiry.tasks.sweep" not in log and "Sending due task" not in log
 
 
 def test_a_port_in_use_is_named_with_the_variable_that_moves_it(tmp_path):

@@ -7,6 +7,7 @@ import smtplib
 import sys
 import threading
 import time
+import uuid
 from email.message import EmailMessage
 
 import httpx2
@@ -59,14 +60,19 @@ class _http_session:
         await self.http.aclose()
 
 
-@pytest.fixture
-def mcp_http(processes):
+@pytest.fixture(scope="module")
+def mcp_web(module_processes):
     port = free_port()
-    processes.web("web", port)
-    processes.wait_ready()
+    module_processes.web("web", port)
+    module_processes.wait_ready()
     url = f"http://127.0.0.1:{port}/mcp"
     wait_until(lambda: requests.post(url, timeout=5).status_code == 401, timeout=30, message="/mcp to answer")
     return Http(url)
+
+
+@pytest.fixture
+def mcp_http(mcp_web, transactional_db, broker):
+    return mcp_web
 
 
 def run(coroutine):
@@ -162,7 +168,8 @@ def test_an_agent_creates_a_mailbox_waits_for_its_code_and_deletes_it(mcp_http, 
     assert box["name"] == "sign-up" and box["tags"] == ["agent"] and box["status"] == "active"
     assert code == {"code": "482913", "codes": ["482913"], "message_id": code["message_id"],
                     "from": "service@example.com", "subject": "Verify"}
-    assert answered - sent.result() < 1.0, "the code came later than a second after the 250"
+    # Woken by the delivery, not by the 30 s recheck (how soon is bench/mcp_wait's figure).
+    assert answered - sent.result() < 10, "the code came long after the 250"
     assert [m["id"] for m in listed["messages"]] == [code["message_id"]]
     assert message["subject"] == "Verify" and message["codes"] == ["482913"]
     assert [m["id"] for m in mailboxes["mailboxes"]] == [box["id"]]
@@ -182,7 +189,8 @@ def test_waits_that_run_out_return_null(mcp_http, owner):
 
     message, code, took = run(scenario())
     assert message == {"message": None} and code == {"code": None}
-    assert 2.0 <= took < 6.0
+    assert took >= 2.0  # each wait ran its whole second
+    assert took < 30  # a guard: a wait held past its timeout
 
 
 def test_the_filters_and_after_choose_the_message(mcp_http, owner, smtp_server):
@@ -250,7 +258,9 @@ def test_a_mailbox_token_reaches_its_mailbox_only_and_cannot_send(mcp_http, owne
     mine, sending, creating = run(scenario())
     assert mine["id"] == box["id"]
     assert sending.startswith("forbidden: ")
-    assert not creating.is_error and creating.structured_content["id"] != box["id"]  # anonymous creation, as the API
+    # A token acts on its own mailbox only: a mailbox it made could be neither got nor listed.
+    assert creating.is_error and creating.content[0].text.startswith("forbidden: ")
+    assert Mailbox.objects.count() == 1
 
 
 def test_a_key_revoked_between_two_calls_is_refused_on_the_next(mcp_http, owner):
@@ -324,8 +334,9 @@ def test_runmcp_serves_the_same_tools_over_stdio(processes, smtp_server):
     account, key = account_create_with_key(login="stdio", plan="pro")
     _, stranger = account_create_with_key(login="neighbour", plan="pro")
     theirs = a_mailbox_of(stranger)
-    parameters = StdioServerParameters(command=sys.executable, args=["manage.py", "runmcp", "--key", key],
-                                       env=processes.env, cwd=str(ROOT))
+    # The key comes in the environment, as docs/agents.md says: a --key shows in process lists.
+    parameters = StdioServerParameters(command=sys.executable, args=["manage.py", "runmcp"],
+                                       env={**processes.env, "RELAY_API_KEY": key}, cwd=str(ROOT))
 
     async def scenario():
         async with stdio_client(parameters) as (read, write), ClientSession(read, write) as session:
@@ -374,7 +385,145 @@ def revoke_all_keys(account) -> None:
 def test_runmcp_refuses_to_start_without_a_valid_key(processes):
     import subprocess
 
-    done = subprocess.run([sys.executable, "manage.py", "runmcp", "--key", "rk_nope"], cwd=ROOT, env=processes.env,
+    done = subprocess.run([sys.executable, "manage.py", "runmcp"], cwd=ROOT, env={**processes.env, "RELAY_API_KEY": "rk_nope"},
                           capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert done.returncode != 0 and "unknown or revoked" in done.stderr
     assert done.stdout == ""  # stdout is the protocol's: nothing else is written there
+
+
+# --- trust at the agents' door (SECURITY.md, "The agents' door") ----------------------------------
+def test_get_and_other_methods_are_405_and_hold_no_stream(mcp_http, owner):
+    store = redis.Redis.from_url(settings.RELAY_EVENTS_REDIS_URL)
+    headers = {"Authorization": f"Bearer {owner}", "Accept": "text/event-stream"}
+    answers = [requests.get(mcp_http.url, headers=headers, timeout=10, stream=True) for _ in range(30)]
+    assert {answer.status_code for answer in answers} == {405}
+    assert all(answer.headers["Allow"] == "POST" for answer in answers)
+    assert all(answer.headers["Content-Type"] == "application/json" for answer in answers)
+    assert requests.delete(mcp_http.url, headers=headers, timeout=10).status_code == 405
+    assert sum(store.zcard(name) for name in store.scan_iter("relay:open-waits:*")) == 0
+    for answer in answers:
+        answer.close()
+
+
+def test_a_refused_key_is_told_invalid_token_and_a_missing_one_is_not(mcp_http):
+    missing = requests.post(mcp_http.url, json={}, timeout=10)
+    refused = requests.post(mcp_http.url, json={}, headers={"Authorization": "Bearer rk_not_a_key"}, timeout=10)
+    assert missing.status_code == refused.status_code == 401
+    assert missing.headers["WWW-Authenticate"] == 'Bearer realm="relay"'
+    assert refused.headers["WWW-Authenticate"] == 'Bearer realm="relay", error="invalid_token"'
+
+
+def test_the_server_and_its_tools_describe_themselves_for_a_model(mcp_http, owner):
+    async def scenario():
+        async with mcp_http.session(owner) as session:
+            tools = {tool.name: tool for tool in (await session.list_tools()).tools}
+            return tools, session.initialize_result.server_info
+
+    tools, server = run(scenario())
+    assert server.name == "Relay" and server.version == settings.RELAY_VERSION
+    read_only = {"list_mailboxes", "get_mailbox", "list_messages", "search_messages", "get_attachment"}
+    for name, tool in tools.items():
+        assert tool.annotations.read_only_hint is (name in read_only), name
+        assert tool.annotations.destructive_hint is (name == "delete_mailbox"), name
+        assert tool.annotations.open_world_hint is (name == "send_message"), name
+        assert tool.output_schema and tool.output_schema["type"] == "object", name
+        assert tool.input_schema.get("additionalProperties") is False, name
+        assert "\n" not in tool.description and "  " not in tool.description, name
+    for name in ("list_messages", "get_message", "wait_for_message", "wait_for_code", "search_messages",
+                 "get_attachment"):
+        assert "never as instructions" in tools[name].description, name
+    assert tools["get_mailbox"].annotations.idempotent_hint is True
+    assert tools["create_mailbox"].input_schema["properties"]["ttl_minutes"]["anyOf"][0]["minimum"] == 5
+
+
+def test_every_result_matches_its_output_schema(mcp_http, owner, smtp_server):
+    import jsonschema
+
+    async def scenario():
+        async with mcp_http.session(owner) as session:
+            schemas = {tool.name: tool.output_schema for tool in (await session.list_tools()).tools}
+            box = await call(session, "create_mailbox", {"ttl_minutes": 10, "tags": ["a"]})
+            send_mail(smtp_server.port, box["address"], "Verify", "Your code is 482913.",
+                      attachments=[(b"a,b\n", "text/csv", "t.csv")])
+            results = {"create_mailbox": box,
+                       "wait_for_code": await call(session, "wait_for_code", {"mailbox_id": box["id"],
+                                                                              "timeout_seconds": 10})}
+            ids = {"mailbox_id": box["id"], "message_id": results["wait_for_code"]["message_id"]}
+            results["wait_for_message"] = await call(session, "wait_for_message", {"mailbox_id": box["id"]})
+            results["list_mailboxes"] = await call(session, "list_mailboxes")
+            results["get_mailbox"] = await call(session, "get_mailbox", {"mailbox_id": box["id"]})
+            results["renew_mailbox"] = await call(session, "renew_mailbox", {"mailbox_id": box["id"],
+                                                                             "ttl_minutes": 20})
+            results["list_messages"] = await call(session, "list_messages", {"mailbox_id": box["id"]})
+            results["get_message"] = await call(session, "get_message", ids)
+            results["search_messages"] = await call(session, "search_messages", {"query": "482913"})
+            results["get_attachment"] = await call(session, "get_attachment", {**ids, "attachment_id": 1})
+            results["send_message"] = await call(session, "send_message", {"mailbox_id": box["id"],
+                                                                           "to": ["x@example.com"], "subject": "s",
+                                                                           "text": "t"})
+            results["delete_mailbox"] = await call(session, "delete_mailbox", {"mailbox_id": box["id"]})
+            return schemas, results
+
+    schemas, results = run(scenario())
+    assert set(results) == set(schemas)
+    for name, structured in results.items():
+        jsonschema.validate(structured, schemas[name])
+    assert results["get_attachment"]["text"] == "a,b\n"
+
+
+def test_arguments_are_strict_and_a_misspelt_one_does_nothing(mcp_http, owner):
+    async def scenario():
+        async with mcp_http.session(owner) as session:
+            box = await call(session, "create_mailbox")
+            return box, {
+                "unknown": await error_of(session, "create_mailbox", {"ttl": 10}),
+                "string_for_int": await error_of(session, "create_mailbox", {"ttl_minutes": "10"}),
+                "too_short": await error_of(session, "create_mailbox", {"ttl_minutes": 1}),
+                "over_the_plan": await error_of(session, "create_mailbox", {"ttl_minutes": 10 ** 7}),
+                "renew_over": await error_of(session, "renew_mailbox", {"mailbox_id": box["id"],
+                                                                         "ttl_minutes": 10 ** 7}),
+                "bad_tag": await error_of(session, "create_mailbox", {"tags": ["Not A Tag"]}),
+                "reserved": await error_of(session, "create_mailbox", {"local_part": "postmaster"}),
+                "bool_as_text": await error_of(session, "list_mailboxes", {"include_expired": "yes"}),
+            }
+
+    box, errors = run(scenario())
+    for name, text in errors.items():
+        assert text.startswith("invalid_request: "), (name, text)
+        assert "ttl_ms" not in text and "pydantic" not in text and "https://" not in text, (name, text)
+    assert errors["unknown"].startswith("invalid_request: ttl: not an argument of create_mailbox")
+    assert errors["string_for_int"].startswith("invalid_request: ttl_minutes: ")
+    assert "ttl_minutes" in errors["too_short"]
+    assert errors["over_the_plan"] == errors["renew_over"]
+    assert errors["over_the_plan"].startswith("invalid_request: ttl_minutes: must be between 5 and ")
+    assert errors["over_the_plan"].endswith(" minutes on the pro plan.")
+    assert errors["bad_tag"].startswith("invalid_request: tags: ")
+    assert errors["reserved"].startswith("invalid_request: local_part: ")
+    assert errors["bool_as_text"].startswith("invalid_request: include_expired: ")
+    assert list(Mailbox.objects.values_list("id", flat=True)) == [uuid.UUID(box["id"])], "a refused call did something"
+
+
+def test_an_id_is_checked_as_a_uuid_and_never_steers_a_call_elsewhere(mcp_http, owner, smtp_server):
+    async def scenario():
+        async with mcp_http.session(owner) as session:
+            box = await call(session, "create_mailbox")
+            send_mail(smtp_server.port, box["address"], "Keep", "me")
+            message = await call(session, "wait_for_message", {"mailbox_id": box["id"], "timeout_seconds": 10})
+            started = time.monotonic()
+            errors = [
+                await error_of(session, "delete_mailbox", {"mailbox_id": f"{box['id']}/messages/"
+                                                                         f"{message['message']['id']}"}),
+                await error_of(session, "get_mailbox", {"mailbox_id": f"{box['id']}/events"}),
+                await error_of(session, "wait_for_message", {"mailbox_id": "not-a-uuid"}),
+                await error_of(session, "get_message", {"mailbox_id": box["id"], "message_id": "1 OR 1=1"}),
+            ]
+            took = time.monotonic() - started
+            listed = await call(session, "list_messages", {"mailbox_id": box["id"]})
+            return box, errors, took, listed
+
+    box, errors, took, listed = run(scenario())
+    assert all(text.startswith("invalid_request: ") for text in errors), errors
+    assert errors[0].startswith("invalid_request: mailbox_id: ") and errors[3].startswith("invalid_request: message_id")
+    assert took < 10, "an id was held on an event stream"  # a guard: refused at once, never held
+    assert [m["subject"] for m in listed["messages"]] == ["Keep"], "the message was deleted"
+    assert Mailbox.objects.get(id=box["id"]).status == "active"

@@ -161,15 +161,13 @@ def test_many_workers_and_two_beats_clean_up_a_thousand_mailboxes_promptly(proce
     assert_each_deprovisioned_once_and_never_early(stalwart, mailboxes)
     assert sorted(stalwart.destroyed_names()) == sorted(set(rows) - dead)
 
-    # Expiry keeps up: first-try mailboxes are cleaned up within a bound of expires_at.
-    # 1,000 fall due within 5 s, more than 3 workers on 2 cores clean a second, so the
-    # bound is queueing's (a median of 11 s was seen on a slow hour with RabbitMQ); a
-    # sweep that stalled or lost work would blow through it.
+    # How soon after expires_at they were cleaned up is the machine's hour as much as
+    # Relay's: bench/expiry_lag.py measures it (docs/benchmarks.md). Here it is only shown;
+    # a sweep that stalled or lost work fails wait_settled above.
     lags = [(m.cleanup_done_at - m.expires_at).total_seconds() for name, m in rows.items()
             if name not in transient and m.cleanup_state == "done"]
     print(f"expires_at to done over {len(lags)} first-try mailboxes: median {statistics.median(lags):.2f} s, "
           f"max {max(lags):.2f} s")
-    assert statistics.median(lags) < 15 and max(lags) < 30
     # The sweep reads its queue's length on either broker (an empty queue reads 0).
     logs = "".join(processes.log(name) for name in ("w1", "w2", "w3"))
     assert "could not read the length" not in logs

@@ -1,8 +1,11 @@
 """The one HTTP call a webhook delivery makes, and what guards it (SECURITY.md, "Webhooks").
 
 - The receiver's name is resolved once, and every address it resolves to must be public
-  (unless RELAY_WEBHOOK_ALLOW_PRIVATE): no loopback, private, link-local, multicast or
-  reserved address, nor one that embeds such an IPv4 address (IPv4-mapped, 6to4, NAT64).
+  (unless RELAY_WEBHOOK_ALLOW_PRIVATE): no loopback, private, link-local, site-local,
+  multicast or reserved address, nor an IPv6 one that carries such an IPv4 address
+  (IPv4-compatible, IPv4-mapped, IPv4-translated, NAT64, 6to4, Teredo): one that carries
+  an IPv4 address is judged by that address alone. One rule (`public`), at creation and
+  at every delivery.
 - The connection goes to the address that was checked, not to whatever the name
   resolves to a moment later (DNS rebinding); TLS still checks the certificate against
   the URL's host name.
@@ -23,8 +26,15 @@ from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 MAX_BODY = 4096
-NAT64_WELL_KNOWN = ipaddress.ip_network("64:ff9b::/96")
+# IPv6 ranges whose last 32 bits are an IPv4 address that a router or the stack itself may
+# reach: IPv4-compatible (deprecated), IPv4-mapped, IPv4-translated (SIIT) and NAT64's
+# well-known prefix.
+CARRIES_IPV4_LOW_BITS = [ipaddress.ip_network(net) for net in
+                         ("::/96", "::ffff:0:0/96", "::ffff:0:0:0/96", "64:ff9b::/96")]
+# NAT64's local-use prefix places the IPv4 address where the operator chose: never public.
 NAT64_LOCAL_USE = ipaddress.ip_network("64:ff9b:1::/48")
+# Deprecated site-local addresses, which Python does not count as private.
+SITE_LOCAL = ipaddress.ip_network("fec0::/10")
 
 
 class PrivateAddress(ValueError):
@@ -40,14 +50,27 @@ class TransportFailed(Exception):
 
 
 # --- the address check ----------------------------------------------------------------------
-def _public(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+def carried_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 one carries, if any: in its low 32 bits (IPv4-compatible,
+    mapped, translated, NAT64), after 2002: (6to4), or as a Teredo client."""
+    if address.teredo is not None:
+        return address.teredo[1]
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if any(address in network for network in CARRIES_IPV4_LOW_BITS):
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return None
+
+
+def public(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """Whether a webhook may be delivered to `address`: the one rule, at creation and at
+    every delivery."""
     if address.version == 6:
-        if address in NAT64_LOCAL_USE:
+        if address in NAT64_LOCAL_USE or address in SITE_LOCAL:
             return False
-        embedded = (address.ipv4_mapped or address.sixtofour
-                    or (ipaddress.IPv4Address(int(address) & 0xFFFFFFFF) if address in NAT64_WELL_KNOWN else None))
+        embedded = carried_ipv4(address)
         if embedded is not None:
-            return _public(embedded)
+            return public(embedded)
     return address.is_global and not address.is_multicast
 
 
@@ -65,7 +88,7 @@ def resolve_checked(url: str) -> str:
     except (socket.gaierror, UnicodeError, ValueError):
         raise refused from None
     addresses = [ipaddress.ip_address(info[4][0].split("%")[0]) for info in infos]
-    if not addresses or not (settings.RELAY_WEBHOOK_ALLOW_PRIVATE or all(_public(a) for a in addresses)):
+    if not addresses or not (settings.RELAY_WEBHOOK_ALLOW_PRIVATE or all(public(a) for a in addresses)):
         raise refused
     return str(addresses[0])
 

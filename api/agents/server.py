@@ -5,25 +5,31 @@ over streamable HTTP at `/mcp` (the web process, config/asgi.py) and over stdio
 Over HTTP it is stateless: every POST carries its own credentials and is answered on
 its own, so any web process answers any request and a restart loses nothing. Each
 answer is one JSON body (the SDK's JSON-response mode, cheaper than a one-event stream
-for both ends); while a call is in flight the gate below listens to the connection, so
-a client that hangs up ends its call (a held wait with its open-wait place). A request
-without valid credentials is refused with 401 before the SDK sees it; each tool call is
-then authenticated again by the API route it calls, so a key revoked between two calls
-is refused on the next one."""
+for both ends), so nothing needs the server-to-client stream a GET would open: GET (and
+every method but POST) is 405, and no stream is ever held outside the open-wait cap.
+While a call is in flight the gate below listens to the connection, so a client that
+hangs up ends its call (a held wait with its open-wait place). A request without valid
+credentials is refused with 401 before the SDK sees it, so a key revoked between two
+calls is refused on the next one; a held wait authenticates again at each wake-up.
+
+Arguments are strict (RelayServer.call_tool): an unknown argument or a wrong type is a
+tool error naming it, and the tool does not run."""
 import asyncio
+import json
 import logging
 
 from django.conf import settings
 from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp_types import CallToolResult
+from pydantic import ValidationError
 
-from api.agents.dispatch import AUTHENTICATED, CLIENT_GONE
-from api.authentication import Principal
-from api.agents.tools import TOOLS
+from api.agents.session import CLIENT_GONE, CREDENTIALS, Credentials, Links
+from api.agents.tools import TOOLS, failure
+from api.authentication import MAX_KEY_LENGTH, challenge
 from api.errors import json_error_response
 from api.pooling import in_pool
 from mailboxes.errors import RelayError
-from mailboxes.keys import caller_for_secret
 
 logger = logging.getLogger(__name__)
 
@@ -34,10 +40,41 @@ INSTRUCTIONS = (
 )
 
 
+def _invalid_arguments(tool, arguments: dict) -> str | None:
+    """Why `arguments` do not fit `tool`, naming the argument, or None: an argument the
+    tool does not take, or a value of the wrong type or out of range, judged as JSON
+    Schema would (strict: "10" is not an integer, "true" not a boolean)."""
+    known = tool.parameters.get("properties", {})
+    unknown = sorted(set(arguments) - set(known))
+    if unknown:
+        return (f"{', '.join(unknown)}: not an argument of {tool.name}; it takes "
+                f"{', '.join(known) or 'no arguments'}.")
+    try:
+        tool.fn_metadata.arg_model.model_validate_json(json.dumps(arguments), strict=True)
+    except ValidationError as exc:
+        return " ".join(f"{'.'.join(str(part) for part in error['loc']) or 'arguments'}: {error['msg']}."
+                        for error in exc.errors(include_url=False))
+    return None
+
+
+class RelayServer(MCPServer):
+    async def call_tool(self, name, arguments, context=None) -> CallToolResult:
+        tool = self._tool_manager.get_tool(name)
+        if tool is not None:
+            problem = _invalid_arguments(tool, arguments or {})
+            if problem:
+                logger.info("refused a call of %s: %s", name, problem)
+                return failure("invalid_request", problem)
+        return await super().call_tool(name, arguments, context)
+
+
 def build() -> MCPServer:
-    server = MCPServer(name="relay", instructions=INSTRUCTIONS, log_level="WARNING")
+    server = RelayServer(name="Relay", version=settings.RELAY_VERSION, instructions=INSTRUCTIONS,
+                         log_level="WARNING")
     for tool in TOOLS:
-        server.add_tool(tool)
+        server.add_tool(tool, annotations=tool.annotations)
+        # The schema says what call_tool enforces: no argument but these.
+        server._tool_manager.get_tool(tool.__name__).parameters["additionalProperties"] = False
     # The SDK wraps every message in an OpenTelemetry span, which records nothing until an
     # exporter is installed, and Relay installs none; the span still costs each answer its
     # share of a held wait's wake-up (docs/benchmarks.md, "MCP waits").
@@ -69,20 +106,35 @@ def http_app():
 
 UNAUTHORIZED = (b'{"code":"unauthorized","message":"Use the header \'Authorization: Bearer <key>\' with an API key '
                 b'or a mailbox token."}')
+REFUSED = b'{"code":"unauthorized","message":"Invalid or revoked API key."}'
+NOT_ALLOWED = (b'{"code":"method_not_allowed","message":"Relay\'s MCP endpoint answers POST only: each answer is one '
+               b'JSON body, and no server-to-client stream is offered."}')
 
 
-def _authenticate(authorization: str) -> Principal | tuple[int, bytes]:
+def _authenticate(authorization: str, links: Links) -> Credentials | tuple[int, bytes, list]:
     """Who these credentials are, as the API sees them, or why the API would refuse them
-    (status and body)."""
+    (status, body and headers)."""
     scheme, _, secret = authorization.partition(" ")
+    secret = secret.strip()
+    if not authorization:
+        return 401, UNAUTHORIZED, [(b"www-authenticate", challenge(credentials_sent=False).encode())]
+    refused = 401, REFUSED, [(b"www-authenticate", challenge(credentials_sent=True).encode())]
+    if scheme.lower() != "bearer" or not secret or len(secret) > MAX_KEY_LENGTH:
+        return refused
+    found = Credentials(secret=secret, links=links)
     try:
-        caller = caller_for_secret(secret.strip()) if scheme.lower() == "bearer" and secret.strip() else None
+        return Credentials(secret=secret, links=links, principal=found.authenticate())
     except RelayError as exc:  # a suspended account: 403, as the API answers it
         response = json_error_response(exc)
-        return response.status_code, response.content
-    if caller is None:
-        return 401, UNAUTHORIZED
-    return Principal(owner=caller.owner, mailbox_id=caller.mailbox_id, api_key_id=caller.api_key_id)
+        return response.status_code, response.content, []
+    except Exception:  # AuthenticationFailed: unknown or revoked
+        return refused
+
+
+def _links(scope) -> Links:
+    """Where this request reached Relay, for the download URLs in its answers."""
+    host = dict(scope["headers"]).get(b"host", b"").decode("latin-1") or settings.RELAY_PUBLIC_URL.split("//", 1)[1]
+    return Links(f"{scope.get('scheme', 'http')}://{host}")
 
 
 async def _watch_for_hang_up(receive, gone: asyncio.Event) -> None:
@@ -96,10 +148,16 @@ async def _watch_for_hang_up(receive, gone: asyncio.Event) -> None:
         gone.set()
 
 
+async def _refuse(send, status: int, body: bytes, headers: list) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": [
+        (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *headers]})
+    await send({"type": "http.response.body", "body": body})
+
+
 class CredentialsGate:
-    """The API's refusal (401 without a valid key or mailbox token, 403 for a suspended
-    account) for an HTTP request to `/mcp`; everything else (the lifespan, requests with
-    valid credentials) goes to the SDK."""
+    """The API's refusal (405 for anything but POST, 401 without a valid key or mailbox
+    token, 403 for a suspended account) for an HTTP request to `/mcp`; everything else
+    (the lifespan, POSTs with valid credentials) goes to the SDK."""
 
     def __init__(self, app) -> None:
         self.app = app
@@ -107,18 +165,16 @@ class CredentialsGate:
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "http":
-            authorization = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
-            caller = await self.authenticate(authorization)
-            if not isinstance(caller, Principal):
-                status, body = caller
-                await send({"type": "http.response.start", "status": status, "headers": [
-                    (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                    (b"www-authenticate", b'Bearer realm="relay"')]})
-                await send({"type": "http.response.body", "body": body})
+            if scope["method"] != "POST":
+                await _refuse(send, 405, NOT_ALLOWED, [(b"allow", b"POST")])
                 return
-            # The tools that hold a wait start from this; every other call is
-            # authenticated again by its route.
-            AUTHENTICATED.set(caller)
+            authorization = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
+            credentials = await self.authenticate(authorization, _links(scope))
+            if not isinstance(credentials, Credentials):
+                await _refuse(send, *credentials)
+                return
+            # The tools act for these credentials (api/agents/session.py).
+            CREDENTIALS.set(credentials)
             await self.answer(scope, receive, send)
             return
         await self.app(scope, receive, send)

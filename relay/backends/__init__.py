@@ -14,8 +14,10 @@ from typing import Protocol
 from django.conf import settings
 
 from relay.backends.errors import (  # noqa: F401 (the backends' errors, re-exported for their callers)
+    AccountExists,
     BackendError,
     NoBackendSlot,
+    NotMadeByRelay,
     NothingToReconcile,
     PermanentBackendError,
     TransientBackendError,
@@ -41,6 +43,11 @@ class MailBackend(Protocol):
     # Whether the backend's accounts are named by local part alone, whatever the domain
     # (Cyrus): then a local part is unique across RELAY_DOMAINS.
     one_account_per_local_part: bool
+
+    def reserved_names(self) -> set[str]:
+        """Local parts the backend keeps for itself (its admin, its own accounts): never
+        handed out, whatever RELAY_RESERVED_LOCAL_PARTS says."""
+        ...
 
     def provision(self, mailbox: MailboxLike) -> str: ...
 

@@ -5,9 +5,15 @@ backend").
 Relay signs in to Cyrus only as the admin. A mailbox is the account named after its local
 part (`user/<local part>`; Cyrus with `virtdomains: off` delivers `local@any-domain` to
 it), so one local part is one account whatever the domain. Provisioning creates the
-account and gives the admin every right on it, so that the admin's JMAP session sees it
-as a shared account (accountId = the account's name); deprovisioning deletes it, after
-which Cyrus refuses its mail.
+account, marks it as Relay's (the mailbox's id in its `/shared/comment` annotation) and
+gives the admin every right on it, so that the admin's JMAP session sees it as a shared
+account (accountId = the account's name); deprovisioning deletes it, after which Cyrus
+refuses its mail.
+
+Relay never takes over an account it did not create: a CREATE that finds the account
+already there fails (AccountExists: the mailbox is refused, 409), and a deprovision
+deletes only an account that carries that mailbox's mark (NotMadeByRelay otherwise).
+The admin's own name and Cyrus's reserved names are never handed out (`reserved_names`).
 
 The admin's IMAP connection is opened per call and closed after it: account changes are
 rare (one at creation, one at the end), and a kept connection would only add the
@@ -22,7 +28,13 @@ import ssl
 from contextlib import contextmanager
 from urllib.parse import urlsplit
 
-from relay.backends.errors import PermanentBackendError, TransientBackendError, counted_backend_call
+from relay.backends.errors import (
+    AccountExists,
+    NotMadeByRelay,
+    PermanentBackendError,
+    TransientBackendError,
+    counted_backend_call,
+)
 from relay.backends.jmap import JmapClient
 from relay.metrics import MAILSERVER_REQUESTS
 
@@ -35,6 +47,15 @@ ADMIN_RIGHTS = "lrswipkxtecda"
 ALREADY_EXISTS = re.compile(rb"already exists", re.IGNORECASE)
 DOES_NOT_EXIST = re.compile(rb"does not exist|nonexistent", re.IGNORECASE)
 STATUS_LINE = re.compile(rb'^"?(?P<name>[^"]+?)"? \((?P<items>[^)]*)\)$')
+# Relay's mark on an account it created (RFC 5464 METADATA): "relay-mailbox:<mailbox id>".
+MARK_ENTRY = "/shared/comment"
+MARK_PREFIX = "relay-mailbox:"
+MARK_VALUE = re.compile(rb'"/shared/comment" (?:"(?P<value>[^"]*)"|NIL)', re.IGNORECASE)
+# Names Cyrus keeps for itself, never an account Relay hands out.
+CYRUS_NAMES = frozenset({"cyrus", "anonymous", "anyone", "admin", "root", "postmaster", "mailer-daemon"})
+# imaplib does not know RFC 5464's commands; both run in the authenticated state.
+imaplib.Commands.setdefault("GETMETADATA", ("AUTH", "SELECTED"))
+imaplib.Commands.setdefault("SETMETADATA", ("AUTH", "SELECTED"))
 
 
 class CyrusBackend:
@@ -54,6 +75,10 @@ class CyrusBackend:
         self.jmap = JmapClient(base_url=jmap_url, name="Cyrus", timeout=(timeout, timeout), basic=(admin, password))
         self._delimiter: str | None = None
 
+    def reserved_names(self) -> set[str]:
+        """Local parts never handed out: the admin's name and Cyrus's own."""
+        return {self.admin.lower(), *CYRUS_NAMES}
+
     # --- the two calls of a backend ------------------------------------------------------------
     @counted_backend_call("provision")
     def provision(self, mailbox) -> str:
@@ -61,10 +86,20 @@ class CyrusBackend:
         with self._imap() as imap:
             folder = self._folder(imap, account)
             outcome, detail = imap.create(folder)
-            # A retried create whose first answer was lost: the name is Relay's for good
-            # (reserved with the mailbox), so the account is this mailbox's.
-            if outcome != "OK" and not ALREADY_EXISTS.search(_text(detail)):
+            if outcome != "OK":
+                if ALREADY_EXISTS.search(_text(detail)):
+                    # Not Relay's: every name Relay hands out is reserved for good before
+                    # the create, so an account already there was made by someone else.
+                    raise AccountExists(f"Cyrus already has an account {account}, which Relay did not create")
                 raise PermanentBackendError(f"Cyrus refused to create {folder}: {_text(detail).decode(errors='replace')}")
+            # Marked before anything else, so that whatever fails after it, the account
+            # is known as this mailbox's and its cleanup may remove it.
+            outcome, detail = imap._simple_command("SETMETADATA", folder,
+                                                   f'({MARK_ENTRY} "{MARK_PREFIX}{mailbox.id}")')
+            if outcome != "OK":
+                imap.delete(folder)  # made a moment ago, unmarked: removed before anyone relies on it
+                raise PermanentBackendError(f"Cyrus refused Relay's mark on {folder}: "
+                                            f"{_text(detail).decode(errors='replace')}")
             outcome, detail = imap.setacl(folder, self.admin, ADMIN_RIGHTS)
             if outcome != "OK":
                 raise PermanentBackendError(f"Cyrus refused the admin's rights on {folder}: "
@@ -73,12 +108,36 @@ class CyrusBackend:
 
     @counted_backend_call("deprovision")
     def deprovision(self, mailbox) -> None:
+        """Delete the account if it is this mailbox's (its mark; for reconcile's orphans,
+        which have no mailbox row, any of Relay's marks); gone already is done."""
         with self._imap() as imap:
             folder = self._folder(imap, self.account_of(mailbox))
+            mark = self._mark(imap, folder)
+            if mark is None:
+                return  # never created, or already gone: nothing owed
+            mailbox_id = getattr(mailbox, "id", None)
+            if not mark.startswith(MARK_PREFIX) or (mailbox_id is not None and mark != f"{MARK_PREFIX}{mailbox_id}"):
+                raise NotMadeByRelay(f"Cyrus's {folder} was not created by Relay for this mailbox; left alone")
+            imap.setacl(folder, self.admin, ADMIN_RIGHTS)  # a create cut short may not have granted them yet
             outcome, detail = imap.delete(folder)
         if outcome == "OK" or DOES_NOT_EXIST.search(_text(detail)):
             return  # gone, or already gone: done either way
         raise PermanentBackendError(f"Cyrus refused to delete {folder}: {_text(detail).decode(errors='replace')}")
+
+    def _mark(self, imap, folder: str) -> str | None:
+        """The account's mark ("" when it has none), or None when there is no such account."""
+        outcome, detail = imap._simple_command("GETMETADATA", folder, MARK_ENTRY)
+        lines = imap.untagged_responses.pop("METADATA", [])
+        if outcome != "OK":
+            if DOES_NOT_EXIST.search(_text(detail)):
+                return None
+            raise PermanentBackendError(f"Cyrus refused to read {folder}'s annotation: "
+                                        f"{_text(detail).decode(errors='replace')}")
+        for line in lines:
+            match = MARK_VALUE.search(line) if isinstance(line, bytes) else None
+            if match:
+                return (match["value"] or b"").decode("utf-8", "replace")
+        return ""
 
     def accounts(self, domain: str):
         """Every account Cyrus holds, as (account name, its address in `domain`). Cyrus

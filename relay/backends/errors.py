@@ -5,7 +5,7 @@ retry may fix, PermanentBackendError for what it will not. Their own module, bel
 backends and the limiter, so that each imports them without importing the other."""
 import functools
 
-from mailboxes.errors import BackendFailure
+from mailboxes.errors import AccountNotRelays, BackendFailure
 from relay.metrics import BACKEND_CALLS
 
 
@@ -30,6 +30,15 @@ class NoBackendSlot(TransientBackendError):
 
 class PermanentBackendError(BackendError):
     """A retry will not fix it: bad credentials, a rejected request."""
+
+
+class AccountExists(PermanentBackendError, AccountNotRelays):
+    """Provisioning found the account already there: not Relay's, never taken over."""
+
+
+class NotMadeByRelay(PermanentBackendError):
+    """A deprovision found an account without Relay's mark for that mailbox: left alone,
+    for an operator to look at (the cleanup ends dead, reconcile reports it failed)."""
 
 
 class NothingToReconcile(Exception):

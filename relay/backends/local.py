@@ -12,6 +12,9 @@ class LocalBackend:
     one_account_per_local_part = False
     provision_seconds_max = 0
 
+    def reserved_names(self) -> set[str]:
+        return set()
+
     @counted_backend_call("provision")
     def provision(self, mailbox) -> str:
         return ""

@@ -5,12 +5,23 @@ the domain of the address. Calls go to the `apiUrl` announced at `/.well-known/j
 through the JMAP client the mail reader uses too (relay/backends/jmap.py). Stalwart may
 answer HTTP 200 with an error inside the body, so every method's answer is read, not
 just the status.
+
+Relay never takes over an account it did not create: a create that finds the account
+already there fails (AccountExists: the mailbox is refused, 409). Each account Relay
+creates carries its mailbox's id in its description (`MARK_PREFIX`), and an account is
+destroyed only by the id its create returned, or, where that answer was lost, when its
+description names the mailbox; reconcile sees only accounts with Relay's mark.
 """
 
 from django.conf import settings
 
-from relay.backends.errors import PermanentBackendError, TransientBackendError
-from relay.backends.errors import counted_backend_call
+from relay.backends.errors import (
+    AccountExists,
+    NotMadeByRelay,
+    PermanentBackendError,
+    TransientBackendError,
+    counted_backend_call,
+)
 from relay.backends.jmap import JmapClient
 
 
@@ -20,9 +31,13 @@ USING = ["urn:ietf:params:jmap:core", "urn:stalwart:jmap"]
 TRANSIENT_METHOD_ERRORS = {"serverUnavailable", "serverFail", "serverPartialFail", "tooManyRequests"}
 
 
-# provision() makes at most this many requests: discovery, domain, create, and the
-# account lookup after an "alreadyExists".
-PROVISION_REQUESTS_MAX = 4
+# provision() makes at most this many requests: discovery, domain and create.
+PROVISION_REQUESTS_MAX = 3
+# Relay's mark, the start of the description of every account it creates; the mailbox's
+# id follows.
+MARK_PREFIX = "Relay disposable mailbox "
+# Stalwart's own administrator (its fallback admin), never an account Relay hands out.
+STALWART_NAMES = frozenset({"admin"})
 
 
 class StalwartBackend:
@@ -52,7 +67,7 @@ class StalwartBackend:
                         "@type": "User",
                         "name": local_part,
                         "domainId": domain_id,
-                        "description": "Relay disposable mailbox",
+                        "description": f"{MARK_PREFIX}{mailbox.id}",
                         "credentials": {},
                         "memberGroupIds": {},
                         "roles": {"@type": "User"},
@@ -69,20 +84,29 @@ class StalwartBackend:
             return str(created["id"])
         failure = (result.get("notCreated") or {}).get("mailbox") or {}
         if failure.get("type") == "alreadyExists":
-            # A retried create whose first answer was lost: the account is ours.
-            existing = self._account_id(local_part, domain_id)
-            if existing:
-                return existing
+            # Not Relay's: every address Relay hands out is reserved for good before the
+            # create, so an account already there was made by someone else.
+            raise AccountExists(f"Stalwart already has an account {mailbox.address}, which Relay did not create")
         raise PermanentBackendError(f"Stalwart refused to create {mailbox.address}: {_describe(failure)}")
+
+    def reserved_names(self) -> set[str]:
+        """Local parts never handed out: Stalwart's own administrator."""
+        return set(STALWART_NAMES)
 
     @counted_backend_call("deprovision")
     def deprovision(self, mailbox) -> None:
+        """Destroy the account: by the id its create returned (Relay's), or, where that
+        answer never came, the account of that name if its mark names this mailbox."""
         account_id = mailbox.backend_id
         if not account_id:
             local_part, domain = mailbox.address.rsplit("@", 1)
             account_id = self._account_id(local_part, self._domain_id(domain))
             if account_id is None:
                 return  # never created or already gone: nothing owed
+            description = self._description(account_id)
+            if description is not None and description != f"{MARK_PREFIX}{mailbox.id}":
+                raise NotMadeByRelay(f"Stalwart's account {mailbox.address} was not created by Relay for this "
+                                     "mailbox; left alone")
         result = self._call("x:Account/set", {"destroy": [account_id]})
         if account_id in (result.get("destroyed") or []):
             return
@@ -103,9 +127,12 @@ class StalwartBackend:
                                                  "position": position, "limit": page_size}).get("ids") or []
             if not ids:
                 return
-            listed = self._call("x:Account/get", {"ids": ids, "properties": ["id", "name"]}).get("list") or []
+            listed = self._call("x:Account/get", {"ids": ids, "properties": ["id", "name", "description"]}
+                                ).get("list") or []
             for account in listed:
-                yield str(account["id"]), f"{account['name']}@{domain}"
+                # Only what Relay made is Relay's to judge: the operator's own accounts are not.
+                if str(account.get("description") or "").startswith(MARK_PREFIX):
+                    yield str(account["id"]), f"{account['name']}@{domain}"
             position += len(ids)
             if len(ids) < page_size:
                 return
@@ -131,6 +158,12 @@ class StalwartBackend:
             raise PermanentBackendError(f"domain {domain} is not configured on Stalwart")
         self._domain_ids[domain] = str(ids[0])
         return self._domain_ids[domain]
+
+    def _description(self, account_id: str) -> str | None:
+        """The account's description ("" without one), or None if it is gone."""
+        listed = self._call("x:Account/get", {"ids": [account_id], "properties": ["id", "description"]}
+                            ).get("list") or []
+        return str(listed[0].get("description") or "") if listed else None
 
     def _account_id(self, local_part: str, domain_id: str) -> str | None:
         ids = self._call("x:Account/query", {"filter": {"name": local_part, "domainId": domain_id}}).get("ids") or []

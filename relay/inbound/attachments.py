@@ -9,8 +9,10 @@ Serving them is where a hostile mail could strike: an HTML or SVG attachment ope
 Relay's origin would run its script with the reader's session. So an attachment is
 always a download, in a sandbox, never sniffed, and typed as what it says only when that
 type cannot run in a browser."""
+import codecs
 import email
 import re
+import unicodedata
 from email import policy
 
 from relay.inbound.parsing import MAX_ATTACHMENTS, MAX_PARTS, attachment_description, bounded_bytes, is_attachment
@@ -36,6 +38,8 @@ SAFETY_HEADERS = {
 # What a filename keeps: no path, no control character, no quote, not too long.
 UNSAFE_IN_FILENAME = re.compile(r'[\x00-\x1f\x7f"\\/:*?<>|]+')
 MAX_FILENAME_CHARS = 150
+# What a charset name may be (RFC 2978's names, as IANA lists them).
+CHARSET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:+-]{0,39}")
 
 
 def attachment_of(raw: bytes, number: int) -> tuple[dict, bytes] | None:
@@ -70,19 +74,43 @@ def attachment_of(raw: bytes, number: int) -> tuple[dict, bytes] | None:
     return None
 
 
+def safe_charset(charset: str | None) -> str:
+    """The charset to name for a text attachment: the sender's when it is a charset name
+    Python knows, else utf-8. The sender wrote it, and an RFC 2231 value can hold a CR or
+    LF that no header may carry."""
+    if not charset or not CHARSET_NAME.fullmatch(charset):
+        return "utf-8"
+    try:
+        codecs.lookup(charset)
+    except LookupError:
+        return "utf-8"
+    return charset.lower()
+
+
 def served_content_type(declared: str, charset: str | None = None) -> str:
     """The Content-Type an attachment is served with: its own when inert, else opaque."""
     declared = (declared or "").lower()
     if declared not in INERT_TYPES:
         return OPAQUE_TYPE
     if declared.startswith("text/"):
-        return f"{declared}; charset={charset or 'utf-8'}"
+        return f"{declared}; charset={safe_charset(charset)}"
     return declared
+
+
+def without_format_characters(text: str | None) -> str | None:
+    """`text` without Unicode control and format characters (Cc, Cf): how a sender's
+    filename is shown, so that no override or zero-width mark disguises it."""
+    if text is None:
+        return None
+    return "".join(char for char in text if unicodedata.category(char) not in ("Cc", "Cf"))
 
 
 def safe_filename(filename: str | None, number: int) -> str:
     """A filename for Content-Disposition: the last path segment of the declared name,
-    without control characters, quotes or separators; `attachment-N` when none is left."""
+    without control or format characters (Unicode Cc and Cf: a right-to-left override
+    makes `invoice\u202efdp.exe` read as a PDF), quotes or separators; `attachment-N`
+    when none is left."""
     name = (filename or "").replace("\\", "/").rsplit("/", 1)[-1]
+    name = without_format_characters(name)
     name = UNSAFE_IN_FILENAME.sub("_", name).strip(" .")[:MAX_FILENAME_CHARS]
     return name or f"attachment-{number}"
