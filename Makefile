@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test bench install install-dev migrate clean
+.PHONY: run test test-half-speed bench install install-dev migrate clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,10 @@ run: install
 ## Set up and run the whole test suite.
 test: install-dev
 	scripts/test.sh
+
+## The suite with one core kept busy, as on a machine at about half speed.
+test-half-speed: install-dev
+	scripts/with-busy-core.sh scripts/test.sh
 
 ## Run one benchmark: make bench NAME=expiry_burst ARGS="--mailboxes 20000" (see docs/benchmarks.md).
 bench: install-dev

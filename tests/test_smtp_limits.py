@@ -246,8 +246,10 @@ def test_runsmtp_stops_promptly_on_sigterm_with_a_bomb_in_flight(transactional_d
         sender.start()  # SIGTERM lands while the bomb is sent, parsed or stored
         server.terminate()
         started = time.monotonic()
-        server.wait(10)
-        assert time.monotonic() - started < 5
+        server.wait(25)
+        # A guard below the 30 s drain: the bomb's parse is capped at 1 s, so a server
+        # that waited out its whole drain, or hung, is the only way past it.
+        assert time.monotonic() - started < 20
     finally:
         if server.poll() is None:
             server.kill()
