@@ -7,6 +7,7 @@ import textwrap
 import threading
 import time
 import smtplib
+from datetime import datetime
 from email.message import EmailMessage
 
 import pytest
@@ -62,6 +63,7 @@ def test_mailboxes_are_created_listed_renewed_and_deleted(relay):
     assert isinstance(box, MailboxResult) and box.address.startswith("client-box@") and box.tags == ["t"]
     assert [m.id for m in relay.list_mailboxes()] == [box.id]
     assert relay.get_mailbox(box.id).status == "active"
+    assert isinstance(box.expires_at, datetime) and box.expires_at.tzinfo is not None
     assert relay.renew_mailbox(box.id, ttl_minutes=30).expires_at > box.expires_at
     assert relay.delete_mailbox(box.id) is True
     with pytest.raises(RelayError) as gone:
@@ -147,6 +149,30 @@ def test_a_429_is_retried_after_its_retry_after(processes, smtp_server):
     assert relay.wait_for_message(box.id, timeout_seconds=1) is None
     holding.join()
     assert 429 in statuses and statuses[-1] == 200, statuses
+
+
+def test_an_error_names_each_bad_fields_reason_in_its_text(relay):
+    with pytest.raises(RelayError) as refused:
+        relay.create_mailbox(local_part="Not Valid!")
+    assert refused.value.code == "invalid_request" and "local_part" in refused.value.fields
+    assert str(refused.value).startswith("invalid_request: ") and "local_part: " in str(refused.value)
+
+
+def test_the_fixture_takes_its_mailboxs_lifetime_and_address_from_a_marker(live, tmp_path):
+    base, key = live
+    (tmp_path / "test_marked.py").write_text(textwrap.dedent("""
+        import datetime, pytest
+
+        @pytest.mark.relay_mailbox(ttl_minutes=7, local_part="marked-box")
+        def test_marked(relay_mailbox):
+            left = relay_mailbox.expires_at - datetime.datetime.now(datetime.timezone.utc)
+            assert relay_mailbox.address.startswith("marked-box@")
+            assert datetime.timedelta(minutes=6) < left <= datetime.timedelta(minutes=7)
+    """))
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:django",
+                           str(tmp_path / "test_marked.py")], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120, env={"RELAY_URL": base, "RELAY_API_KEY": key, "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_the_fixture_deletes_its_mailbox_even_when_the_test_fails(live, tmp_path):

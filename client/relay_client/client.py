@@ -23,8 +23,11 @@ class RelayError(Exception):
     `quota_exceeded`, …), `.status` the HTTP status, `.fields` the bad fields, if any."""
 
     def __init__(self, code: str, message: str, status: int, fields: dict[str, Any] | None = None) -> None:
-        super().__init__(f"{code}: {message}")
         self.code, self.message, self.status, self.fields = code, message, status, fields or {}
+        # The reason of each bad field is part of the text: it is what a reader needs.
+        reasons = "; ".join(f"{name}: {' '.join(map(str, problems)) if isinstance(problems, list) else problems}"
+                            for name, problems in self.fields.items())
+        super().__init__(f"{code}: {message}" + (f" ({reasons})" if reasons else ""))
 
 
 class WaitTimeout(TimeoutError):

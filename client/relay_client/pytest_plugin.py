@@ -41,10 +41,17 @@ def relay_client() -> Relay:
     return Relay()
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "relay_mailbox(ttl_minutes=None, local_part=None, name=None, tags=None): "
+                                       "how the test's relay_mailbox is created")
+
+
 @pytest.fixture
-def relay_mailbox(relay_client: Relay) -> Iterator[BoundMailbox]:
-    """A fresh mailbox, deleted when the test ends however it ends."""
-    mailbox = relay_client.create_mailbox()
+def relay_mailbox(request: pytest.FixtureRequest, relay_client: Relay) -> Iterator[BoundMailbox]:
+    """A fresh mailbox, deleted when the test ends however it ends. A test sets its
+    lifetime or address with `@pytest.mark.relay_mailbox(ttl_minutes=10, local_part=…)`."""
+    marker = request.node.get_closest_marker("relay_mailbox")
+    mailbox = relay_client.create_mailbox(**(marker.kwargs if marker else {}))
     try:
         yield BoundMailbox(relay_client, mailbox)
     finally:

@@ -1,9 +1,11 @@
 """What Relay's API answers, as typed objects with the API's field names as attributes
-(`from` is `from_`: a Python keyword). Fields the API adds later are kept in `.raw`."""
+(`from` is `from_`: a Python keyword), its timestamps as timezone-aware datetimes. Fields
+the API adds later are kept in `.raw`, as the API sent them."""
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -12,9 +14,17 @@ T = TypeVar("T")
 def build(cls: type[T], data: dict[str, Any]) -> T:
     """An instance of the dataclass `cls` from the API's JSON `data`."""
     names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    values = {("from_" if key == "from" else key): value for key, value in data.items()}
+    values = {("from_" if key == "from" else key): _timestamp(value) if key in TIMESTAMPS else value
+              for key, value in data.items()}
     known = {key: value for key, value in values.items() if key in names and key != "raw"}
     return cls(**known, raw=data)  # type: ignore[call-arg]
+
+
+TIMESTAMPS = frozenset({"created_at", "expires_at", "expired_at", "received_at"})
+
+
+def _timestamp(value: Any) -> datetime | None:
+    return datetime.fromisoformat(value) if isinstance(value, str) else value
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -29,9 +39,9 @@ class Mailbox(ApiObject):
     id: str
     address: str
     status: str
-    created_at: str
-    expires_at: str
-    expired_at: str | None = None
+    created_at: datetime
+    expires_at: datetime
+    expired_at: datetime | None = None
     message_count: int = 0
     name: str = ""
     tags: list[str] = field(default_factory=list)
@@ -65,7 +75,7 @@ class Message(ApiObject):
     from_: str
     to: str
     subject: str
-    received_at: str
+    received_at: datetime
     envelope_from: str = ""
     envelope_to: str = ""
     size: int = 0
