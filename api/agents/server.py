@@ -23,6 +23,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import CallToolResult
 from pydantic import ValidationError
+from rest_framework import exceptions
 
 from api.agents.session import CLIENT_GONE, CREDENTIALS, Credentials, Links
 from api.agents.tools import TOOLS, failure
@@ -127,7 +128,7 @@ def _authenticate(authorization: str, links: Links) -> Credentials | tuple[int, 
     except RelayError as exc:  # a suspended account: 403, as the API answers it
         response = json_error_response(exc)
         return response.status_code, response.content, []
-    except Exception:  # AuthenticationFailed: unknown or revoked
+    except exceptions.AuthenticationFailed:  # unknown or revoked
         return refused
 
 

@@ -97,7 +97,9 @@ class CyrusBackend:
             outcome, detail = imap._simple_command("SETMETADATA", folder,
                                                    f'({MARK_ENTRY} "{MARK_PREFIX}{mailbox.id}")')
             if outcome != "OK":
-                imap.delete(folder)  # made a moment ago, unmarked: removed before anyone relies on it
+                # Made a moment ago, unmarked: removed before anyone relies on it.
+                imap.setacl(folder, self.admin, ADMIN_RIGHTS)
+                imap.delete(folder)
                 raise PermanentBackendError(f"Cyrus refused Relay's mark on {folder}: "
                                             f"{_text(detail).decode(errors='replace')}")
             outcome, detail = imap.setacl(folder, self.admin, ADMIN_RIGHTS)
