@@ -122,9 +122,9 @@ def _authenticate(authorization: str, links: Links) -> Credentials | tuple[int, 
     refused = 401, REFUSED, [(b"www-authenticate", challenge(credentials_sent=True).encode())]
     if scheme.lower() != "bearer" or not secret or len(secret) > MAX_KEY_LENGTH:
         return refused
-    found = Credentials(secret=secret, links=links)
     try:
-        return Credentials(secret=secret, links=links, principal=found.authenticate())
+        principal = Credentials(secret=secret, links=links).authenticate()
+        return Credentials(secret=secret, links=links, principal=principal)
     except RelayError as exc:  # a suspended account: 403, as the API answers it
         response = json_error_response(exc)
         return response.status_code, response.content, []

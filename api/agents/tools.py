@@ -227,17 +227,22 @@ def _ttl_ms(ttl_minutes: int | None) -> int | None:
 def tool(*, output: type[Result], read_only: bool = False, destructive: bool = False, idempotent: bool = False,
          open_world: bool = False, mail: bool = False):
     """Declare a tool: its result's model (its outputSchema), its annotations, and, with
-    `mail`, the warning that what it returns was written by strangers. The function is
-    sync and runs in the shared thread pool; an error a caller caused becomes a tool
-    error."""
+    `mail`, the warning that what it returns was written by strangers. A sync function
+    runs in the shared thread pool; an async one (a wait: the event loop's, not a
+    thread's) runs as it is, and ends when its MCP client hangs up. An error a caller
+    caused becomes a tool error."""
     def declare(fn):
+        call = fn if inspect.iscoroutinefunction(fn) else in_pool(fn)
+
         async def run(**arguments):
             if "from" in arguments:
                 arguments["from_"] = arguments.pop("from")
             try:
-                return await in_pool(fn)(**arguments)
+                return await call(**arguments)
             except (RelayError, exceptions.APIException) as exc:
                 return failure_of(exc)
+            except ClientGone:  # nobody will read it; the wait was cancelled
+                return failure("cancelled", "The client went away.")
 
         description = " ".join(fn.__doc__.split())
         run.__name__, run.__doc__ = fn.__name__, f"{description} {STRANGERS}" if mail else description
@@ -317,20 +322,20 @@ def delete_mailbox(mailbox_id: MailboxId) -> CallToolResult:
 
 
 # --- messages ------------------------------------------------------------------------------------
-def _listed(*, mailbox: Mailbox | None, words: str | None, unread: bool = False) -> dict:
+def _listed(*, caller: Principal, mailbox: Mailbox | None, words: str | None, unread: bool = False) -> dict:
     """The newest LISTED_MAX messages matching the search route's filters, in `mailbox` or
     in all of the caller's."""
     query = _valid(MessageSearchQuerySerializer, {"q": words, "unread": "true" if unread else None})
     search = MessageSearchQuerySerializer.filters(query)
-    messages = selectors.message_search(caller=_principal(), mailbox=mailbox, **search)
+    messages = selectors.message_search(caller=caller, mailbox=mailbox, **search)
     with selectors.words_search_plan(search["words"]):
         return {"messages": MessageSummarySerializer(list(messages[:LISTED_MAX]), many=True).data}
 
 
-def _live_mailbox(mailbox_id: uuid.UUID) -> Mailbox:
+def _live_mailbox(caller: Principal, mailbox_id: uuid.UUID) -> Mailbox:
     """The caller's live mailbox, with what its mail server delivered a moment ago read
     (after the ownership check: nothing is read for a mailbox the caller may not see)."""
-    mailbox = selectors.mailbox_get_active(caller=_principal(), mailbox_id=mailbox_id)
+    mailbox = selectors.mailbox_get_active(caller=caller, mailbox_id=mailbox_id)
     mailserver.read_now(Mailbox.objects.filter(id=mailbox.id))
     return mailbox
 
@@ -344,7 +349,8 @@ def list_messages(mailbox_id: MailboxId,
     """The 50 newest messages of a mailbox: {"messages": [{id, from, to, subject,
     received_at, size, is_read, has_attachments}, ...]}. Use get_message for a body.
     Errors: expired (the mailbox ended), not_found."""
-    return result(_listed(mailbox=_live_mailbox(mailbox_id), words=query, unread=unread))
+    caller = _principal()
+    return result(_listed(caller=caller, mailbox=_live_mailbox(caller, mailbox_id), words=query, unread=unread))
 
 
 @tool(output=MessageOut, idempotent=True, mail=True)
@@ -372,23 +378,10 @@ async def _first_message(mailbox_id: uuid.UUID, *, wait: int, after: int | None,
         filters=filters, with_code=with_code))
 
 
-def waits(fn):
-    """A tool that holds a wait: async (the wait is the event loop's, not a thread's), its
-    errors made tool errors like every tool's."""
-    async def run(**arguments):
-        if "from" in arguments:
-            arguments["from_"] = arguments.pop("from")
-        try:
-            return await fn(**arguments)
-        except (RelayError, exceptions.APIException) as exc:
-            return failure_of(exc)
-        except ClientGone:  # nobody will read it; the wait was cancelled
-            return failure("cancelled", "The client went away.")
-
-    return run
-
-
-async def _wait_for_message(mailbox_id: MailboxId, timeout_seconds: Timeout = WAIT_DEFAULT_SECONDS,
+# Each call may take a message (marked read): not idempotent, since a second call may
+# find a newer message.
+@tool(output=Waited, mail=True)
+async def wait_for_message(mailbox_id: MailboxId, timeout_seconds: Timeout = WAIT_DEFAULT_SECONDS,
                             from_: FromFilter = None, subject: SubjectFilter = None, after: After = None,
                             ) -> CallToolResult:
     """Wait for mail: the first message matching the filters that was received after
@@ -401,7 +394,8 @@ async def _wait_for_message(mailbox_id: MailboxId, timeout_seconds: Timeout = WA
     return result({"message": message})
 
 
-async def _wait_for_code(mailbox_id: MailboxId, timeout_seconds: Timeout = WAIT_DEFAULT_SECONDS,
+@tool(output=Code, mail=True)
+async def wait_for_code(mailbox_id: MailboxId, timeout_seconds: Timeout = WAIT_DEFAULT_SECONDS,
                          from_: FromFilter = None, subject: SubjectFilter = None, after: After = None,
                          ) -> CallToolResult:
     """Wait for a verification code: the first message matching the filters, received
@@ -415,22 +409,6 @@ async def _wait_for_code(mailbox_id: MailboxId, timeout_seconds: Timeout = WAIT_
         return result({"code": None})
     return result({"code": message["codes"][0], "codes": message["codes"], "message_id": message["id"],
                    "from": message["from"], "subject": message["subject"]})
-
-
-def _waiting_tool(fn, name: str, output: type[Result]):
-    run = waits(fn)
-    run.__name__ = name
-    run.__doc__ = f"{' '.join(fn.__doc__.split())} {STRANGERS}"
-    run.__signature__ = _signature(fn, output)
-    # Each call may take a message (marked read) and moves nothing else: not idempotent,
-    # since a second call may find a newer message.
-    run.annotations = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
-                                      open_world_hint=False)
-    return run
-
-
-wait_for_message = _waiting_tool(_wait_for_message, "wait_for_message", Waited)
-wait_for_code = _waiting_tool(_wait_for_code, "wait_for_code", Code)
 
 
 @tool(output=Queued, open_world=True)
@@ -454,10 +432,11 @@ def search_messages(query: Annotated[str, Field(description="Words that must all
                     ) -> CallToolResult:
     """Search your mail, newest first, in one mailbox or all of yours (expired ones too,
     while kept): {"messages": [list items, each with mailbox_id]}, the 50 best."""
+    caller = _principal()
     if mailbox_id is not None:
-        return result(_listed(mailbox=_live_mailbox(mailbox_id), words=query))
-    mailserver.read_now(selectors.mailboxes_visible_to(_principal()))
-    return result(_listed(mailbox=None, words=query))
+        return result(_listed(caller=caller, mailbox=_live_mailbox(caller, mailbox_id), words=query))
+    mailserver.read_now(selectors.mailboxes_visible_to(caller))
+    return result(_listed(caller=caller, mailbox=None, words=query))
 
 
 @tool(output=Attachment, read_only=True, idempotent=True, mail=True)
