@@ -5,6 +5,7 @@ each within a short timeout; 503 naming what does not, so a load balancer stops 
 traffic to a web process that could not do its work."""
 import logging
 
+from celery import current_app
 from django.db import connection
 from django.http import JsonResponse
 from django.views.decorators.http import require_GET
@@ -22,9 +23,7 @@ def _database() -> None:
 
 
 def _broker() -> None:
-    from config.celery import app
-
-    with app.connection_for_write() as broker:
+    with current_app.connection_for_write() as broker:
         broker.ensure_connection(max_retries=1, timeout=BROKER_TIMEOUT_SECONDS)
 
 

@@ -26,7 +26,7 @@ from api.serializers import (
     SendAcceptedSerializer,
     SendSerializer,
 )
-from mailboxes import selectors, services
+from mailboxes import access, selectors, services
 from mailboxes.ending import mailbox_delete
 from mailboxes.errors import NotFound
 from mailboxes.models import Mailbox
@@ -127,7 +127,7 @@ class MailboxCollectionView(APIView):
     )
     def get(self, request):
         query = _valid(MailboxListQuerySerializer, request.query_params)
-        mailboxes = selectors.mailbox_list(
+        mailboxes = access.mailbox_list(
             caller=request.user, include_expired=query["include_expired"], status=query.get("status"),
             tags=query.get("tag", []), text=query.get("q", ""), created_after=query.get("created_after"),
             created_before=query.get("created_before"), ordering=query["ordering"])
@@ -153,19 +153,19 @@ class MailboxCollectionView(APIView):
 class MailboxDetailView(APIView):
     @extend_schema(operation_id="mailboxes_get", summary="Get a mailbox (expired on the spot if past expires_at)", responses=MailboxSerializer)
     def get(self, request, mailbox_id):
-        mailbox = selectors.mailbox_get(caller=request.user, mailbox_id=mailbox_id)
+        mailbox = access.mailbox_get(caller=request.user, mailbox_id=mailbox_id)
         return Response(MailboxSerializer(mailbox).data)
 
     @extend_schema(operation_id="mailboxes_update", summary="Set the name, tags or metadata (each given field replaced)",
                    request=MailboxPatchSerializer, responses=MailboxSerializer)
     def patch(self, request, mailbox_id):
-        mailbox = selectors.mailbox_get_active(caller=request.user, mailbox_id=mailbox_id)
+        mailbox = access.mailbox_get_active(caller=request.user, mailbox_id=mailbox_id)
         labels = _valid(MailboxPatchSerializer, request.data)
         return Response(MailboxSerializer(services.mailbox_label(mailbox=mailbox, labels=labels)).data)
 
     @extend_schema(operation_id="mailboxes_delete", summary="Delete a mailbox: it stops receiving and is deprovisioned", responses={204: None})
     def delete(self, request, mailbox_id):
-        mailbox = selectors.mailbox_get(caller=request.user, mailbox_id=mailbox_id)
+        mailbox = access.mailbox_get(caller=request.user, mailbox_id=mailbox_id)
         mailbox_delete(mailbox=mailbox)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
@@ -174,7 +174,7 @@ class MailboxRenewView(APIView):
     @extend_schema(operation_id="mailboxes_renew", summary="Renew: expires_at = now + ttl_ms", request=MailboxRenewSerializer,
                    responses=MailboxSerializer)
     def post(self, request, mailbox_id):
-        mailbox = selectors.mailbox_get_active(caller=request.user, mailbox_id=mailbox_id)
+        mailbox = access.mailbox_get_active(caller=request.user, mailbox_id=mailbox_id)
         body = _valid(MailboxRenewSerializer, request.data)
         mailbox = services.mailbox_renew(mailbox=mailbox, plan=request.user.plan, ttl_ms=body.get("ttl_ms"))
         return Response(MailboxSerializer(mailbox).data)
@@ -191,14 +191,14 @@ class MailboxRowsView(APIView):
         raise NotImplementedError
 
     def get(self, request, mailbox_id):
-        find = selectors.mailbox_get_active if self.live_only else selectors.mailbox_get
+        find = access.mailbox_get_active if self.live_only else access.mailbox_get
         mailbox = find(caller=request.user, mailbox_id=mailbox_id)
         return _paginated(request, self, self.rows(mailbox), self.serializer_class)
 
 
 def _message_search(request, view, mailbox=None) -> Response:
     search = MessageSearchQuerySerializer.filters(_valid(MessageSearchQuerySerializer, request.query_params))
-    messages = selectors.message_search(caller=request.user, mailbox=mailbox, **search)
+    messages = access.message_search(caller=request.user, mailbox=mailbox, **search)
     with selectors.words_search_plan(search["words"]):
         return _paginated(request, view, messages, MessageSummarySerializer, count_with_page=bool(search["words"]))
 
@@ -223,14 +223,14 @@ class MessageCollectionView(MailboxRowsView):
     live_only = True
 
     def get(self, request, mailbox_id):
-        mailbox = selectors.mailbox_get_active(caller=request.user, mailbox_id=mailbox_id)
+        mailbox = access.mailbox_get_active(caller=request.user, mailbox_id=mailbox_id)
         mailserver.read_now(Mailbox.objects.filter(id=mailbox.id))
         return _message_search(request, self, mailbox)
 
     @extend_schema(operation_id="messages_send", summary="Send a message from this mailbox (needs an API key)",
                    request=SendSerializer, responses={202: SendAcceptedSerializer})
     def post(self, request, mailbox_id):
-        mailbox = selectors.mailbox_get_active(caller=request.user, mailbox_id=mailbox_id)
+        mailbox = access.mailbox_get_active(caller=request.user, mailbox_id=mailbox_id)
         outbound = outbound_queue(mailbox=mailbox, **_valid(SendSerializer, request.data))
         # Where to follow the send: its outbox entry (the id is not a received message's).
         location = reverse("outbound-detail", kwargs={"mailbox_id": mailbox.id, "outbound_id": outbound.id})
@@ -242,14 +242,14 @@ class MessageDetailView(APIView):
     @extend_schema(operation_id="messages_get", summary="Get a message with its bodies and headers; marks it read",
                    responses=MessageDetailSerializer)
     def get(self, request, mailbox_id, message_id):
-        mailbox = selectors.mailbox_get_active(caller=request.user, mailbox_id=mailbox_id)
+        mailbox = access.mailbox_get_active(caller=request.user, mailbox_id=mailbox_id)
         message = selectors.message_get(mailbox=mailbox, message_id=message_id)
         services.message_mark_read(message=message)
         return Response(MessageDetailSerializer(message, context={"request": request}).data)
 
     @extend_schema(operation_id="messages_delete", summary="Delete a message", responses={204: None})
     def delete(self, request, mailbox_id, message_id):
-        mailbox = selectors.mailbox_get_active(caller=request.user, mailbox_id=mailbox_id)
+        mailbox = access.mailbox_get_active(caller=request.user, mailbox_id=mailbox_id)
         if not services.message_delete(mailbox=mailbox, message_id=message_id):
             raise NotFound()
         return Response(status=status.HTTP_204_NO_CONTENT)
@@ -258,7 +258,7 @@ class MessageDetailView(APIView):
 class MessageRawView(APIView):
     @extend_schema(operation_id="messages_raw", summary="The exact bytes received", responses={(200, "message/rfc822"): OpenApiTypes.BINARY})
     def get(self, request, mailbox_id, message_id):
-        mailbox = selectors.mailbox_get_active(caller=request.user, mailbox_id=mailbox_id)
+        mailbox = access.mailbox_get_active(caller=request.user, mailbox_id=mailbox_id)
         raw = selectors.message_raw(mailbox=mailbox, message_id=message_id)
         return HttpResponse(raw, content_type="message/rfc822")
 
@@ -267,7 +267,7 @@ class AttachmentView(APIView):
     @extend_schema(operation_id="attachments_get", summary="Download an attachment (always as a download, sandboxed)",
                    responses={(200, "*/*"): OpenApiTypes.BINARY})
     def get(self, request, mailbox_id, message_id, attachment_id):
-        mailbox = selectors.mailbox_get_active(caller=request.user, mailbox_id=mailbox_id)
+        mailbox = access.mailbox_get_active(caller=request.user, mailbox_id=mailbox_id)
         found = attachment_of(selectors.message_raw(mailbox=mailbox, message_id=message_id), attachment_id)
         if found is None:
             raise NotFound("No such attachment.")
@@ -292,5 +292,5 @@ class OutboundCollectionView(MailboxRowsView):
 class OutboundDetailView(APIView):
     @extend_schema(operation_id="outbox_get", summary="A sent message's status, attempts and last error", responses=OutboundSerializer)
     def get(self, request, mailbox_id, outbound_id):
-        mailbox = selectors.mailbox_get(caller=request.user, mailbox_id=mailbox_id)
+        mailbox = access.mailbox_get(caller=request.user, mailbox_id=mailbox_id)
         return Response(OutboundSerializer(outbound_get(mailbox=mailbox, outbound_id=outbound_id)).data)

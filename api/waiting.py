@@ -18,7 +18,7 @@ from api.open_waits import OpenWait, caller_key
 from api.pooling import in_pool
 from api.serializers import (EventsQuerySerializer, MessageDetailSerializer, MessageSummarySerializer,
                              WaitQuerySerializer, message_codes)
-from mailboxes import selectors, services
+from mailboxes import access, selectors, services
 from mailboxes.errors import Forbidden, RelayError
 from mailboxes.models import Mailbox, MailboxStatus
 from relay import mailserver
@@ -46,7 +46,7 @@ def _authenticate(request) -> Principal:
 
 
 def _messages_after(mailbox, after: int, search: dict):
-    return selectors.message_search(caller=None, mailbox=mailbox, **search).filter(id__gt=after)
+    return access.message_search(caller=None, mailbox=mailbox, **search).filter(id__gt=after)
 
 
 def _new_messages(mailbox, after: int, *, ascending: bool, page: int = 1, size: int = MAX_RESULTS,
@@ -70,7 +70,7 @@ def _open(caller, mailbox_id, after: int = 0) -> Mailbox:
     where a mail server holds the mail, what it delivered a moment ago is read
     (relay/mailserver/); later news comes by the poll's wake-up. Ownership comes first, so
     a stranger's wait never makes the mail server read someone else's mailbox."""
-    mailbox = selectors.mailbox_get_active(caller=caller, mailbox_id=mailbox_id)
+    mailbox = access.mailbox_get_active(caller=caller, mailbox_id=mailbox_id)
     if after:
         selectors.message_cursor_check(messages=selectors.message_list(mailbox=mailbox), after=after)
     mailserver.read_now(Mailbox.objects.filter(id=mailbox.id))
@@ -86,7 +86,7 @@ def _look(authenticate, mailbox_id, after: int, ascending: bool, page: int = 1, 
     while its request is held is refused (401/403) at the next look (docs/api.md, "Keys
     and revocation")."""
     caller = caller or authenticate()
-    mailbox = selectors.mailbox_get_active(caller=caller, mailbox_id=mailbox_id)
+    mailbox = access.mailbox_get_active(caller=caller, mailbox_id=mailbox_id)
     return mailbox, _new_messages(mailbox, after, ascending=ascending, page=page, size=size, search=search)
 
 
@@ -165,7 +165,7 @@ def _look_first(authenticate, links, mailbox_id, cursor: list[int], search: dict
     absolute), marked read; None if there is none yet. Messages without a code are passed
     over for good: the cursor moves past them. The caller is authenticated as by _look."""
     caller = caller or authenticate()
-    mailbox = selectors.mailbox_get_active(caller=caller, mailbox_id=mailbox_id)
+    mailbox = access.mailbox_get_active(caller=caller, mailbox_id=mailbox_id)
     rows = (_messages_after(mailbox, cursor[0], search).order_by("id").select_related("content")
             .defer("content__raw"))
     with selectors.words_search_plan(search.get("words", "")):
@@ -207,7 +207,7 @@ def _sse(event: str, data: dict, event_id: int | None = None) -> str:
 
 
 def _latest_id(caller, mailbox_id) -> int:
-    mailbox = selectors.mailbox_get_active(caller=caller, mailbox_id=mailbox_id)
+    mailbox = access.mailbox_get_active(caller=caller, mailbox_id=mailbox_id)
     return selectors.message_list(mailbox=mailbox).values_list("id", flat=True).first() or 0
 
 
@@ -216,7 +216,7 @@ def _ended(caller, mailbox_id) -> dict:
     from api.serializers import MailboxSerializer
 
     try:
-        return MailboxSerializer(selectors.mailbox_get(caller=caller, mailbox_id=mailbox_id)).data
+        return MailboxSerializer(access.mailbox_get(caller=caller, mailbox_id=mailbox_id)).data
     except RelayError:
         return {"id": str(mailbox_id), "status": MailboxStatus.DELETED}
 

@@ -46,32 +46,6 @@ for _signal, _receiver in _task_counters.items():
     _signal.connect(_receiver)
 
 
-# A broker that cannot say how long a queue is gets one warning a minute, not one a sweep.
-_QUEUE_LENGTH_WARN_EVERY_SECONDS = 60
-_last_queue_length_warning = 0.0
-
-
-def queue_length(name: str) -> int | None:
-    """Messages waiting in the queue `name`: 0 for an empty one (on Redis an empty queue
-    is a missing key, which a passive declare reports as not found), None when the
-    broker cannot answer."""
-    global _last_queue_length_warning
-    try:
-        with app.connection_for_read() as conn:
-            # One try: a sweep must not wait out the client's reconnect backoff (seconds)
-            # for a figure it can do without.
-            conn.ensure_connection(max_retries=0)
-            try:
-                return conn.default_channel.queue_declare(queue=name, passive=True).message_count
-            except conn.channel_errors:
-                return 0
-    except Exception:
-        if time.monotonic() - _last_queue_length_warning > _QUEUE_LENGTH_WARN_EVERY_SECONDS:
-            _last_queue_length_warning = time.monotonic()
-            logger.warning("could not read the length of queue %s", name, exc_info=True)
-        return None
-
-
 @worker_init.connect
 def _count_objects(**kwargs) -> None:
     """A diagnostic: with RELAY_OBJECT_COUNTS_DIR set, the worker's main process counts

@@ -13,4 +13,8 @@ class ExpiryConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from expiry.dispatch import on_mailboxes_ended
+        from mailboxes.signals import mailboxes_ended
+
         post_migrate.connect(_sync_schedules, sender=self, dispatch_uid="relay-sync-schedules")
+        mailboxes_ended.connect(on_mailboxes_ended, dispatch_uid="relay-expiry-queue-cleanups")

@@ -1,6 +1,6 @@
 """The cleanup of one mailbox: deprovision it on the mail backend, once.
 
-A cleanup is owed work (owed/, mailboxes.ending.CLEANUPS): a task runs it only after
+A cleanup is owed work (owed/, mailboxes.models.CLEANUPS): a task runs it only after
 taking the row, a compare-and-set from `pending` to `running` under a fresh claim that
 counts the attempt. A duplicate message, a redelivery or a second worker finds nothing
 to take and stops; the outcome is recorded only by the runner still holding the claim.
@@ -15,8 +15,9 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from mailboxes.ending import CLEANUPS, mailboxes_expire_due, publish_cleanups
-from mailboxes.models import CleanupState, Mailbox, MailboxStatus
+from expiry.dispatch import publish_cleanups
+from mailboxes.ending import mailboxes_expire_due
+from mailboxes.models import CLEANUPS, CleanupState, Mailbox, MailboxStatus
 from mailboxes.signals import event_happened
 from relay import mailserver
 from relay.backends import NoBackendSlot, PermanentBackendError, TransientBackendError, get_backend
@@ -49,7 +50,7 @@ def mailbox_cleanup(*, mailbox_id, retries: int = 0) -> CleanupOutcome:
     now = timezone.now()
     taken = _take(mailbox_id)
     # A task queued before the mailbox was due expires it itself once it is.
-    if taken is None and mailboxes_expire_due(mailbox_ids=[mailbox_id], now=now, publish=False):
+    if taken is None and mailboxes_expire_due(mailbox_ids=[mailbox_id], now=now, announce=False):
         taken = _take(mailbox_id)
     if taken is None:
         logger.debug("cleanup of %s: nothing to take (not due, done, dead, or running elsewhere)", mailbox_id)
@@ -91,7 +92,7 @@ def mailbox_cleanup(*, mailbox_id, retries: int = 0) -> CleanupOutcome:
 
 
 def mailboxes_cleanup(*, mailbox_ids: list, expire_due: bool = False) -> dict[str, int]:
-    """A batch of cleanups, where a deprovision calls no server (mailboxes.ending.
+    """A batch of cleanups, where a deprovision calls no server (expiry.dispatch.
     cleanups_per_task): the pending ones among `mailbox_ids` taken with one claim (FOR
     UPDATE SKIP LOCKED: a row another run holds is left to it), each deprovisioned, the
     done ones settled in one statement. One that fails is settled alone, as
@@ -100,7 +101,7 @@ def mailboxes_cleanup(*, mailbox_ids: list, expire_due: bool = False) -> dict[st
     them that are due, in one statement. Returns how many ended done and dead."""
     now = timezone.now()
     if expire_due:
-        mailboxes_expire_due(mailbox_ids=mailbox_ids, now=now, publish=False)
+        mailboxes_expire_due(mailbox_ids=mailbox_ids, now=now, announce=False)
     claim, taken = CLEANUPS.take_batch(Mailbox.objects.filter(CLEANUPS.takeable(now), id__in=mailbox_ids)
                                        .order_by(), limit=len(mailbox_ids))
     _queue_left_over({uuid.UUID(str(mailbox_id)) for mailbox_id in mailbox_ids} - set(taken), now=now)

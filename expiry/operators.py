@@ -8,8 +8,8 @@ from django.db.models import Count, Min
 from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
-from mailboxes.ending import CLEANUPS, cleanup_pending_fields, publish_after_commit
-from mailboxes.models import CleanupState, Mailbox, MailboxStatus
+from expiry.dispatch import queue_cleanups_after_commit
+from mailboxes.models import CLEANUPS, CleanupState, Mailbox, MailboxStatus, cleanup_owed
 from mailboxes.selectors import mailbox_counts
 
 logger = logging.getLogger(__name__)
@@ -21,8 +21,8 @@ REPORTED_STATUSES = (MailboxStatus.ACTIVE, MailboxStatus.EXPIRED, MailboxStatus.
 def cleanup_requeue(*, mailbox_ids: list) -> list:
     """The operator's "retry cleanup": queue these dead letters again with a fresh
     attempt count. Returns the ids requeued."""
-    requeued = CLEANUPS.requeue(mailbox_ids, **cleanup_pending_fields(now=timezone.now(), claim=uuid.uuid4()))
-    publish_after_commit(requeued)
+    requeued = CLEANUPS.requeue(mailbox_ids, **cleanup_owed(now=timezone.now(), claim=uuid.uuid4()))
+    queue_cleanups_after_commit(requeued)
     if requeued:
         logger.info("requeued %d dead letter(s)", len(requeued))
     return requeued

@@ -25,10 +25,9 @@ from django.db.models import DateTimeField, DurationField, ExpressionWrapper, F,
 from django.db.models.functions import Greatest, Least
 from django.utils import timezone
 
-from config.celery import queue_length
-from mailboxes.ending import (cleanup_lease_until, cleanups_per_task, mailboxes_expire_due, provisionings_abandon,
-                              publish_after_commit, publish_cleanups)
-from mailboxes.models import CleanupState, Mailbox, MailboxStatus
+from expiry.dispatch import cleanups_per_task, publish_cleanups, queue_cleanups_after_commit, queue_length
+from mailboxes.ending import mailboxes_expire_due, provisionings_abandon
+from mailboxes.models import CLEANUPS, CleanupState, Mailbox, MailboxStatus
 
 logger = logging.getLogger(__name__)
 
@@ -129,7 +128,7 @@ def _requeue_lapsed_batch(batch_size: int, *, backlog: bool) -> tuple[int, int]:
     locked = Mailbox.objects.filter(id__in=mailbox_ids)
     locked.filter(cleanup_state=CleanupState.RUNNING).update(
         cleanup_state=CleanupState.PENDING, cleanup_claim=claim, cleanup_queued_at=now,
-        cleanup_lease_until=cleanup_lease_until(now),
+        cleanup_lease_until=CLEANUPS.lease(now),
     )
     waited = ExpressionWrapper(Value(now) - F("cleanup_queued_at"), output_field=DurationField())
     lease = Value(timedelta(seconds=settings.RELAY_CLEANUP_LEASE_SECONDS))
@@ -141,7 +140,7 @@ def _requeue_lapsed_batch(batch_size: int, *, backlog: bool) -> tuple[int, int]:
     requeued = list(Mailbox.objects.filter(id__in=mailbox_ids, cleanup_claim=claim).values_list("id", flat=True))
     if requeued:
         logger.warning("%d cleanup(s) lapsed without an outcome; queued again", len(requeued))
-    publish_after_commit(requeued)
+    queue_cleanups_after_commit(requeued)
     return len(mailbox_ids), len(requeued)
 
 
@@ -155,7 +154,7 @@ def schedule_upcoming(*, batch_size: int | None = None, now: datetime | None = N
     Each mailbox is scheduled once per `expires_at` (`expiry_scheduled_for`). Workers
     hold scheduled tasks in memory until they run, so where a task cleans up one mailbox
     a sweep schedules at most `batch_size`; where one task runs a batch (those due within
-    50 ms of each other, mailboxes.ending.publish_cleanups), they hold a timer per batch,
+    50 ms of each other, expiry.dispatch.publish_cleanups), they hold a timer per batch,
     not per mailbox, and a sweep schedules batch after batch, as it expires them
     (RELAY_SWEEP_MAX_BATCHES)."""
     batch_size = batch_size or settings.RELAY_SWEEP_BATCH_SIZE

@@ -5,7 +5,7 @@ from celery import shared_task
 from django.conf import settings
 
 from expiry import cleanup, purge, sweep as sweeping
-from mailboxes.ending import CLEANUPS
+from mailboxes.models import CLEANUPS
 from relay.backends import NoBackendSlot, TransientBackendError
 
 # The cleanup's lease must outlive the task: if the hard time limit could exceed the

@@ -1,12 +1,15 @@
 """What a mailbox is: mailboxes, the mail they hold, the addresses ever handed out, and
 what each plan allows them. Who owns them is accounts/."""
 import uuid
+from datetime import datetime
 
+from django.conf import settings
 from django.contrib.postgres.search import SearchVectorField
 from django.db import models
 from django.db.models import Q
 
 from accounts.models import Plan
+from owed import OwedWork
 
 
 # The longest TTL each plan may ask for; never above settings.RELAY_MAX_TTL_MS.
@@ -49,9 +52,14 @@ class CleanupState(models.TextChoices):
 
 
 class MailboxQuerySet(models.QuerySet):
+    # "Due" and "receiving" are defined here and in Mailbox.is_due/receives, nowhere else.
     def due(self, now):
-        """Active mailboxes whose lifetime has ended: the one definition of "due"."""
+        """Active mailboxes whose lifetime has ended."""
         return self.filter(status=MailboxStatus.ACTIVE, expires_at__lte=now)
+
+    def receiving(self, now):
+        """Mailboxes that may receive mail now: active and not yet due."""
+        return self.filter(status=MailboxStatus.ACTIVE, expires_at__gt=now)
 
     def visible(self):
         """What a caller may ever see: not deleted, not still being provisioned."""
@@ -150,6 +158,31 @@ class Mailbox(models.Model):
 
     def __str__(self) -> str:
         return self.address
+
+    def is_due(self, now: datetime) -> bool:
+        return self.status == MailboxStatus.ACTIVE and self.expires_at <= now
+
+    def receives(self, now: datetime) -> bool:
+        return self.status == MailboxStatus.ACTIVE and self.expires_at > now
+
+
+# A mailbox's cleanup on the mail backend is owed work (owed/): its bookkeeping is the
+# cleanup_* columns above. expiry/ takes and settles it; ending a mailbox records it.
+CLEANUPS = OwedWork(
+    model=Mailbox, state="cleanup_state", prefix="cleanup_",
+    owed=CleanupState.PENDING, running=CleanupState.RUNNING, dead=CleanupState.DEAD,
+    max_retries=lambda: settings.RELAY_CLEANUP_MAX_RETRIES,
+    backoff_seconds=lambda: settings.RELAY_CLEANUP_RETRY_BACKOFF_SECONDS,
+    backoff_max_seconds=lambda: settings.RELAY_CLEANUP_RETRY_BACKOFF_MAX_SECONDS,
+    lease_seconds=lambda: settings.RELAY_CLEANUP_LEASE_SECONDS,
+)
+
+
+def cleanup_owed(*, now: datetime, claim: uuid.UUID, not_before: datetime | None = None) -> dict:
+    """The fields that make a cleanup owed under `claim`, leased from `not_before` when it
+    must wait: written by every path that ends a mailbox, in the UPDATE that ends it."""
+    return {"cleanup_state": CleanupState.PENDING, "cleanup_claim": claim, "cleanup_queued_at": now,
+            "cleanup_lease_until": CLEANUPS.lease(max(now, not_before or now))}
 
 
 class MessageContent(models.Model):

@@ -1,5 +1,6 @@
-"""Reads of mailboxes, messages and sent mail as a caller may see them. Each returns rows
-or raises the domain's NotFound / MailboxExpired."""
+"""Reads of mailboxes and messages as a caller may see them. Each returns rows or raises
+the domain's NotFound; none writes (what a read must first write, such as a lazy expiry,
+is mailboxes/access.py's)."""
 from contextlib import contextmanager
 from datetime import datetime
 
@@ -8,11 +9,9 @@ from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 from django.db.models import Count, Q, QuerySet
 
-from mailboxes.ending import mailbox_lazy_expire, mailboxes_lazy_expire
-from mailboxes.errors import InvalidRequest, MailboxExpired, NotFound
+from mailboxes.errors import InvalidRequest, NotFound
 from mailboxes.keys import Caller
 from mailboxes.models import Mailbox, MailboxStatus, Message, MessageContent
-from mailboxes.services import contents_index_all_words
 
 
 def mailboxes_visible_to(caller: Caller) -> QuerySet:
@@ -33,15 +32,12 @@ def _given(**lookups) -> dict:
     return {lookup: value for lookup, value in lookups.items() if value}
 
 
-def mailbox_list(*, caller: Caller, include_expired: bool = False, status: str | None = None,
-                 tags: list[str] = (), text: str = "", created_after: datetime | None = None,
-                 created_before: datetime | None = None, ordering: str = "-created_at") -> QuerySet:
-    """The caller's mailboxes, filtered (docs/api.md): `status` (else active ones, and the
-    expired too with `include_expired`), every one of `tags`, `text` in the address or
-    name, created within the bounds; ordered by `ordering`."""
-    visible = mailboxes_visible_to(caller)
-    # Lazy expiry for the whole list: what is due is expired before it is shown.
-    mailboxes_lazy_expire(mailboxes=visible)
+def mailboxes_filtered(visible: QuerySet, *, include_expired: bool = False, status: str | None = None,
+                       tags: list[str] = (), text: str = "", created_after: datetime | None = None,
+                       created_before: datetime | None = None, ordering: str = "-created_at") -> QuerySet:
+    """`visible` filtered (docs/api.md): `status` (else active ones, and the expired too
+    with `include_expired`), every one of `tags`, `text` in the address or name, created
+    within the bounds; ordered by `ordering`."""
     if status:
         visible = visible.filter(status=status)
     elif not include_expired:
@@ -69,9 +65,9 @@ _MAILBOX_BY_ID = f"SELECT * FROM {Mailbox._meta.db_table} WHERE {Mailbox._meta.p
 _VISIBLE = (MailboxStatus.ACTIVE, MailboxStatus.EXPIRED)
 
 
-def mailbox_get(*, caller: Caller, mailbox_id) -> Mailbox:
-    """The caller's mailbox, expired on the spot if it is due: NotFound for another
-    owner's, a deleted or a still provisioning one, as for one that does not exist."""
+def mailbox_find(*, caller: Caller, mailbox_id) -> Mailbox:
+    """The caller's mailbox as stored: NotFound for another owner's, a deleted or a still
+    provisioning one, as for one that does not exist."""
     try:
         key = Mailbox._meta.pk.get_db_prep_value(Mailbox._meta.pk.to_python(mailbox_id), connection)
     except ValidationError:
@@ -79,7 +75,7 @@ def mailbox_get(*, caller: Caller, mailbox_id) -> Mailbox:
     mailbox = next(iter(Mailbox.objects.raw(_MAILBOX_BY_ID, [key])), None)
     if mailbox is None or mailbox.status not in _VISIBLE or not _sees(caller, mailbox):
         raise NotFound()
-    return mailbox_lazy_expire(mailbox=mailbox)
+    return mailbox
 
 
 def _sees(caller: Caller, mailbox: Mailbox) -> bool:
@@ -87,14 +83,6 @@ def _sees(caller: Caller, mailbox: Mailbox) -> bool:
     if caller.owner is not None:
         return mailbox.owner_id == caller.owner.pk
     return mailbox.id == caller.mailbox_id
-
-
-def mailbox_get_active(*, caller: Caller, mailbox_id) -> Mailbox:
-    """For operations that need a live mailbox (messages, renew, send)."""
-    mailbox = mailbox_get(caller=caller, mailbox_id=mailbox_id)
-    if mailbox.status != MailboxStatus.ACTIVE:
-        raise MailboxExpired()
-    return mailbox
 
 
 def message_list(*, mailbox: Mailbox) -> QuerySet:
@@ -122,28 +110,21 @@ def words_search_plan(words: str):
         yield
 
 
-def message_search(*, caller: Caller | None, mailbox: Mailbox | None = None, words: str = "", sender: str = "",
-                   subject: str = "", since: datetime | None = None, until: datetime | None = None,
-                   unread: bool = False, after: int | None = None) -> QuerySet:
-    """Messages matching every filter given (docs/api.md), newest first: in `mailbox`, or in
-    all the caller's mailboxes (expired ones too, while retained; never another owner's).
+def messages_matching(messages: QuerySet, *, words: str = "", sender: str = "", subject: str = "",
+                      since: datetime | None = None, until: datetime | None = None, unread: bool = False,
+                      after: int | None = None) -> QuerySet:
+    """Those of `messages` matching every filter given (docs/api.md), newest first.
     `after`: only messages received after that message, which must be one of them
     (InvalidRequest naming `after` otherwise: a cursor from elsewhere is a client's bug).
     `words`: all of them in the subject or text (PostgreSQL's full-text search, through
     the GIN index; a substring of either on SQLite). `sender`: in the From header or the
-    envelope sender.
-
-    With `words` on PostgreSQL, the words these messages still owe (SMTP leaves them to
-    a worker) are written first, here and now: a search finds every message stored."""
-    messages = Message.objects.filter(mailbox=mailbox) if mailbox is not None else \
-        Message.objects.filter(mailbox__in=mailboxes_visible_to(caller))
+    envelope sender."""
     if after:
         message_cursor_check(messages=messages, after=after)
         # Ids grow with each message stored, so "after" in ids is "received after".
         messages = messages.filter(id__gt=after)
     if words:
         if connection.vendor == "postgresql":
-            contents_index_all_words(messages=messages)
             # websearch syntax: any text is a valid query ("quoted phrase", or, -word).
             messages = messages.filter(content__words=SearchQuery(words, config="simple", search_type="websearch"))
         else:
@@ -154,6 +135,14 @@ def message_search(*, caller: Caller | None, mailbox: Mailbox | None = None, wor
     if unread:
         messages = messages.filter(is_read=False)
     return messages.order_by("-received_at", "-id")
+
+
+def messages_in_scope(*, caller: Caller | None, mailbox: Mailbox | None = None) -> QuerySet:
+    """The messages of `mailbox`, or of all the caller's mailboxes (expired ones too,
+    while retained; never another owner's)."""
+    if mailbox is not None:
+        return Message.objects.filter(mailbox=mailbox)
+    return Message.objects.filter(mailbox__in=mailboxes_visible_to(caller))
 
 
 def message_cursor_check(*, messages: QuerySet, after: int) -> None:

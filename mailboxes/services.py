@@ -13,13 +13,13 @@ from django.db.models import F, QuerySet
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
-from mailboxes.ending import cleanup_pending_fields, publish_after_commit
+from mailboxes.ending import announce_ended
 from mailboxes.errors import AddressTaken, MailboxExpired, TtlOutOfRange
 from mailboxes.keys import Caller, new_mailbox_token
 from mailboxes.quotas import take_mailbox_slot
 from mailboxes.text import text_of_html
 from mailboxes.models import (PLAN_TTL_CAP_MS, AddressReservation, CleanupState, Mailbox, MailboxStatus, Message,
-                              MessageContent, Plan)
+                              MessageContent, Plan, cleanup_owed)
 
 logger = logging.getLogger(__name__)
 
@@ -120,9 +120,9 @@ def mailbox_activate(*, mailbox: Mailbox, backend_id: str) -> bool:
     with transaction.atomic():
         reopened = Mailbox.objects.filter(
             id=mailbox.id, cleanup_state__in=(CleanupState.DONE, CleanupState.DEAD)).update(
-            backend_id=backend_id, **cleanup_pending_fields(now=timezone.now(), claim=uuid.uuid4()))
+            backend_id=backend_id, **cleanup_owed(now=timezone.now(), claim=uuid.uuid4()))
         if reopened:
-            publish_after_commit([mailbox.id])
+            announce_ended([mailbox.id])
     logger.warning("mailbox %s was provisioned after its lease lapsed; its deprovision is owed", mailbox.address)
     return False
 

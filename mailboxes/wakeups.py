@@ -54,6 +54,7 @@ def publish(mailbox_ids, event: str) -> None:
                            exc)
 
 
-def publish_after_commit(mailbox_ids, event: str) -> None:
+def publish_on_commit(mailbox_ids, event: str) -> None:
+    """PUBLISH `event` for each mailbox once the transaction commits."""
     ids = list(mailbox_ids)
     transaction.on_commit(lambda: publish(ids, event))

@@ -12,8 +12,7 @@ from dataclasses import dataclass, field
 
 from django.db.models import Q
 
-from mailboxes.models import AddressReservation, CleanupState, Mailbox, MailboxStatus
-from mailboxes.ending import CLEANUPS
+from mailboxes.models import CLEANUPS, AddressReservation, CleanupState, Mailbox, MailboxStatus
 from relay.backends import TransientBackendError, get_backend
 
 logger = logging.getLogger(__name__)
@@ -82,7 +81,7 @@ def _unowned(accounts: list[tuple[str, str]]) -> list[Orphan]:
 
 
 def _destroy_with_retries(orphan: Orphan) -> None:
-    """Deprovision with the cleanups' retry rules (mailboxes.ending.CLEANUPS): their
+    """Deprovision with the cleanups' retry rules (mailboxes.models.CLEANUPS): their
     number of attempts, their backoff with full jitter; a permanent error is final at once."""
     backend = get_backend()
     for attempt in range(1, CLEANUPS.max_attempts() + 1):

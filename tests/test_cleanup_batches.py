@@ -11,7 +11,8 @@ from django.utils import timezone
 
 from expiry.cleanup import EARLY_RETRY_SECONDS, CleanupOutcome, mailbox_cleanup, mailboxes_cleanup
 from expiry.sweep import schedule_upcoming
-from mailboxes.ending import EXPIRE_BATCH_TASK, EXPIRE_TASK, mailboxes_expire_due
+from expiry.dispatch import EXPIRE_BATCH_TASK, EXPIRE_TASK
+from mailboxes.ending import mailboxes_expire_due
 from mailboxes.models import Mailbox
 from tests.helpers import make_mailbox, make_mailboxes, row_held, wait_until
 
@@ -53,7 +54,7 @@ def test_a_row_another_transaction_holds_is_queued_on_its_own_and_taken(settings
     sent = []
     monkeypatch.setattr(current_app, "send_task", lambda name, args, **kw: sent.append((name, args)))
     box = make_mailbox("held", due=True)
-    mailboxes_expire_due(mailbox_ids=[box.id], publish=False)
+    mailboxes_expire_due(mailbox_ids=[box.id], announce=False)
     with row_held(Mailbox, box.id):  # as the API's delete of a mailbox a read has just expired does
         assert mailboxes_cleanup(mailbox_ids=[str(box.id)]) == {"done": 0, "dead": 0}
     assert sent == [(EXPIRE_TASK, (str(box.id),))], "the skipped cleanup is queued on its own"

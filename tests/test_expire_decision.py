@@ -18,7 +18,7 @@ from tests.stalwart_fake import CONCURRENCY, FORBIDDEN_IN_BODY, HTTP_503, NOT_FO
 
 def expire(mailbox: Mailbox) -> None:
     """What the sweep does for a due mailbox, without publishing anything."""
-    assert mailboxes_expire_due(mailbox_ids=[mailbox.id], publish=False) == [mailbox.id]
+    assert mailboxes_expire_due(mailbox_ids=[mailbox.id], announce=False) == [mailbox.id]
 
 
 def run_task(mailbox: Mailbox) -> str:

@@ -53,7 +53,7 @@ def test_the_gauges_match_the_database_after_known_changes(processes):
     make_mailbox("later2")
     due = Mailbox.objects.filter(address__in=["live0@relay.localhost", "live1@relay.localhost"])
     due.update(expires_at=timezone.now())
-    assert len(mailboxes_expire_due(mailbox_ids=[m.id for m in due], publish=False)) == 2
+    assert len(mailboxes_expire_due(mailbox_ids=[m.id for m in due], announce=False)) == 2
     samples = scrape(port)
     assert samples[("relay_mailboxes", (("status", "active"),))] == 3 == \
         Mailbox.objects.filter(status=MailboxStatus.ACTIVE).count()

@@ -6,7 +6,7 @@ import pytest
 from django.utils import timezone
 
 from accounts.models import Account
-from mailboxes.ending import CLEANUPS
+from mailboxes.models import CLEANUPS
 from mailboxes.models import CleanupState
 from relay.models import OutboxMail
 from relay.outbox.sending import OUTBOX

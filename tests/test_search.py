@@ -14,7 +14,8 @@ from django.utils import timezone
 
 from mailboxes.keys import Caller
 from mailboxes.models import Message, MessageContent
-from mailboxes.selectors import message_search, words_search_plan
+from mailboxes.access import message_search
+from mailboxes.selectors import words_search_plan
 from tests.conftest import _test_database_url
 from tests.helpers import create_via_api, deliver, row_held, wait_until
 

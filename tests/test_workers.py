@@ -118,7 +118,7 @@ def test_two_worker_processes_given_one_cleanup_deprovision_once(processes, stal
     processes.wait_ready()
     stalwart.latency = 0.5
     mailbox = make_mailbox("both", due=True, stalwart=stalwart)
-    mailboxes_expire_due(mailbox_ids=[mailbox.id], publish=False)
+    mailboxes_expire_due(mailbox_ids=[mailbox.id], announce=False)
     for _ in range(2):  # the same message twice, as a redelivery would hand it out
         on_broker.send(expire_mailbox, (str(mailbox.id),))
     wait_settled([mailbox.id], timeout=30)

@@ -37,7 +37,7 @@ from api.serializers import (
     MessageSummarySerializer,
     SendSerializer,
 )
-from mailboxes import selectors, services
+from mailboxes import access, selectors, services
 from mailboxes.creation import mailbox_create
 from mailboxes.ending import mailbox_delete
 from mailboxes.errors import Forbidden, NotFound, RelayError, TtlOutOfRange
@@ -291,7 +291,7 @@ def list_mailboxes(include_expired: Annotated[bool, Field(
         description="Also list mailboxes that have expired (still kept for a while).")] = False) -> CallToolResult:
     """List your mailboxes, newest first: {"mailboxes": [mailbox, ...]}. Active ones only
     unless include_expired."""
-    mailboxes = selectors.mailbox_list(caller=_principal(), include_expired=include_expired)
+    mailboxes = access.mailbox_list(caller=_principal(), include_expired=include_expired)
     return result({"mailboxes": [_mailbox_out(mailbox) for mailbox in mailboxes]})
 
 
@@ -299,7 +299,7 @@ def list_mailboxes(include_expired: Annotated[bool, Field(
 def get_mailbox(mailbox_id: MailboxId) -> CallToolResult:
     """One mailbox: its address, status (active or expired), expires_at and message_count.
     Errors: not_found (no such mailbox of yours, or deleted)."""
-    return result(_mailbox_out(selectors.mailbox_get(caller=_principal(), mailbox_id=mailbox_id)))
+    return result(_mailbox_out(access.mailbox_get(caller=_principal(), mailbox_id=mailbox_id)))
 
 
 @tool(output=MailboxOut, idempotent=True)
@@ -308,7 +308,7 @@ def renew_mailbox(mailbox_id: MailboxId, ttl_minutes: TtlMinutes = None) -> Call
     Errors: expired (too late: an expired mailbox cannot be renewed), not_found,
     invalid_request (ttl_minutes over the plan's cap)."""
     principal = _principal()
-    mailbox = selectors.mailbox_get_active(caller=principal, mailbox_id=mailbox_id)
+    mailbox = access.mailbox_get_active(caller=principal, mailbox_id=mailbox_id)
     return result(_mailbox_out(services.mailbox_renew(mailbox=mailbox, plan=principal.plan,
                                                       ttl_ms=_ttl_ms(ttl_minutes))))
 
@@ -317,7 +317,7 @@ def renew_mailbox(mailbox_id: MailboxId, ttl_minutes: TtlMinutes = None) -> Call
 def delete_mailbox(mailbox_id: MailboxId) -> CallToolResult:
     """Delete a mailbox now: it stops receiving, its mail is gone, and it cannot be
     undone. Returns {"deleted": true}. Errors: not_found."""
-    mailbox_delete(mailbox=selectors.mailbox_get(caller=_principal(), mailbox_id=mailbox_id))
+    mailbox_delete(mailbox=access.mailbox_get(caller=_principal(), mailbox_id=mailbox_id))
     return result({"deleted": True})
 
 
@@ -327,7 +327,7 @@ def _listed(*, caller: Principal, mailbox: Mailbox | None, words: str | None, un
     in all of the caller's."""
     query = _valid(MessageSearchQuerySerializer, {"q": words, "unread": "true" if unread else None})
     search = MessageSearchQuerySerializer.filters(query)
-    messages = selectors.message_search(caller=caller, mailbox=mailbox, **search)
+    messages = access.message_search(caller=caller, mailbox=mailbox, **search)
     with selectors.words_search_plan(search["words"]):
         return {"messages": MessageSummarySerializer(list(messages[:LISTED_MAX]), many=True).data}
 
@@ -335,7 +335,7 @@ def _listed(*, caller: Principal, mailbox: Mailbox | None, words: str | None, un
 def _live_mailbox(caller: Principal, mailbox_id: uuid.UUID) -> Mailbox:
     """The caller's live mailbox, with what its mail server delivered a moment ago read
     (after the ownership check: nothing is read for a mailbox the caller may not see)."""
-    mailbox = selectors.mailbox_get_active(caller=caller, mailbox_id=mailbox_id)
+    mailbox = access.mailbox_get_active(caller=caller, mailbox_id=mailbox_id)
     mailserver.read_now(Mailbox.objects.filter(id=mailbox.id))
     return mailbox
 
@@ -358,7 +358,7 @@ def get_message(mailbox_id: MailboxId, message_id: MessageId) -> CallToolResult:
     """One message whole, and marks it read: from, subject, text, html, headers, codes
     (one-time codes found in it, most likely first), links, attachments (id, filename,
     content_type, size, download_url). Errors: not_found, expired."""
-    mailbox = selectors.mailbox_get_active(caller=_principal(), mailbox_id=mailbox_id)
+    mailbox = access.mailbox_get_active(caller=_principal(), mailbox_id=mailbox_id)
     message = selectors.message_get(mailbox=mailbox, message_id=message_id)
     services.message_mark_read(message=message)
     return result(MessageDetailSerializer(message, context={"request": credentials().links}).data)
@@ -420,7 +420,7 @@ def send_message(mailbox_id: MailboxId,
     leaves within seconds: returns {"id", "status": "queued"}. Needs an account's API key
     (a mailbox token cannot send: forbidden). Errors: quota_exceeded (the plan's sends per
     day), expired, invalid_request."""
-    mailbox = selectors.mailbox_get_active(caller=_principal(), mailbox_id=mailbox_id)
+    mailbox = access.mailbox_get_active(caller=_principal(), mailbox_id=mailbox_id)
     outbound = outbound_queue(mailbox=mailbox, **_valid(SendSerializer, {"to": to, "subject": subject, "text": text}))
     return result({"id": outbound.id, "status": outbound.status})
 
@@ -447,7 +447,7 @@ def get_attachment(mailbox_id: MailboxId, message_id: MessageId,
     attachment (decoded), else {"filename", "content_type", "size", "content_base64"}.
     Over 1 MiB: a too_large error naming its download_url (fetch it over HTTP with your
     key). Errors: not_found, expired."""
-    mailbox = selectors.mailbox_get_active(caller=_principal(), mailbox_id=mailbox_id)
+    mailbox = access.mailbox_get_active(caller=_principal(), mailbox_id=mailbox_id)
     found = attachment_of(selectors.message_raw(mailbox=mailbox, message_id=message_id), attachment_id)
     if found is None:
         raise NotFound(f"The message has no attachment {attachment_id}.")

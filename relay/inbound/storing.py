@@ -122,7 +122,7 @@ def deliver_message(*, raw: bytes, mail_from: str, recipients: list[Recipient], 
         ]
         _insert(messages)
         event_happened.send(sender=Message, event="message.received", messages=messages)
-        wakeups.publish_after_commit(live, "message")
+        wakeups.publish_on_commit(live, "message")
         transaction.on_commit(words_owed)
     logger.info("stored a %d-byte message from %s for %d mailbox(es)", len(raw), mail_from or "<>", len(messages))
     return [message.id for message in messages]

@@ -104,7 +104,7 @@ def _why_not_send(mail: OutboxMail) -> str:
         return "its token was used or expired before the mail left"
     if mail.mailbox_id is not None:
         mailbox = mail.mailbox
-        if mailbox.status != MailboxStatus.ACTIVE or mailbox.expires_at <= timezone.now():
+        if not mailbox.receives(timezone.now()):
             return "the mailbox expired or was deleted before the message left"
     return ""
 

@@ -1,0 +1,48 @@
+"""What a caller opens: a mailbox, the list of its mailboxes, a message search. Each is a
+read (mailboxes/selectors.py) preceded by the one write it owes the caller: a mailbox
+past its time is expired on the spot, so correctness never waits for a worker, and a
+word search first writes the words its messages still owe, so it finds every message."""
+from datetime import datetime
+
+from django.db import connection
+from django.db.models import QuerySet
+
+from mailboxes.ending import mailbox_lazy_expire, mailboxes_lazy_expire
+from mailboxes.errors import MailboxExpired
+from mailboxes.keys import Caller
+from mailboxes.models import Mailbox, MailboxStatus
+from mailboxes.selectors import mailbox_find, mailboxes_filtered, mailboxes_visible_to, messages_in_scope, \
+    messages_matching
+from mailboxes.services import contents_index_all_words
+
+
+def mailbox_list(*, caller: Caller, **filters) -> QuerySet:
+    """The caller's mailboxes, those due expired first, filtered as
+    selectors.mailboxes_filtered takes them."""
+    visible = mailboxes_visible_to(caller)
+    mailboxes_lazy_expire(mailboxes=visible)
+    return mailboxes_filtered(visible, **filters)
+
+
+def mailbox_get(*, caller: Caller, mailbox_id) -> Mailbox:
+    """The caller's mailbox, expired on the spot if it is due (NotFound as mailbox_find)."""
+    return mailbox_lazy_expire(mailbox=mailbox_find(caller=caller, mailbox_id=mailbox_id))
+
+
+def mailbox_get_active(*, caller: Caller, mailbox_id) -> Mailbox:
+    """For operations that need a live mailbox (messages, renew, send)."""
+    mailbox = mailbox_get(caller=caller, mailbox_id=mailbox_id)
+    if mailbox.status != MailboxStatus.ACTIVE:
+        raise MailboxExpired()
+    return mailbox
+
+
+def message_search(*, caller: Caller | None, mailbox: Mailbox | None = None, words: str = "",
+                   since: datetime | None = None, **filters) -> QuerySet:
+    """Messages in `mailbox` or all the caller's mailboxes matching every filter
+    (selectors.messages_matching), newest first. With `words` on PostgreSQL, the words
+    these messages still owe (SMTP leaves them to a worker) are written first."""
+    messages = messages_in_scope(caller=caller, mailbox=mailbox)
+    if words and connection.vendor == "postgresql":
+        contents_index_all_words(messages=messages)
+    return messages_matching(messages, words=words, since=since, **filters)
