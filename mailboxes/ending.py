@@ -11,7 +11,7 @@ a sweep queues the cleanup again.
 """
 import logging
 import uuid
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.db import transaction
 from django.utils import timezone

@@ -19,7 +19,6 @@ from typing import Annotated, Any
 
 from django.conf import settings
 from django.urls import reverse
-from mcp.server.mcpserver import Context
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field
 from rest_framework import exceptions

@@ -27,11 +27,10 @@ from django.core.cache import cache
 from django.db import IntegrityError
 from django.db.models import F
 
-from accounts.models import AccountStatus
-from mailboxes.models import Mailbox, MailboxStatus, Message, Plan
-from mailboxes.quotas import stored_bytes_limit
+from mailboxes.models import Mailbox, MailboxStatus, Message
+from mailboxes.storing import MailboxFull, recipient_of
 from relay.backends import BackendError, TransientBackendError, mail_store
-from relay.inbound.storing import MailboxFull, Recipient, deliver_message
+from relay.inbound.storing import deliver_message
 from relay.metrics import MAILSERVER_STORED
 
 logger = logging.getLogger(__name__)
@@ -249,7 +248,7 @@ def _store_one(store, reading: Reading, email: dict, inbox: str) -> int:
     if not isinstance(email.get("size"), int) or email["size"] > settings.RELAY_MAX_MESSAGE_BYTES:
         logger.warning("mail %s for %s is over RELAY_MAX_MESSAGE_BYTES; not stored", email.get("id"), reading.address)
         return 0
-    recipient = _recipient(reading)
+    recipient = recipient_of(reading.mailbox_id)
     if recipient is None:
         return 0
     raw = store.jmap.download(reading.account, email["blobId"])
@@ -263,16 +262,6 @@ def _store_one(store, reading: Reading, email: dict, inbox: str) -> int:
         return 0
     MAILSERVER_STORED.inc(len(stored))
     return len(stored)
-
-
-def _recipient(reading: Reading) -> Recipient | None:
-    """The mailbox as storing needs it, or None where Relay's SMTP would refuse the mail:
-    deleted, or its owner suspended."""
-    row = (Mailbox.objects.filter(id=reading.mailbox_id).exclude(status=MailboxStatus.DELETED)
-           .values_list("stored_bytes", "owner__plan", "owner__status").first())
-    if row is None or row[2] == AccountStatus.SUSPENDED:
-        return None
-    return Recipient(reading.mailbox_id, reading.address, row[0], stored_bytes_limit(row[1] or Plan.FREE))
 
 
 def _save(chunk: list[Reading]) -> None:

@@ -26,7 +26,6 @@ from django.utils import timezone
 
 from accounts.models import TokenAction
 from accounts.services import token_usable
-from mailboxes.models import MailboxStatus
 from owed import OwedWork
 from relay.models import KIND_PRIORITY, OutboxMail, OutboxStatus
 
