@@ -29,6 +29,19 @@ def provision_lease_seconds(backend) -> float:
     return settings.RELAY_CLEANUP_LEASE_SECONDS + backend.provision_seconds_max
 
 
+def address_allowed(*, backend, local_part: str | None, domain: str | None) -> tuple[str | None, str | None]:
+    """The rules on what address may be handed out, for every door: the domain one of
+    RELAY_DOMAINS, the local part not reserved (RELAY_RESERVED_LOCAL_PARTS, and the
+    backend's own names). Returns both lowercased; InvalidRequest naming the field."""
+    local_part, domain = (local_part or None) and local_part.lower(), (domain or None) and domain.lower()
+    if domain is not None and domain not in settings.RELAY_DOMAINS:
+        raise InvalidRequest(f"domain must be one of: {', '.join(settings.RELAY_DOMAINS)}.", field="domain")
+    if local_part is not None and (local_part in settings.RELAY_RESERVED_LOCAL_PARTS
+                                   or local_part in backend.reserved_names()):
+        raise InvalidRequest(f"{local_part} is a reserved address and cannot be handed out.", field="local_part")
+    return local_part, domain
+
+
 def mailbox_create(*, backend, caller: Caller | None, local_part: str | None, domain: str | None,
                    ttl_ms: int | None, labels: dict | None = None) -> tuple[Mailbox, str | None]:
     """Create a mailbox, provisioned on `backend` (relay.backends.get_backend(): the
@@ -37,9 +50,7 @@ def mailbox_create(*, backend, caller: Caller | None, local_part: str | None, do
     server already has an account of that name, which Relay never takes over),
     InvalidRequest, or BackendUnavailable (the address then stays reserved, and nothing
     else is kept)."""
-    if local_part is not None and (local_part in settings.RELAY_RESERVED_LOCAL_PARTS
-                                   or local_part in backend.reserved_names()):
-        raise InvalidRequest(f"{local_part} is a reserved address and cannot be handed out.", field="local_part")
+    local_part, domain = address_allowed(backend=backend, local_part=local_part, domain=domain)
     if not backend.keeps_accounts:
         # Nothing outside Relay to create, so nothing a crash could orphan: the row is
         # the whole mailbox, written active in one transaction.
