@@ -27,9 +27,7 @@ from api.fields import (
 from api.schema import ttl_bounds
 from mailboxes.models import MailboxStatus
 from mailboxes.selectors import MAILBOX_ORDERINGS
-from mailboxes.text import text_of_html
 from relay.inbound.attachments import without_format_characters
-from relay.inbound.extraction import find_codes, find_links
 from relay.models import OutboxMail
 
 
@@ -211,10 +209,7 @@ class LinkSerializer(serializers.Serializer):
 
 def message_codes(message) -> list[str]:
     """The one-time codes of a message (docs/api.md, "Codes and links"), most likely first."""
-    content = message.content
-    if content.codes is not None:  # computed when stored
-        return content.codes
-    return find_codes(message.subject, content.text or text_of_html(content.html))
+    return message.content.codes  # computed when stored
 
 
 class MessageDetailSerializer(MessageSummarySerializer):
@@ -244,8 +239,7 @@ class MessageDetailSerializer(MessageSummarySerializer):
 
     @extend_schema_field(LinkSerializer(many=True))
     def get_links(self, message) -> list[dict]:
-        content = message.content
-        return content.links if content.links is not None else find_links(content.text, content.html)
+        return message.content.links
 
 
 

@@ -218,9 +218,7 @@ class MessageSearchView(APIView):
     summary="List received messages, filtered, newest first; with `wait`, hold the request until one arrives",
     parameters=[MessageSearchQuerySerializer, *PAGE_PARAMETERS, *WAIT_PARAMETERS],
     responses=paginated(MessageSummarySerializer)))
-class MessageCollectionView(MailboxRowsView):
-    serializer_class = MessageSummarySerializer
-    live_only = True
+class MessageCollectionView(APIView):
 
     def get(self, request, mailbox_id):
         mailbox = access.mailbox_get_active(caller=request.user, mailbox_id=mailbox_id)

@@ -26,19 +26,12 @@ from relay import mailserver
 logger = logging.getLogger(__name__)
 
 
-def sync_to_async(function):
-    """Database work of a waiter, in the event loop's shared thread pool rather than a
-    thread of the request's own: hundreds of waiters share a few threads and a few
-    database connections, instead of holding one each (api/pooling.py)."""
-    return in_pool(function)
-
-
 HEARTBEAT_SECONDS = 15.0
 MAX_RESULTS = 50
 
 
 # --- the shared steps -------------------------------------------------------------------------
-def _authenticate(request) -> Principal:
+def _principal_of(request) -> Principal:
     result = BearerAuthentication().authenticate(request)
     if result is None:
         raise exceptions.NotAuthenticated("Authentication credentials were not provided.")
@@ -77,7 +70,7 @@ def _open(caller, mailbox_id, after: int = 0) -> Mailbox:
     return mailbox
 
 
-def _look(authenticate, mailbox_id, after: int, ascending: bool, page: int = 1, size: int = MAX_RESULTS,
+def _look(authenticate, mailbox_id, after: int, *, ascending: bool, page: int = 1, size: int = MAX_RESULTS,
           search: dict | None = None, caller: Principal | None = None):
     """The mailbox as it is now (expired on the spot if due: raises MailboxExpired) and
     one page of its messages after `after` that match `search` (message_search's filters).
@@ -91,7 +84,7 @@ def _look(authenticate, mailbox_id, after: int, ascending: bool, page: int = 1, 
 
 
 async def _start(request, mailbox_id, query_serializer) -> tuple[Principal, dict]:
-    caller = await sync_to_async(_authenticate)(request)
+    caller = await in_pool(_principal_of)(request)
     query = query_serializer(data=request.GET)
     query.is_valid(raise_exception=True)
     return caller, query.validated_data
@@ -118,13 +111,13 @@ async def hold(caller, mailbox_id, seconds: float, look):
     MailboxExpired once the mailbox ends, so an expiry ends the wait."""
     deadline = time.monotonic() + seconds
     place = OpenWait(caller_key(caller))
-    await sync_to_async(place.take)()
+    await in_pool(place.take)()
     try:
         event = hub.register(mailbox_id)
         try:
             authenticated = caller  # just now: the first look need not authenticate again
             while True:
-                mailbox, found = await sync_to_async(look)(authenticated)
+                mailbox, found = await in_pool(look)(authenticated)
                 authenticated = None
                 left = deadline - time.monotonic()
                 if found or left <= 0:
@@ -147,11 +140,11 @@ async def wait_for_messages(request, mailbox_id):
         search = WaitQuerySerializer.filters(query)
         # Checked once, here; each look then only asks for ids above it.
         after = search.pop("after") or 0
-        await sync_to_async(_open)(caller, mailbox_id, after)
+        await in_pool(_open)(caller, mailbox_id, after)
         mailbox, results = await hold(caller, mailbox_id, query["wait"], lambda authenticated: _look(
-            lambda: _authenticate(request), mailbox_id, after, False, query["page"], query["page_size"], search,
-            authenticated))
-        count = await sync_to_async(_count_after)(mailbox, after, search)
+            lambda: _principal_of(request), mailbox_id, after, ascending=False, page=query["page"],
+            size=query["page_size"], search=search, caller=authenticated))
+        count = await in_pool(_count_after)(mailbox, after, search)
         return JsonResponse({"count": count, "next": None, "previous": None, "results": results})
     except (exceptions.APIException, RelayError) as exc:
         return error_response(exc, request)
@@ -193,7 +186,7 @@ async def first_message(*, caller: Principal, authenticate, links, mailbox_id, s
     query.is_valid(raise_exception=True)
     search = WaitQuerySerializer.filters(query.validated_data)
     after = search.pop("after") or 0
-    await sync_to_async(_open)(caller, mailbox_id, after)
+    await in_pool(_open)(caller, mailbox_id, after)
     cursor = [after]
     _, found = await hold(caller, mailbox_id, seconds, lambda authenticated: _look_first(
         authenticate, links, mailbox_id, cursor, search, with_code, authenticated))
@@ -230,12 +223,12 @@ async def mailbox_events(request, mailbox_id):
     try:
         caller, _ = await _start(request, mailbox_id, EventsQuerySerializer)
         # Checked before the stream starts, so a wrong id is a plain 404/410.
-        await sync_to_async(_open)(caller, mailbox_id)
+        await in_pool(_open)(caller, mailbox_id)
         resume = request.headers.get("Last-Event-ID", "").strip()
-        after = int(resume) if resume.isdigit() and len(resume) < 19 else await sync_to_async(_latest_id)(
+        after = int(resume) if resume.isdigit() and len(resume) < 19 else await in_pool(_latest_id)(
             caller, mailbox_id)
         place = OpenWait(caller_key(caller))
-        await sync_to_async(place.take)()
+        await in_pool(place.take)()
     except (exceptions.APIException, RelayError) as exc:
         return error_response(exc, request)
 
@@ -247,15 +240,15 @@ async def mailbox_events(request, mailbox_id):
             yield ": connected\n\n"
             while True:
                 try:
-                    mailbox, results = await sync_to_async(_look)(lambda: _authenticate(request), mailbox_id, after,
-                                                                  True)
+                    mailbox, results = await in_pool(_look)(lambda: _principal_of(request), mailbox_id, after,
+                                                           ascending=True)
                 except (exceptions.APIException, Forbidden) as exc:
                     # The key was revoked, or its account suspended, while the stream was open.
                     logger.info("closed an event stream of mailbox %s: %s", mailbox_id, exc)
                     yield f": {' '.join(str(exc).split())}\n\n"
                     return
                 except RelayError:
-                    yield _sse("expired", await sync_to_async(_ended)(caller, mailbox_id))
+                    yield _sse("expired", await in_pool(_ended)(caller, mailbox_id))
                     return
                 for item in results:
                     after = item["id"]
@@ -266,7 +259,7 @@ async def mailbox_events(request, mailbox_id):
                 if time.monotonic() - last_sent >= HEARTBEAT_SECONDS:
                     yield ": keep-alive\n\n"
                     last_sent = time.monotonic()
-                    await sync_to_async(place.renew)()
+                    await in_pool(place.renew)()
                 until_expiry = (mailbox.expires_at.timestamp() - time.time()) + 0.05
                 heartbeat_in = HEARTBEAT_SECONDS - (time.monotonic() - last_sent)
                 await hub.wait(event, max(0.0, min(until_expiry, heartbeat_in)))

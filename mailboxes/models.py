@@ -197,9 +197,8 @@ class MessageContent(models.Model):
     attachments = models.JSONField(default=list)
     # What a client reads out of the message (docs/api.md, "Codes and links"), computed
     # once when it is stored: a read never runs the extraction, whatever the mail holds.
-    # Null on contents stored before these existed; the API computes those on read.
-    codes = models.JSONField(null=True, blank=True)
-    links = models.JSONField(null=True, blank=True)
+    codes = models.JSONField(default=list, db_default=[], blank=True)
+    links = models.JSONField(default=list, db_default=[], blank=True)
     # False when parsing stopped at a cap (header lines, MIME parts, time): the raw bytes
     # are whole, the parsed fields hold what was read before the cap.
     parsed_fully = models.BooleanField(default=True)

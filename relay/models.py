@@ -48,8 +48,7 @@ class OutboxMail(models.Model):
     html = models.TextField(blank=True, default="")
     # The mail as it goes on the wire (RFC 5322, CRLF), built once when it is queued: a
     # retry sends the same bytes with the same Message-ID, and a worker only transmits.
-    # Empty for rows queued before it existed (built at send time then), and dropped with
-    # the text once a token mail has left.
+    # Dropped with the text once a token mail has left.
     message = models.BinaryField(blank=True, default=b"")
     status = models.CharField(max_length=8, choices=OutboxStatus.choices, default=OutboxStatus.QUEUED)
     attempts = models.PositiveIntegerField(default=0)

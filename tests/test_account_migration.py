@@ -33,3 +33,29 @@ def test_owners_keys_and_sent_mail_migrate_into_accounts_and_the_outbox():
     assert new.get_model("mailboxes", "Mailbox").objects.get(address="old@relay.localhost").owner_id == account.id
     mail = new.get_model("relay", "OutboxMail").objects.get()
     assert (mail.kind, mail.status, mail.from_email) == ("send", "sent", "old@relay.localhost")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_rows_from_before_codes_links_and_wire_bytes_get_them_filled():
+    before = [("mailboxes", "0013_read_from_the_mail_server"), ("relay", "0003_backendcallslot")]
+    executor = MigrationExecutor(connection)
+    latest = executor.loader.graph.leaf_nodes()
+    executor.migrate(before)
+    old = executor.loader.project_state(before).apps
+    Mailbox, Content = old.get_model("mailboxes", "Mailbox"), old.get_model("mailboxes", "MessageContent")
+    mailbox = Mailbox.objects.create(address="older@relay.localhost", expires_at=timezone.now())
+    content = Content.objects.create(raw=b"", text="Your code is 482913. https://shop.example/confirm")
+    old.get_model("mailboxes", "Message").objects.create(mailbox=mailbox, content=content, subject="Sign in", size=1)
+    Outbox = old.get_model("relay", "OutboxMail")
+    owed = Outbox.objects.create(to=["x@example.com"], subject="Hello", text="Hi", from_email="a@relay.localhost")
+    sent = Outbox.objects.create(to=["x@example.com"], subject="Gone", text="", status="sent")
+
+    executor = MigrationExecutor(connection)
+    executor.migrate(latest)
+    new = executor.loader.project_state(latest).apps
+    filled = new.get_model("mailboxes", "MessageContent").objects.get(id=content.id)
+    assert filled.codes == ["482913"]
+    assert [link["url"] for link in filled.links] == ["https://shop.example/confirm"]
+    mails = new.get_model("relay", "OutboxMail").objects
+    assert b"Subject: Hello" in bytes(mails.get(id=owed.id).message)
+    assert bytes(mails.get(id=sent.id).message) == b""

@@ -112,7 +112,7 @@ NOT_ALLOWED = (b'{"code":"method_not_allowed","message":"Relay\'s MCP endpoint a
                b'JSON body, and no server-to-client stream is offered."}')
 
 
-def _authenticate(authorization: str, links: Links) -> Credentials | tuple[int, bytes, list]:
+def _credentials_for(authorization: str, links: Links) -> Credentials | tuple[int, bytes, list]:
     """Who these credentials are, as the API sees them, or why the API would refuse them
     (status, body and headers)."""
     scheme, _, secret = authorization.partition(" ")
@@ -162,7 +162,7 @@ class CredentialsGate:
 
     def __init__(self, app) -> None:
         self.app = app
-        self.authenticate = in_pool(_authenticate)
+        self.authenticate = in_pool(_credentials_for)
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "http":

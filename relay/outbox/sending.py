@@ -181,8 +181,8 @@ def _message(mail: OutboxMail, smtp=None) -> EmailMultiAlternatives:
 
 def _transmit(mail: OutboxMail, smtp) -> None:
     """Send one mail over the batch's open connection. Through SMTP, the bytes built at
-    queue time go as they are; other backends (the console, tests' locmem) and rows
-    queued before those bytes existed get the message built now."""
+    queue time go as they are; other backends (the console, tests' locmem) get the message
+    built again."""
     raw = bytes(mail.message)
     if raw and isinstance(smtp, SmtpBackend):
         smtp.connection.sendmail(parseaddr(mail.from_email)[1], mail.to, raw)
