@@ -31,7 +31,6 @@ from mailboxes.models import CLEANUPS, CleanupState, Mailbox, MailboxStatus
 
 logger = logging.getLogger(__name__)
 
-OWED = (CleanupState.PENDING, CleanupState.RUNNING)
 # A never-started cleanup's lease grows to at most this many leases between requeues.
 MAX_LEASE_DOUBLINGS = 16
 
@@ -117,7 +116,7 @@ def _requeue_lapsed_batch(batch_size: int, *, backlog: bool) -> tuple[int, int]:
     it is queued once more without touching the message already queued, and leased for
     as long again as it has been waiting (capped), so each requeue doubles the wait."""
     now = timezone.now()
-    lapsed = Mailbox.objects.filter(cleanup_state__in=OWED, cleanup_lease_until__lte=now)
+    lapsed = Mailbox.objects.filter(CLEANUPS.lapsed(now))
     if backlog:
         lapsed = lapsed.filter(Q(cleanup_state=CleanupState.RUNNING) | Q(cleanup_queued_at__lte=now - _max_wait()))
     mailbox_ids = list(lapsed.select_for_update(skip_locked=True).order_by("cleanup_lease_until")

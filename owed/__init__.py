@@ -88,12 +88,20 @@ class OwedWork:
         return (now or timezone.now()) + timedelta(seconds=self.lease_seconds() if seconds is None else seconds)
 
     # --- which rows -----------------------------------------------------------------------
-    def takeable(self, now: datetime) -> Q:
-        """Owed rows nobody holds, and held rows whose lease lapsed (their run was lost)."""
+    def takeable(self, now: datetime, *, owed_only: Q | None = None) -> Q:
+        """Owed rows nobody holds (only those matching `owed_only`, if given), and held
+        rows whose lease lapsed (their run was lost)."""
         lapsed = Q(**{f"{self.lease_until}__lte": now})
+        owed = Q(**{self.state: self.owed}) & (owed_only or Q())
         if self.running == self.owed:
-            return Q(**{self.state: self.owed}) & (Q(**{self.claim: None}) | lapsed)
-        return Q(**{self.state: self.owed}) | (Q(**{self.state: self.running}) & lapsed)
+            return owed & Q(**{self.claim: None}) | Q(**{self.state: self.owed}) & lapsed
+        return owed | (Q(**{self.state: self.running}) & lapsed)
+
+    def lapsed(self, now: datetime) -> Q:
+        """Rows owed or held whose lease lapsed: a task the broker lost, or a run lost with
+        its worker. The sweeps queue these again."""
+        states = {self.owed, self.running}
+        return Q(**{f"{self.state}__in": states, f"{self.lease_until}__lte": now})
 
     def held_by(self, claim: uuid.UUID) -> Q:
         return Q(**{self.state: self.running, self.claim: claim})
@@ -153,6 +161,12 @@ class OwedWork:
                     ids = list(self.model.objects.filter(self.held_by(claim)).values_list("pk", flat=True))
         return claim, ids
 
+    def hold(self, rows, claim: uuid.UUID, *, seconds: float | None = None, error: str | None = None,
+             **changes) -> int:
+        """Keep the rows this claim holds for `seconds` more (the lease's length when not
+        given): a retry of the same run, or a batch whose calls come one after another."""
+        return self.settle(rows, claim, error=error, **{self.lease_until: self.lease(seconds=seconds)}, **changes)
+
     def take_again(self, rows, claim: uuid.UUID) -> int:
         """A new run of work this claim still holds (a task's retry): count its attempt
         and renew the lease. Returns how many rows it still held."""
@@ -193,10 +207,9 @@ class OwedWork:
     def give_up_lapsed(self, *, error: str, **changes) -> int:
         """Rows whose last allowed attempt was lost with its run (the lease lapsed, none
         left): dead letters now, rather than retried for ever."""
-        now = timezone.now()
+        held = Q(**{self.state: self.running}) if self.running != self.owed else Q(**{self.state: self.owed})
         return self.model.objects.filter(
-            Q(**{self.state: self.running}) if self.running != self.owed else Q(**{self.state: self.owed}),
-            **{f"{self.lease_until}__lte": now, f"{self.attempts}__gte": self.max_attempts()},
+            held, **{f"{self.lease_until}__lte": timezone.now(), f"{self.attempts}__gte": self.max_attempts()},
         ).update(**{self.state: self.dead, self.claim: None, self.lease_until: None,
                     self.last_error: error[:ERROR_MAX_CHARS], **changes})
 

@@ -80,8 +80,8 @@ def deliver_many(*, delivery_ids: list[int]) -> dict[str, int]:
                                          limit=len(delivery_ids))
     _queue_skipped(set(delivery_ids) - set(taken))
     if len(taken) > 1:  # sent one after another: each may take its whole deadline
-        WebhookDelivery.objects.filter(id__in=taken, claim=claim).update(lease_until=DELIVERIES.lease(
-            seconds=DELIVERIES.lease_seconds() + settings.RELAY_WEBHOOK_TIMEOUT_SECONDS * (len(taken) - 1)))
+        DELIVERIES.hold(taken, claim, seconds=DELIVERIES.lease_seconds()
+                        + settings.RELAY_WEBHOOK_TIMEOUT_SECONDS * (len(taken) - 1))
     counted = {"delivered": 0, "failed": 0, "retrying": 0}
     delivered: dict[int, list[WebhookDelivery]] = {}  # by status code
     for delivery in WebhookDelivery.objects.select_related("webhook").filter(id__in=taken).order_by("id"):
@@ -190,10 +190,9 @@ def lapsed_requeue(*, limit: int = 500) -> list[int]:
     if gave_up:
         logger.error("%d webhook delivery(ies) failed for good after their last attempt was lost", gave_up)
     now = timezone.now()
-    lapsed = WebhookDelivery.objects.filter(status=DeliveryStatus.PENDING, lease_until__lte=now)
-    ids = list(lapsed.values_list("id", flat=True)[:limit])
+    ids = list(WebhookDelivery.objects.filter(DELIVERIES.lapsed(now)).values_list("id", flat=True)[:limit])
     if ids:
-        WebhookDelivery.objects.filter(id__in=ids, status=DeliveryStatus.PENDING, lease_until__lte=now).update(
+        WebhookDelivery.objects.filter(DELIVERIES.lapsed(now), id__in=ids).update(
             claim=None, lease_until=DELIVERIES.lease(seconds=settings.RELAY_WEBHOOK_LEASE_SECONDS))
     return ids
 

@@ -68,10 +68,7 @@ def batch_claim(*, limit: int, queued_before=None) -> tuple[uuid.UUID, list[int]
     only rows queued before then (and lapsed ones), for the idle tick that picks up mails
     whose NOTIFY was missed."""
     now = timezone.now()
-    owed = OUTBOX.takeable(now)
-    if queued_before is not None:
-        owed = (Q(status=OutboxStatus.QUEUED, created_at__lt=queued_before)
-                | Q(status=OutboxStatus.SENDING, lease_until__lte=now))
+    owed = OUTBOX.takeable(now, owed_only=Q(created_at__lt=queued_before) if queued_before is not None else None)
     return OUTBOX.take_batch(OutboxMail.objects.filter(owed).order_by("priority", "id"), limit=limit, claimed_at=now)
 
 
@@ -164,7 +161,7 @@ def _record(mail: OutboxMail, claim: uuid.UUID, outcome: Outcome) -> None:
     """Write one mail's outcome other than sent, if this batch still holds it."""
     if outcome.status == "retry":
         # Still held, for as long as the retry may take; a lost retry lapses back to any mailer.
-        OUTBOX.settle(mail.id, claim, error=outcome.error, lease_until=OUTBOX.lease())
+        OUTBOX.hold(mail.id, claim, error=outcome.error)
     elif outcome.status == OutboxStatus.SKIPPED:
         OUTBOX.settle(mail.id, claim, state=outcome.status, error=outcome.error, text="", html="", message=b"")
     else:
