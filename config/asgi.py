@@ -17,9 +17,8 @@ mcp_app = http_app()
 
 # What the process holds from here on lives as long as it does (modules, the URLconf and
 # the views it imports, the MCP server): moved out of the collector's sight, so that a
-# full collection scans only what requests leave behind. Without this a full collection
-# took 100 to 330 ms with a few hundred waits held, and every answer due meanwhile waited
-# for it (docs/benchmarks.md, "MCP waits").
+# full collection scans only what requests leave behind, and answers due meanwhile do not
+# wait for a long one (docs/benchmarks.md, "MCP waits").
 get_resolver().url_patterns  # noqa: B018 (imports every view now rather than at the first request)
 gc.collect()
 gc.freeze()

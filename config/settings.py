@@ -548,7 +548,7 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = _int("CELERY_WORKER_PREFETCH_MULTIPLIER", 1, minimum=1)
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = True
 # Celery's Django fixup closes the database connection around every task unless told to
-# reuse it; reconnecting cost ~40% of an expire task (bench/expiry_burst.py, py-spy).
+# reuse it, and reconnecting is a large share of a short task (docs/benchmarks.md).
 # Reuse it for this many tasks (Django's CONN_MAX_AGE still retires old connections).
 CELERY_DB_REUSE_MAX = _int("CELERY_DB_REUSE_MAX", 1000, minimum=0)
 # No task may run forever; the expire task sets tighter limits of its own.

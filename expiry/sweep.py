@@ -65,11 +65,9 @@ def sweep_due_and_lapsed(*, batch_size: int | None = None) -> SweepResult:
     result = SweepResult()
     result.expired = _in_batches(_expire_due_batch, batch_size)
     result.abandoned = _in_batches(_abandon_lapsed_provisionings_batch, batch_size)
-    # A never-started cleanup whose lease lapsed while expire tasks are still queued is
-    # most likely waiting in that queue, not lost: requeueing it would only add a twin
-    # behind it, and a 100,000-mailbox backlog would be republished whole every lease
-    # (bench/expiry_burst.py). So while the queue holds work, only cleanups that
-    # started and stalled, or have waited past the longest lease, are queued again.
+    # While expire tasks are queued, a never-started cleanup whose lease lapsed is most
+    # likely waiting in that queue: only those that started and stalled, or waited past
+    # the longest lease, are queued again, or a backlog would be republished every lease.
     backlog = bool(queue_length(settings.CELERY_TASK_DEFAULT_QUEUE))
     result.requeued = _in_batches(lambda size: _requeue_lapsed_batch(size, backlog=backlog), batch_size)
     if result.expired or result.requeued or result.abandoned:

@@ -35,7 +35,7 @@ export RELAY_SWEEP_INTERVAL_SECONDS=1 RELAY_CLEANUP_RETRY_BACKOFF_SECONDS=1 RELA
 export STALWART_CONNECT_TIMEOUT_SECONDS=1 STALWART_READ_TIMEOUT_SECONDS=1 RELAY_SEND_RETRY_BACKOFF_SECONDS=1
 export RELAY_WEBHOOK_RETRY_BACKOFF_SECONDS=1 RELAY_WEBHOOK_RETRY_BACKOFF_MAX_SECONDS=4
 # The Stalwart stand-in enforces no per-minute limit unless a test turns it on (and sets
-# Relay's to match, tests/test_limiter.py); the worker tests make thousands of calls a minute.
+# Relay's to match, tests/relay/backends/test_limiter.py); the worker tests make thousands of calls a minute.
 export RELAY_BACKEND_MAX_PER_MINUTE=100000
 mkdir -p var/static
 export RELAY_ENV_FILE=/dev/null DJANGO_DEBUG=false DJANGO_SECRET_KEY=relay-test-secret-key-not-for-production-aZ0bY1cX2dW3eV4fU5

@@ -2,7 +2,6 @@ import asyncio
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -13,13 +12,14 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 import redis
+import requests
 from aiosmtpd.controller import Controller
 from django.conf import settings
 from rest_framework.test import APIClient
 
 from accounts.keys import key_cache_clear
 from accounts.services import account_create_with_key
-from tests.helpers import ROOT, wait_until
+from tests.helpers import ROOT, create_mailbox, free_port, wait_until
 from tests.stalwart_fake import TOKEN, FakeStalwart
 
 
@@ -74,6 +74,18 @@ def stalwart_server():
     fake = FakeStalwart().start()
     yield fake
     fake.stop()
+
+
+@pytest.fixture
+def new_box(client_pro):
+    """Make a ten-minute mailbox of client_pro's through the API: new_box(**body) -> its JSON."""
+    return lambda **body: create_mailbox(client_pro, **body)
+
+
+@pytest.fixture
+def box(new_box):
+    """One ten-minute mailbox of client_pro's, as the API returned it."""
+    return new_box()
 
 
 @pytest.fixture
@@ -198,12 +210,6 @@ CELERY = [sys.executable, "-m", "celery", "-A", "config"]
 GUNICORN_LIMITS = ["--limit-request-line", "8190"]
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 class Processes:
     """Real `celery worker` and `celery beat` processes against the test database."""
 
@@ -251,6 +257,16 @@ class Processes:
                                   "-b", f"127.0.0.1:{port}", "--timeout", "60", *GUNICORN_LIMITS],
                            ready_text="Booting worker", env=env)
 
+    def start_web(self, name: str = "web", *, env: dict | None = None, workers: int = 1, wait: bool = True) -> str:
+        """A web process on a free port; its base URL. With `wait`, once it answers."""
+        port = free_port()
+        self.web(name, port, env=env, workers=workers)
+        base = f"http://127.0.0.1:{port}"
+        if wait:
+            self.wait_ready()
+            wait_until(lambda: _answers(f"{base}/api/v1/"), timeout=30, message=f"{name} to answer")
+        return base
+
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
         proc, _ = self.procs[name]
         os.killpg(proc.pid, sig)
@@ -273,6 +289,13 @@ class Processes:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(5)
+
+
+def _answers(url: str) -> bool:
+    try:
+        return requests.get(url, timeout=5).status_code < 500
+    except requests.RequestException:
+        return False
 
 
 def _test_database_url() -> str:

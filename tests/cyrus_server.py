@@ -1,7 +1,7 @@
 """A Cyrus IMAP server of the suite's own (Debian's cyrus-imapd 3.6): its own directory,
 config files and ports, `master` in the foreground in its own process group, the admin's
 password in a sasldb of its own. Mail is delivered over LMTP, as an MX would. Used by
-tests/test_cyrus.py and bench/cyrus_read.py; `scripts/test.sh` installs the packages
+tests/relay/backends/test_cyrus.py and bench/cyrus_read.py; `scripts/test.sh` installs the packages
 when they are missing.
 
     server = CyrusServer(Path(tmp)).start()
@@ -26,12 +26,6 @@ ADMIN, PASSWORD, REALM = "relayadmin", "relay-admin-secret", "relay-cyrus"
 
 def installed() -> bool:
     return os.path.exists(MASTER) and os.path.exists(SASLPASSWD)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 IMAPD_CONF = """\
@@ -76,6 +70,8 @@ EVENTS {{
 class CyrusServer:
     def __init__(self, root: Path) -> None:
         self.root = root
+        from tests.helpers import free_port  # which sets Django up: imported when a server is made
+
         self.imap_port, self.lmtp_port, self.http_port = free_port(), free_port(), free_port()
         self.proc: subprocess.Popen | None = None
         self._configure()

@@ -1,9 +1,14 @@
-"""What many test modules share: waiting with a deadline, and one way to make mailboxes.
+"""What many test modules share (mail itself is tests/mail_corpus.py's): waiting with a
+deadline, a free port, and one way to make each thing.
 
 - `make_mailbox` writes a mailbox row directly (with its address reservation), for
   tests of the expiry engine and the operators that set up states the API cannot.
-- `create_via_api` creates one through POST /api/v1/mailboxes, as a client would.
+- `create_via_api` creates one through POST /api/v1/mailboxes, as a client would;
+  `create_mailbox` the same for a ten-minute mailbox, returning its JSON.
+- `expire_now` expires a due mailbox as a cleanup task would; `a_delivery` writes a
+  webhook delivery owed to `url`.
 """
+import socket
 import threading
 import time
 from contextlib import contextmanager
@@ -17,6 +22,12 @@ from mailboxes.models import AddressReservation, Mailbox
 
 ROOT = Path(__file__).resolve().parent.parent
 DOMAIN = "relay.localhost"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 @contextmanager
@@ -84,6 +95,31 @@ def make_mailboxes(count: int, *, prefix: str, first_in: float, spread: float, s
 def create_via_api(client, **body):
     """POST /api/v1/mailboxes with `body`; returns the response."""
     return client.post("/api/v1/mailboxes", body, format="json")
+
+
+def create_mailbox(client, **body) -> dict:
+    """A ten-minute mailbox made through the API (201 asserted); returns its JSON."""
+    response = create_via_api(client, **{"ttl_ms": 600_000, **body})
+    assert response.status_code == 201, response.content
+    return response.json()
+
+
+def expire_now(mailbox: Mailbox) -> None:
+    """Expire a due mailbox as a cleanup task does (its cleanup owed, nothing queued)."""
+    from mailboxes.ending import mailboxes_expire_due
+
+    assert mailboxes_expire_due(mailbox_ids=[mailbox.id], announce=False) == [mailbox.id]
+
+
+def a_delivery(url: str = "http://example.com/hook", *, payload: dict | None = None):
+    """A webhook delivery owed to `url`, of a new account's webhook."""
+    from accounts.models import Account
+    from webhooks.models import Webhook, WebhookDelivery
+
+    owner = Account.objects.create(login=f"owner{Account.objects.count()}")
+    webhook = Webhook.objects.create(owner=owner, url=url, events=["message.received"], secret="whsec_dGVzdA==")
+    return WebhookDelivery.objects.create(webhook=webhook, event="message.received", payload=payload or {},
+                                          message_id=f"msg_{webhook.id}")
 
 
 def deliver(raw: bytes, *addresses: str, mail_from: str = "a@example.com") -> list[int]:

@@ -1,6 +1,54 @@
-"""Messages for the SMTP tests: real-world shapes, and a corpus of malformed ones.
-All use CRLF line endings, as they travel on the wire."""
+"""Messages for the tests: one builder (message, mail), one way to send them over SMTP
+(send, send_mail), real-world shapes, and a corpus of malformed ones. All use CRLF line
+endings, as they travel on the wire."""
 import base64
+import smtplib
+import time
+from email.message import EmailMessage
+from email.utils import make_msgid, parseaddr
+
+
+def message(to: str = "box@relay.localhost", subject: str = "Hello", text: str = "", *,
+            sender: str = "service@example.com", html: str | None = None, subtype: str = "plain",
+            cte: str | None = None, charset: str = "utf-8",
+            attachments: list[tuple[bytes, str, str]] = ()) -> EmailMessage:
+    """A mail as senders write them: `text` (of `subtype`), an HTML alternative, each in
+    `charset` and `cte` (quoted-printable, base64, 8bit; chosen for it when None), and
+    `attachments`, each (bytes, content type, filename). A Message-ID of its own (Cyrus
+    drops a repeated one)."""
+    built = EmailMessage()
+    built["From"], built["To"], built["Subject"] = sender, to, subject
+    built["Message-ID"] = make_msgid(domain="example.com")
+    if html is not None and not text:
+        built.set_content(html, subtype="html", charset=charset, cte=cte)
+    else:
+        built.set_content(text, subtype=subtype, charset=charset, cte=cte)
+        if html is not None:
+            built.add_alternative(html, subtype="html", charset=charset, cte=cte)
+    for payload, content_type, filename in attachments:
+        maintype, subtype_ = content_type.split("/")
+        built.add_attachment(payload, maintype=maintype, subtype=subtype_, filename=filename)
+    return built
+
+
+def mail(to: str = "box@relay.localhost", subject: str = "Hello", text: str = "", **options) -> bytes:
+    """message(...) as the bytes SMTP carries."""
+    return crlf_bytes(message(to, subject, text, **options).as_bytes())
+
+
+def send(port: int, to: str | list[str], raw: bytes, *, sender: str = "sender@example.com",
+         utf8: bool = False) -> dict:
+    """One SMTP session that sends `raw`; returns the recipients refused."""
+    with smtplib.SMTP("127.0.0.1", port, timeout=60) as smtp:
+        return smtp.sendmail(sender, to, raw, mail_options=["SMTPUTF8"] if utf8 else [])
+
+
+def send_mail(port: int, to: str, subject: str, text: str = "", **options) -> float:
+    """Build a mail (message's options) and send it from its From address; returns the
+    time.monotonic() of the 250."""
+    sender = parseaddr(options.get("sender", "service@example.com"))[1]
+    assert send(port, to, mail(to, subject, text, **options), sender=sender) == {}
+    return time.monotonic()
 
 
 def crlf(text: str) -> bytes:

@@ -6,39 +6,26 @@ import sys
 import textwrap
 import threading
 import time
-import smtplib
 from datetime import datetime
-from email.message import EmailMessage
 
 import pytest
 import redis
-import requests
 from django.conf import settings
 from django.utils import timezone
 
 from accounts.services import account_create_with_key
 from mailboxes.models import Mailbox
 from relay_client import Mailbox as MailboxResult, Message, Relay, RelayError, WaitTimeout, verify_webhook
-from tests.conftest import ROOT, free_port
-from tests.helpers import wait_until
+from tests.helpers import ROOT, wait_until
+from tests.mail_corpus import send_mail
 from webhooks.signing import new_secret, sign
 
 pytestmark = pytest.mark.workers
 
 
-def start_web(processes, env: dict | None = None) -> str:
-    port = free_port()
-    processes.web("web", port, env=env)
-    processes.wait_ready()
-    base = f"http://127.0.0.1:{port}"
-    wait_until(lambda: requests.get(f"{base}/api/v1/", timeout=5).status_code < 500, timeout=30,
-               message="the web process to answer")
-    return base
-
-
 @pytest.fixture
 def live(processes):
-    base = start_web(processes)
+    base = processes.start_web()
     _, key = account_create_with_key(login="tester", plan="pro")
     return base, key
 
@@ -46,16 +33,6 @@ def live(processes):
 @pytest.fixture
 def relay(live) -> Relay:
     return Relay(*live)
-
-
-def send_mail(port: int, to: str, subject: str, text: str, attachment: bytes | None = None) -> None:
-    message = EmailMessage()
-    message["From"], message["To"], message["Subject"] = "service@example.com", to, subject
-    message.set_content(text)
-    if attachment is not None:
-        message.add_attachment(attachment, maintype="application", subtype="pdf", filename="a.pdf")
-    with smtplib.SMTP("127.0.0.1", port, timeout=30) as smtp:
-        smtp.send_message(message)
 
 
 def test_mailboxes_are_created_listed_renewed_and_deleted(relay):
@@ -73,8 +50,8 @@ def test_mailboxes_are_created_listed_renewed_and_deleted(relay):
 
 def test_a_code_arrives_during_the_wait_and_the_message_reads_whole(relay, smtp_server):
     box = relay.create_mailbox()
-    threading.Timer(1.0, send_mail, (smtp_server.port, box.address, "Verify", "Your code is 482913.",
-                                     b"%PDF-1.4 bytes")).start()
+    threading.Timer(1.0, send_mail, (smtp_server.port, box.address, "Verify", "Your code is 482913."),
+                    {"attachments": [(b"%PDF-1.4 bytes", "application/pdf", "a.pdf")]}).start()
     started = time.monotonic()
     assert relay.wait_for_code(box.id, timeout_seconds=20) == "482913"
     assert time.monotonic() - started < 15  # woken by the mail, not by the end of the 20 s wait
@@ -134,7 +111,7 @@ def test_webhook_signatures_are_verified():
 
 
 def test_a_429_is_retried_after_its_retry_after(processes, smtp_server):
-    base = start_web(processes, env={"RELAY_MAX_OPEN_WAITS": "1"})
+    base = processes.start_web(env={"RELAY_MAX_OPEN_WAITS": "1"})
     _, key = account_create_with_key(login="busy", plan="pro")
     statuses = []
     relay = Relay(base, key, retries=5)

@@ -10,8 +10,7 @@ import urllib.request
 
 import pytest
 
-from tests.conftest import free_port
-from tests.helpers import ROOT, wait_until
+from tests.helpers import ROOT, free_port, wait_until
 
 pytestmark = pytest.mark.workers
 

@@ -26,7 +26,8 @@ from pydantic import ValidationError
 from rest_framework import exceptions
 
 from api.agents.session import CLIENT_GONE, CREDENTIALS, Credentials, Links
-from api.agents.tools import TOOLS, failure
+from api.agents.results import failure
+from api.agents.tools import TOOLS
 from api.authentication import MAX_KEY_LENGTH, challenge
 from api.errors import json_error_response
 from api.pooling import in_pool

@@ -12,21 +12,21 @@ API's code (`expired: …`, `not_found: …`, `invalid_request: <argument>: …`
 the tool's own terms (minutes, not ms). Every result matches the tool's outputSchema."""
 import base64
 import inspect
-import json
 import math
 import uuid
-from typing import Annotated, Any
+from typing import Annotated
 
 from django.conf import settings
 from django.urls import reverse
-from mcp_types import CallToolResult, TextContent, ToolAnnotations
-from pydantic import BaseModel, ConfigDict, Field
+from mcp_types import CallToolResult, ToolAnnotations
+from pydantic import Field
 from rest_framework import exceptions
 
 from api import waiting
+from api.agents.results import (MINUTE_MS, Attachment, Code, Deleted, MailboxList, MailboxOut, MessageList, MessageOut,
+                                Queued, Result, Waited, failure, failure_of, result)
 from api.agents.session import CREDENTIALS, ClientGone, Credentials, until_client_gone
 from api.authentication import Principal
-from api.errors import error_of
 from api.pooling import in_pool
 from api.serializers import (
     MailboxCreateSerializer,
@@ -39,7 +39,7 @@ from api.serializers import (
 from mailboxes import access, selectors, services
 from mailboxes.creation import mailbox_create
 from mailboxes.ending import mailbox_delete
-from mailboxes.errors import Forbidden, NotFound, RelayError, TtlOutOfRange
+from mailboxes.errors import Forbidden, NotFound, RelayError
 from mailboxes.models import Mailbox
 from relay import mailserver
 from relay.backends import get_backend
@@ -52,7 +52,6 @@ ATTACHMENT_INLINE_BYTES = 1024 * 1024
 WAIT_DEFAULT_SECONDS = 30
 WAIT_MAX_SECONDS = 60
 LISTED_MAX = 50
-MINUTE_MS = 60_000
 TTL_MIN_MINUTES = math.ceil(settings.RELAY_MIN_TTL_MS / MINUTE_MS)
 
 # What every tool that returns mail says to the model that reads it.
@@ -75,120 +74,6 @@ FromFilter = Annotated[str | None, Field(alias="from", description="Only mail wh
 SubjectFilter = Annotated[str | None, Field(description="Only mail whose subject contains this text.")]
 After = Annotated[int | None, Field(description="Only messages received after this message id (one of the "
                                                 "mailbox's). Omit it to accept a message already there.", ge=1)]
-
-
-# --- results (each tool's outputSchema) --------------------------------------------------------------
-class Result(BaseModel):
-    # What a later Relay adds to a result does not break a client that validates it.
-    model_config = ConfigDict(extra="allow")
-
-
-class MailboxOut(Result):
-    id: str
-    address: str
-    status: str
-    created_at: str
-    expires_at: str
-    expired_at: str | None = None
-    message_count: int
-    name: str
-    tags: list[str]
-    metadata: dict[str, Any]
-
-
-class MailboxList(Result):
-    mailboxes: list[MailboxOut]
-
-
-class Deleted(Result):
-    deleted: bool
-
-
-class MessageSummary(Result):
-    id: int
-    mailbox_id: str
-    from_: str | None = Field(alias="from")
-    to: str | None
-    subject: str | None
-    received_at: str
-    size: int
-    is_read: bool
-    has_attachments: bool
-
-
-class MessageList(Result):
-    messages: list[MessageSummary]
-
-
-class AttachmentOut(Result):
-    id: int
-    download_url: str
-    filename: str | None
-    content_type: str
-    size: int
-
-
-class Link(Result):
-    url: str
-    text: str | None
-
-
-class MessageOut(MessageSummary):
-    text: str | None
-    html: str | None
-    headers: list[list[str]]
-    attachments: list[AttachmentOut]
-    codes: list[str]
-    links: list[Link]
-
-
-class Waited(Result):
-    message: MessageOut | None
-
-
-class Code(Result):
-    code: str | None
-    codes: list[str] | None = None
-    message_id: int | None = None
-    from_: str | None = Field(default=None, alias="from")
-    subject: str | None = None
-
-
-class Queued(Result):
-    id: int
-    status: str
-
-
-class Attachment(Result):
-    filename: str | None
-    content_type: str
-    size: int
-    text: str | None = None
-    content_base64: str | None = None
-
-
-def result(data: dict) -> CallToolResult:
-    return CallToolResult(content=[TextContent(type="text", text=json.dumps(data))], structured_content=data)
-
-
-def failure(code: str, message: str) -> CallToolResult:
-    return CallToolResult(content=[TextContent(type="text", text=f"{code}: {message}")], is_error=True)
-
-
-def _in_minutes(exc: TtlOutOfRange) -> str:
-    low, cap = math.ceil(exc.low_ms / MINUTE_MS), exc.cap_ms // MINUTE_MS
-    return f"ttl_minutes: must be between {low} and {cap} minutes on the {exc.plan} plan."
-
-
-def failure_of(exc: RelayError | exceptions.APIException) -> CallToolResult:
-    """The tool error for what the route would answer with an error: its code, and its
-    message with each argument's reason."""
-    if isinstance(exc, TtlOutOfRange):
-        return failure("invalid_request", _in_minutes(exc))
-    _, body = error_of(exc)
-    reasons = [f"{name}: {' '.join(problems) if isinstance(problems, list) else problems}"
-               for name, problems in (body.get("fields") or {}).items()]
-    return failure(body["code"], " ".join(reasons) if reasons else body["message"])
 
 
 # --- the caller -------------------------------------------------------------------------------------

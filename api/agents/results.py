@@ -1,0 +1,127 @@
+"""What the MCP tools answer (docs/agents.md): each tool's result model, its outputSchema,
+and the tool error, worded from the route's own error body in the tool's units."""
+import json
+import math
+from typing import Any
+
+from mcp_types import CallToolResult, TextContent
+from pydantic import BaseModel, ConfigDict, Field
+from rest_framework import exceptions
+
+from api.errors import error_of
+from mailboxes.errors import RelayError, TtlOutOfRange
+
+MINUTE_MS = 60_000
+
+
+class Result(BaseModel):
+    # What a later Relay adds to a result does not break a client that validates it.
+    model_config = ConfigDict(extra="allow")
+
+
+class MailboxOut(Result):
+    id: str
+    address: str
+    status: str
+    created_at: str
+    expires_at: str
+    expired_at: str | None = None
+    message_count: int
+    name: str
+    tags: list[str]
+    metadata: dict[str, Any]
+
+
+class MailboxList(Result):
+    mailboxes: list[MailboxOut]
+
+
+class Deleted(Result):
+    deleted: bool
+
+
+class MessageSummary(Result):
+    id: int
+    mailbox_id: str
+    from_: str | None = Field(alias="from")
+    to: str | None
+    subject: str | None
+    received_at: str
+    size: int
+    is_read: bool
+    has_attachments: bool
+
+
+class MessageList(Result):
+    messages: list[MessageSummary]
+
+
+class AttachmentOut(Result):
+    id: int
+    download_url: str
+    filename: str | None
+    content_type: str
+    size: int
+
+
+class Link(Result):
+    url: str
+    text: str | None
+
+
+class MessageOut(MessageSummary):
+    text: str | None
+    html: str | None
+    headers: list[list[str]]
+    attachments: list[AttachmentOut]
+    codes: list[str]
+    links: list[Link]
+
+
+class Waited(Result):
+    message: MessageOut | None
+
+
+class Code(Result):
+    code: str | None
+    codes: list[str] | None = None
+    message_id: int | None = None
+    from_: str | None = Field(default=None, alias="from")
+    subject: str | None = None
+
+
+class Queued(Result):
+    id: int
+    status: str
+
+
+class Attachment(Result):
+    filename: str | None
+    content_type: str
+    size: int
+    text: str | None = None
+    content_base64: str | None = None
+
+
+def result(data: dict) -> CallToolResult:
+    return CallToolResult(content=[TextContent(type="text", text=json.dumps(data))], structured_content=data)
+
+
+def failure(code: str, message: str) -> CallToolResult:
+    return CallToolResult(content=[TextContent(type="text", text=f"{code}: {message}")], is_error=True)
+
+
+def _in_minutes(exc: TtlOutOfRange) -> str:
+    low, cap = math.ceil(exc.low_ms / MINUTE_MS), exc.cap_ms // MINUTE_MS
+    return f"ttl_minutes: must be between {low} and {cap} minutes on the {exc.plan} plan."
+
+
+def failure_of(exc: RelayError | exceptions.APIException) -> CallToolResult:
+    """The tool error for what the route would answer with an error: its code, and its
+    message with each argument's reason."""
+    if isinstance(exc, TtlOutOfRange):
+        return failure("invalid_request", _in_minutes(exc))
+    _, body = error_of(exc)
+    reasons = [f"{name}: {' '.join(problems) if isinstance(problems, list) else problems}"
+               for name, problems in (body.get("fields") or {}).items()]
+    return failure(body["code"], " ".join(reasons) if reasons else body["message"])
