@@ -97,6 +97,12 @@ def create_via_api(client, **body):
     return client.post("/api/v1/mailboxes", body, format="json")
 
 
+def listed(response, field: str) -> list:
+    """`field` of each result of a list the API answered with 200."""
+    assert response.status_code == 200, response.json()
+    return [item[field] for item in response.json()["results"]]
+
+
 def create_mailbox(client, **body) -> dict:
     """A ten-minute mailbox made through the API (201 asserted); returns its JSON."""
     response = create_via_api(client, **{"ttl_ms": 600_000, **body})

@@ -10,7 +10,7 @@ from django.db import connection
 from django.utils import timezone
 
 from mailboxes.models import Mailbox
-from tests.helpers import create_mailbox, create_via_api
+from tests.helpers import create_mailbox, create_via_api, listed
 
 
 def patch(client, mailbox_id, body):
@@ -126,8 +126,7 @@ def test_concurrent_patches_of_different_fields_both_stand(make_client):
 
 # --- the list's filters ---------------------------------------------------------------------
 def ids(response) -> list[str]:
-    assert response.status_code == 200, response.json()
-    return [mailbox["id"] for mailbox in response.json()["results"]]
+    return listed(response, "id")
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from mailboxes.models import Message, MessageContent
 from mailboxes.access import message_search
 from mailboxes.selectors import words_search_plan
 from tests.conftest import _test_database_url
-from tests.helpers import create_via_api, deliver, row_held, wait_until
+from tests.helpers import create_via_api, deliver, listed, row_held, wait_until
 from tests.mail_corpus import mail
 
 # A shop's mail to one of alice's mailboxes.
@@ -26,8 +26,7 @@ shop_mail = partial(mail, "you@relay.localhost", sender="Shop <news@shop.example
 
 
 def subjects(response) -> list[str]:
-    assert response.status_code == 200, response.json()
-    return [message["subject"] for message in response.json()["results"]]
+    return listed(response, "subject")
 
 
 @pytest.fixture
@@ -330,8 +329,7 @@ def test_a_query_of_only_whitespace_filters_nothing_and_a_line_break_is_refused(
 
 # --- after=MID on every list, with or without wait (docs/api.md) ---------------------------------
 def ids_of(response) -> list[int]:
-    assert response.status_code == 200, response.json()
-    return [message["id"] for message in response.json()["results"]]
+    return listed(response, "id")
 
 
 def test_after_without_wait_lists_only_what_came_after_on_a_mailboxs_list(client_pro, inbox):

@@ -26,7 +26,7 @@ def mail(to: str, subject: str, text: str, *, filler: int = 0, **options) -> byt
                        sender="Service <service@example.com>", **options)
 
 
-def listed(client, box: dict, query: str = "") -> list[dict]:
+def messages(client, box: dict, query: str = "") -> list[dict]:
     response = client.get(f"/api/v1/mailboxes/{box['id']}/messages{query}")
     assert response.status_code == 200, response.content
     return response.json()["results"]
@@ -78,7 +78,7 @@ def test_delivered_mail_reads_as_if_relays_own_smtp_had_stored_it(cyrus, client_
     cyrus.deliver(box["address"], raw, sender="bounces@example.com")
 
     # No poll ran: the list reads the server first, so the mail is there at once.
-    [item] = listed(client_pro, box)
+    [item] = messages(client_pro, box)
     assert item["subject"] == "Your code" and item["from"] == "Service <service@example.com>"
     assert item["envelope_from"] == "bounces@example.com" and item["envelope_to"] == box["address"]
     assert item["has_attachments"] is True
@@ -97,7 +97,7 @@ def test_delivered_mail_reads_as_if_relays_own_smtp_had_stored_it(cyrus, client_
     assert [m["id"] for m in found] == [item["id"]]
     # Read again and polled: still one message, and one webhook delivery for it.
     mailserver.poll()
-    assert len(listed(client_pro, box)) == 1 and Message.objects.count() == 1
+    assert len(messages(client_pro, box)) == 1 and Message.objects.count() == 1
     deliveries = client_pro.get(f"/api/v1/webhooks/{hook.json()['id']}/deliveries").json()["results"]
     assert [d["event"] for d in deliveries] == ["message.received"]
 
@@ -133,12 +133,12 @@ def test_mail_delivered_after_expires_at_is_never_shown(cyrus, client_pro):
 def test_a_mail_server_that_is_down_breaks_no_read_and_loses_nothing(cyrus, client_pro):
     box = create_via_api(client_pro, local_part="outage").json()
     cyrus.deliver(box["address"], mail(box["address"], "Before", "read before the outage"))
-    assert [m["subject"] for m in listed(client_pro, box)] == ["Before"]
+    assert [m["subject"] for m in messages(client_pro, box)] == ["Before"]
     cyrus.deliver(box["address"], mail(box["address"], "Unread", "delivered, not yet read"))
 
     cyrus.stop()
     started = time.monotonic()
-    assert [m["subject"] for m in listed(client_pro, box)] == ["Before"]  # what is stored, at once
+    assert [m["subject"] for m in messages(client_pro, box)] == ["Before"]  # what is stored, at once
     assert time.monotonic() - started < 10  # a guard: not held through the reader's retries
     refused = create_via_api(client_pro, local_part="during")
     assert refused.status_code == 503 and refused.json()["code"] == "backend_unavailable"
@@ -148,7 +148,7 @@ def test_a_mail_server_that_is_down_breaks_no_read_and_loses_nothing(cyrus, clie
     cyrus.start()
     cyrus.deliver(box["address"], mail(box["address"], "After", "delivered after the restart"))
     mailserver.poll()
-    assert sorted(m["subject"] for m in listed(client_pro, box)) == ["After", "Before", "Unread"]
+    assert sorted(m["subject"] for m in messages(client_pro, box)) == ["After", "Before", "Unread"]
 
 
 # --- with Relay's processes --------------------------------------------------------------------------

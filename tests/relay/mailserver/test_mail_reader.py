@@ -6,7 +6,7 @@ from mailboxes.models import Mailbox, Message
 from relay import mailserver
 from relay.mailserver import reader
 from tests import mail_corpus as corpus
-from tests.helpers import create_via_api
+from tests.helpers import create_via_api, listed
 from tests.stalwart_fake import HTTP_503
 
 
@@ -17,9 +17,7 @@ def mail(subject: str) -> bytes:
 
 
 def subjects(client, box) -> list[str]:
-    response = client.get(f"/api/v1/mailboxes/{box['id']}/messages")
-    assert response.status_code == 200, response.content
-    return sorted(item["subject"] for item in response.json()["results"])
+    return sorted(listed(client.get(f"/api/v1/mailboxes/{box['id']}/messages"), "subject"))
 
 
 def test_stalwart_mail_is_read_by_the_same_reader_and_stored_once(stalwart, client_pro, monkeypatch):
