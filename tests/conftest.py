@@ -1,3 +1,6 @@
+"""The suite's fixtures: API clients, the Stalwart stand-in and a Cyrus of its own, an SMTP
+server in a thread, a sink for mail out, the broker, and real worker, beat, mailer and web
+processes (Processes) against the test database."""
 import asyncio
 import os
 import shutil

@@ -1,3 +1,6 @@
+"""Listing mailboxes and who may see them (docs/api.md, "Mailboxes"): newest first, pages,
+the shape of one, another owner's or another token's mailbox as absent as a missing one,
+and deleting one."""
 import uuid
 from datetime import timedelta
 

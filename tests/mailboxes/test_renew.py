@@ -1,3 +1,5 @@
+"""Renewing a mailbox (docs/api.md, "Mailboxes"): expires_at from now, the plan's default
+and bounds, and never a revival of one that has expired."""
 from datetime import timedelta
 
 import pytest
