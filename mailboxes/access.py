@@ -2,8 +2,6 @@
 read (mailboxes/selectors.py) preceded by the one write it owes the caller: a mailbox
 past its time is expired on the spot, so correctness never waits for a worker, and a
 word search first writes the words its messages still owe, so it finds every message."""
-from datetime import datetime
-
 from django.db import connection
 from django.db.models import QuerySet
 
@@ -11,8 +9,8 @@ from mailboxes.ending import mailbox_lazy_expire, mailboxes_lazy_expire
 from mailboxes.errors import MailboxExpired
 from mailboxes.keys import Caller
 from mailboxes.models import Mailbox, MailboxStatus
-from mailboxes.selectors import mailbox_find, mailboxes_filtered, mailboxes_visible_to, messages_in_scope, \
-    messages_matching
+from mailboxes.selectors import (mailbox_find, mailboxes_filtered, mailboxes_visible_to, messages_in_scope,
+                                 messages_matching)
 from mailboxes.services import contents_index_all_words
 
 
@@ -38,11 +36,11 @@ def mailbox_get_active(*, caller: Caller, mailbox_id) -> Mailbox:
 
 
 def message_search(*, caller: Caller | None, mailbox: Mailbox | None = None, words: str = "",
-                   since: datetime | None = None, **filters) -> QuerySet:
+                   after: int | None = None, **filters) -> QuerySet:
     """Messages in `mailbox` or all the caller's mailboxes matching every filter
     (selectors.messages_matching), newest first. With `words` on PostgreSQL, the words
-    these messages still owe (SMTP leaves them to a worker) are written first."""
+    the messages it may return still owe (SMTP leaves them to a worker) are written first."""
     messages = messages_in_scope(caller=caller, mailbox=mailbox)
     if words and connection.vendor == "postgresql":
-        contents_index_all_words(messages=messages)
-    return messages_matching(messages, words=words, since=since, **filters)
+        contents_index_all_words(messages=messages.filter(id__gt=after) if after else messages)
+    return messages_matching(messages, words=words, after=after, **filters)
