@@ -140,5 +140,11 @@ def local_part_schema() -> dict:
             "not": {"pattern": f"^({roles})$"}}
 
 
+DOMAIN_NAME_PATTERN = r"^([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.?$"
+
+
 def domain_schema() -> dict:
-    return {"type": "string", "enum": settings.RELAY_DOMAINS}
+    """A mailbox's domain: one of RELAY_DOMAINS (listed as examples) or a verified domain
+    of the caller's, which no schema can list."""
+    return {"type": "string", "minLength": 1, "maxLength": 253, "pattern": DOMAIN_NAME_PATTERN,
+            "examples": settings.RELAY_DOMAINS}

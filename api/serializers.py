@@ -28,6 +28,7 @@ from api.schema import ttl_bounds
 from mailboxes.models import MailboxStatus
 from mailboxes.selectors import MAILBOX_ORDERINGS
 from relay.inbound.attachments import without_format_characters
+from relay.inbound.authentication import RESULTS, nothing_known
 from relay.models import OutboxMail
 
 
@@ -91,7 +92,7 @@ class MailboxCreateSerializer(LabelsSerializer):
     local_part = LocalPartField(required=False, min_length=1, max_length=64, trim_whitespace=False,
                                 help_text="a-z, 0-9, '.', '_', '-' as a dot-atom, not a role name; random when absent.")
     domain = DomainField(required=False, min_length=1, max_length=253,
-                         help_text="One of RELAY_DOMAINS; the first when absent.")
+                         help_text="One of RELAY_DOMAINS (the first when absent) or one of your verified domains.")
     ttl_ms = StrictIntegerField(required=False, **ttl_bounds(),
                                 help_text="Lifetime in ms, at most the plan's cap; the plan's default when absent.")
 
@@ -129,6 +130,8 @@ class MessageSearchQuerySerializer(serializers.Serializer):
     since = QueryDateTimeField(required=False, help_text="Received at or after this (ISO 8601).")
     until = QueryDateTimeField(required=False, help_text="Received before this (ISO 8601).")
     unread = StrictBooleanField(required=False, default=False, help_text="true: only messages not yet read.")
+    authenticated = StrictBooleanField(required=False, default=False,
+                                       help_text="true: only mail whose verdict is pass (SPF, DKIM and DMARC).")
     after = QueryIntegerField(min_value=1, max_value=10 ** 18 - 1, required=False,
                               help_text="Only messages received after this message (its id); "
                                         "400 if it is not one of the listed mailbox's messages.")
@@ -138,7 +141,7 @@ class MessageSearchQuerySerializer(serializers.Serializer):
         """The validated query as mailboxes.selectors.message_search's keywords."""
         return {"words": query.get("q", ""), "sender": query.get("sender", ""), "subject": query.get("subject", ""),
                 "since": query.get("since"), "until": query.get("until"), "unread": query["unread"],
-                "after": query.get("after")}
+                "authenticated": query["authenticated"], "after": query.get("after")}
 
 
 class WaitQuerySerializer(MessageSearchQuerySerializer):
@@ -191,6 +194,8 @@ class MessageSummarySerializer(serializers.Serializer):
     size = serializers.IntegerField()
     is_read = serializers.BooleanField()
     has_attachments = serializers.BooleanField()
+    authenticated = serializers.BooleanField(help_text="Its verdict is pass: DMARC passed, or an aligned DKIM "
+                                                       "signature or SPF did where the From domain has no DMARC.")
 
 
 class AttachmentSerializer(serializers.Serializer):
@@ -207,6 +212,33 @@ class LinkSerializer(serializers.Serializer):
     text = serializers.CharField()
 
 
+_RESULT = serializers.ChoiceField(choices=RESULTS)
+
+
+class SpfResultSerializer(serializers.Serializer):
+    result = _RESULT
+    domain = serializers.CharField(help_text="The envelope sender's domain, or the HELO name without one.")
+
+
+class DkimResultSerializer(serializers.Serializer):
+    result = _RESULT
+    domain = serializers.CharField(help_text="The signature's d=.")
+    selector = serializers.CharField(help_text="The signature's s=.")
+
+
+class DmarcResultSerializer(serializers.Serializer):
+    result = _RESULT
+    policy = serializers.CharField(allow_null=True, help_text="p= (sp= for a subdomain); null without a record.")
+    domain = serializers.CharField(help_text="The From header's domain.")
+
+
+class AuthenticationSerializer(serializers.Serializer):
+    spf = SpfResultSerializer()
+    dkim = DkimResultSerializer(many=True)
+    dmarc = DmarcResultSerializer()
+    verdict = serializers.ChoiceField(choices=["pass", "fail", "none"])
+
+
 def message_codes(message) -> list[str]:
     """The one-time codes of a message (docs/api.md, "Codes and links"), most likely first."""
     return message.content.codes  # computed when stored
@@ -219,6 +251,8 @@ class MessageDetailSerializer(MessageSummarySerializer):
     attachments = serializers.SerializerMethodField()
     codes = serializers.SerializerMethodField(help_text="One-time codes found in the subject and text, most likely first.")
     links = serializers.SerializerMethodField(help_text="Links from the HTML and the text, in order, each once.")
+    authentication = serializers.SerializerMethodField(
+        help_text="SPF, DKIM and DMARC as found when the message was received, and the verdict.")
 
     @extend_schema_field(AttachmentSerializer(many=True))
     def get_attachments(self, message) -> list[dict]:
@@ -240,6 +274,10 @@ class MessageDetailSerializer(MessageSummarySerializer):
     @extend_schema_field(LinkSerializer(many=True))
     def get_links(self, message) -> list[dict]:
         return message.content.links
+
+    @extend_schema_field(AuthenticationSerializer)
+    def get_authentication(self, message) -> dict:
+        return message.content.authentication or nothing_known()
 
 
 

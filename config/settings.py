@@ -4,7 +4,9 @@ Each value is parsed strictly: a value that cannot be used stops start-up with a
 ImproperlyConfigured error that names the variable, instead of a confusing failure later.
 """
 import hashlib
+import ipaddress
 import os
+import re
 from datetime import timedelta
 from pathlib import Path
 
@@ -74,6 +76,9 @@ if not DEBUG and (SECRET_KEY == DEV_SECRET_KEY or len(SECRET_KEY) < 50 or len(se
     raise ImproperlyConfigured(
         "DJANGO_SECRET_KEY must be set to a random value of at least 50 characters when DJANGO_DEBUG is false "
         "(e.g. python3 -c 'import secrets; print(secrets.token_urlsafe(50))')")
+# Earlier secret keys, still accepted where Django signs with the key, and still able to
+# decrypt the domains' DKIM keys (domains/keys.py) after a rotation.
+SECRET_KEY_FALLBACKS = [key for key in env.list("DJANGO_SECRET_KEY_FALLBACKS", default=[]) if key]
 ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]", "testserver"])
 
 INSTALLED_APPS = [
@@ -91,6 +96,7 @@ INSTALLED_APPS = [
     "axes",
     "accounts",
     "mailboxes",
+    "domains",
     "relay",
     "expiry",
     "webhooks",
@@ -297,6 +303,57 @@ ROLE_LOCAL_PARTS = ("abuse", "admin", "administrator", "ftp", "hostmaster", "inf
                     "postmaster", "sales", "security", "support", "usenet", "uucp", "webmaster", "www")
 RELAY_RESERVED_LOCAL_PARTS = frozenset(
     ROLE_LOCAL_PARTS + tuple(p.strip().lower() for p in env.list("RELAY_RESERVED_LOCAL_PARTS", default=[]) if p.strip()))
+
+# --- Domains of one's own, and mail one can trust (docs/configuration.md, "Domains and verdicts") ----
+def _dns_resolvers() -> list[tuple[str, int]]:
+    """RELAY_DNS_RESOLVERS: a comma list of `ip` or `ip:port` (`[v6]:port` for IPv6).
+    Empty: the system's resolvers (/etc/resolv.conf)."""
+    servers = []
+    for item in (part.strip() for part in env.str("RELAY_DNS_RESOLVERS", default="").split(",")):
+        if not item:
+            continue
+        host, port = item, "53"
+        if item.startswith("["):
+            host, _, port = item[1:].partition("]")
+            port = port.removeprefix(":") or "53"
+        elif item.count(":") == 1:
+            host, _, port = item.partition(":")
+        try:
+            ipaddress.ip_address(host)
+            if not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError
+        except ValueError:
+            raise ImproperlyConfigured(f"RELAY_DNS_RESOLVERS must be a comma list of ip or ip:port, got {item!r}") from None
+        servers.append((host, int(port)))
+    return servers
+
+
+RELAY_DNS_RESOLVERS = _dns_resolvers()
+try:
+    RELAY_DNS_TIMEOUT_SECONDS = float(env.str("RELAY_DNS_TIMEOUT_SECONDS", default="2"))
+except ValueError:
+    raise ImproperlyConfigured("RELAY_DNS_TIMEOUT_SECONDS must be a number of seconds") from None
+if not 0 < RELAY_DNS_TIMEOUT_SECONDS <= 30:
+    raise ImproperlyConfigured(f"RELAY_DNS_TIMEOUT_SECONDS must be above 0 and at most 30, got {RELAY_DNS_TIMEOUT_SECONDS}")
+RELAY_MX_HOST = env.str("RELAY_MX_HOST", default=f"mx.{RELAY_DOMAINS[0]}").strip().lower().rstrip(".")
+RELAY_DKIM_SELECTOR = env.str("RELAY_DKIM_SELECTOR", default="relay").strip().lower()
+if not re.fullmatch(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?", RELAY_DKIM_SELECTOR):
+    raise ImproperlyConfigured(f"RELAY_DKIM_SELECTOR must be one DNS label, got {RELAY_DKIM_SELECTOR!r}")
+RELAY_DKIM_PRIVATE_KEY_FILE = env.str("RELAY_DKIM_PRIVATE_KEY_FILE", default="").strip()
+if RELAY_DKIM_PRIVATE_KEY_FILE and not os.access(RELAY_DKIM_PRIVATE_KEY_FILE, os.R_OK):
+    raise ImproperlyConfigured(f"RELAY_DKIM_PRIVATE_KEY_FILE names {RELAY_DKIM_PRIVATE_KEY_FILE!r}, "
+                               "which is not a readable file")
+RELAY_AUTHSERV_ID = env.str("RELAY_AUTHSERV_ID", default=RELAY_DOMAINS[0]).strip().lower()
+# Custom domains one account may have, per plan: RELAY_MAX_DOMAINS=free=0,pro=5,enterprise=50
+# (a plan left out keeps its default).
+RELAY_MAX_DOMAINS = {"free": 0, "pro": 5, "enterprise": 50}
+for _item in (part.strip() for part in env.str("RELAY_MAX_DOMAINS", default="").split(",")):
+    if not _item:
+        continue
+    _plan, _, _count = _item.partition("=")
+    if _plan.strip() not in RELAY_MAX_DOMAINS or not _count.strip().isdigit():
+        raise ImproperlyConfigured(f"RELAY_MAX_DOMAINS must look like free=0,pro=5,enterprise=50, got {_item!r}")
+    RELAY_MAX_DOMAINS[_plan.strip()] = int(_count)
 
 RELAY_MIN_TTL_MS = _int("RELAY_MIN_TTL_MS", 300_000, minimum=1)
 RELAY_MAX_TTL_MS = _int("RELAY_MAX_TTL_MS", 604_800_000, minimum=1)

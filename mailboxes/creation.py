@@ -14,6 +14,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.utils import timezone
 
+from domains.services import verified_domain
 from mailboxes.ending import provisioning_refused, provisionings_abandon
 from mailboxes.errors import AccountNotRelays, AddressTaken, BackendFailure, BackendUnavailable, InvalidRequest
 from mailboxes.keys import Caller
@@ -29,13 +30,16 @@ def provision_lease_seconds(backend) -> float:
     return settings.RELAY_CLEANUP_LEASE_SECONDS + backend.provision_seconds_max
 
 
-def address_allowed(*, backend, local_part: str | None, domain: str | None) -> tuple[str | None, str | None]:
+def address_allowed(*, backend, local_part: str | None, domain: str | None,
+                    owner=None) -> tuple[str | None, str | None]:
     """The rules on what address may be handed out, for every door: the domain one of
-    RELAY_DOMAINS, the local part not reserved (RELAY_RESERVED_LOCAL_PARTS, and the
-    backend's own names). Returns both lowercased; InvalidRequest naming the field."""
+    RELAY_DOMAINS or one of `owner`'s verified domains (docs/api.md, "Domains"), the
+    local part not reserved (RELAY_RESERVED_LOCAL_PARTS, and the backend's own names).
+    Returns both lowercased; InvalidRequest naming the field."""
     local_part, domain = (local_part or None) and local_part.lower(), (domain or None) and domain.lower()
-    if domain is not None and domain not in settings.RELAY_DOMAINS:
-        raise InvalidRequest(f"domain must be one of: {', '.join(settings.RELAY_DOMAINS)}.", field="domain")
+    if domain is not None and domain not in settings.RELAY_DOMAINS and not verified_domain(owner=owner, name=domain):
+        raise InvalidRequest(f"domain must be one of {', '.join(settings.RELAY_DOMAINS)} or a verified domain of "
+                             "your account.", field="domain")
     if local_part is not None and (local_part in settings.RELAY_RESERVED_LOCAL_PARTS
                                    or local_part in backend.reserved_names()):
         raise InvalidRequest(f"{local_part} is a reserved address and cannot be handed out.", field="local_part")
@@ -50,7 +54,8 @@ def mailbox_create(*, backend, caller: Caller | None, local_part: str | None, do
     server already has an account of that name, which Relay never takes over),
     InvalidRequest, or BackendUnavailable (the address then stays reserved, and nothing
     else is kept)."""
-    local_part, domain = address_allowed(backend=backend, local_part=local_part, domain=domain)
+    local_part, domain = address_allowed(backend=backend, local_part=local_part, domain=domain,
+                                         owner=caller.owner if caller else None)
     if not backend.keeps_accounts:
         # Nothing outside Relay to create, so nothing a crash could orphan: the row is
         # the whole mailbox, written active in one transaction.

@@ -202,6 +202,9 @@ class MessageContent(models.Model):
     # False when parsing stopped at a cap (header lines, MIME parts, time): the raw bytes
     # are whole, the parsed fields hold what was read before the cap.
     parsed_fully = models.BooleanField(default=True)
+    # Who really sent it (docs/api.md, "Verdicts"): SPF, DKIM and DMARC as found when it
+    # was stored (relay/inbound/authentication.py). Empty for mail stored before verdicts.
+    authentication = models.JSONField(default=dict, db_default={}, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     # The words of the subject and text for `q` (docs/api.md): PostgreSQL's to_tsvector with
     # the `simple` configuration, so codes and words of any language match as written.
@@ -229,6 +232,8 @@ class Message(models.Model):
     size = models.PositiveIntegerField()
     has_attachments = models.BooleanField(default=False)
     is_read = models.BooleanField(default=False)
+    # The content's verdict is pass: what `authenticated=true` filters on.
+    authenticated = models.BooleanField(default=False, db_default=False)
     # The message's id on the mail server that holds it (its JMAP Email id), for mail the
     # reader fetched (relay/mailserver/); empty for mail Relay's own SMTP received. One
     # row per id and mailbox, whatever crashes, retries or overlapping reads happen. The

@@ -57,10 +57,12 @@ _BY_ADDRESS = (
 
 def recipient_at(address: str, *, now: datetime) -> Recipient | None:
     """The mailbox that may receive mail at `address` now (Mailbox.receives), or None. A
-    mailbox past its time is expired on the spot and refused, as the API would."""
+    mailbox past its time is expired on the spot and refused, as the API would. Its
+    domain is one of RELAY_DOMAINS or a verified custom domain: no mailbox is ever made
+    on any other."""
     address = address.strip().lower()
     local_part, at, domain = address.rpartition("@")
-    if not at or not local_part or domain not in settings.RELAY_DOMAINS or len(address) > 320:
+    if not at or not local_part or not domain or len(address) > 320:
         return None
     with connection.cursor() as cursor:
         cursor.execute(_BY_ADDRESS, [connection.ops.adapt_datetimefield_value(now), address, MailboxStatus.ACTIVE])
@@ -105,7 +107,8 @@ def message_store(*, content: MessageContent, envelope_from: str, from_header: s
         messages = [
             Message(mailbox_id=recipient.mailbox_id, content=content, envelope_from=envelope_from[:320],
                     envelope_to=recipient.address[:320], from_header=from_header, to_header=to_header,
-                    subject=subject, size=size, has_attachments=bool(content.attachments), server_id=server_id)
+                    subject=subject, size=size, has_attachments=bool(content.attachments), server_id=server_id,
+                    authenticated=(content.authentication or {}).get("verdict") == "pass")
             for recipient in recipients if recipient.mailbox_id in live
         ]
         _insert(messages)

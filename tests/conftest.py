@@ -10,6 +10,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -29,6 +30,64 @@ from tests.stalwart_fake import TOKEN, FakeStalwart
 def pytest_configure(config):
     if settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
         pytest.exit("The suite runs on PostgreSQL and Redis: run it with `make test`.", returncode=2)
+
+
+# --- DNS ----------------------------------------------------------------------------------------
+@pytest.fixture(scope="session", autouse=True)
+def dns_server(tmp_path_factory):
+    """The suite's own DNS server (tests/dns_server.py), which every look-up of this process
+    and of the processes it starts goes to (RELAY_DNS_RESOLVERS): verdicts on mail and
+    domain checks read the zones tests write, and nothing asks the machine's resolver.
+    None where NSD is not installed (the tests that need it skip)."""
+    from domains import dns as relay_dns
+    from tests import dns_server as server_module
+
+    if not server_module.installed():
+        yield None
+        return
+    server = server_module.DnsServer(tmp_path_factory.mktemp("dns"), free_port()).start()
+    os.environ["RELAY_DNS_RESOLVERS"] = f"127.0.0.1:{server.port}"
+    settings.RELAY_DNS_RESOLVERS = [("127.0.0.1", server.port)]
+    relay_dns.reset()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def dns(dns_server):
+    if dns_server is None:
+        pytest.skip("NSD is not installed (scripts/test.sh installs Debian's nsd)")
+    return dns_server
+
+
+@dataclass(frozen=True)
+class Senders:
+    """The senders of the verdict tests, published in the suite's DNS server. pass.test:
+    SPF names 127.0.0.2 (-all), a DKIM key at sel._domainkey, DMARC p=reject.
+    soft.test: SPF names 127.0.0.2 (~all). nodmarc.test: SPF and a key, no DMARC.
+    `keys`: each signing domain's private key file (opendkim-genkey's)."""
+
+    keys: dict
+    dns_port: int
+    listed: str = "127.0.0.2"    # the address the SPF records name
+    unlisted: str = "127.0.0.3"  # one they do not
+
+
+@pytest.fixture(scope="session")
+def senders(dns_server, tmp_path_factory):
+    from tests import dkim_keys
+
+    if dns_server is None or not dkim_keys.available():
+        pytest.skip("NSD or the DKIM tools are not installed (scripts/test.sh installs nsd, opendkim-tools and "
+                    "libmail-dkim-perl)")
+    keys = {}
+    for domain in ("pass.test", "nodmarc.test"):
+        keys[domain], record = dkim_keys.new_key(tmp_path_factory.mktemp(domain), domain, "sel")
+        dns_server.publish(f"sel._domainkey.{domain}", "TXT", record)
+        dns_server.publish(domain, "TXT", "v=spf1 ip4:127.0.0.2 -all")
+    dns_server.publish("_dmarc.pass.test", "TXT", "v=DMARC1; p=reject")
+    dns_server.publish("soft.test", "TXT", "v=spf1 ip4:127.0.0.2 ~all")
+    return Senders(keys=keys, dns_port=dns_server.port)
 
 
 # --- API clients ---------------------------------------------------------------------------

@@ -37,9 +37,10 @@ def mail(to: str = "box@relay.localhost", subject: str = "Hello", text: str = ""
 
 
 def send(port: int, to: str | list[str], raw: bytes, *, sender: str = "sender@example.com",
-         utf8: bool = False) -> dict:
-    """One SMTP session that sends `raw`; returns the recipients refused."""
-    with smtplib.SMTP("127.0.0.1", port, timeout=60) as smtp:
+         utf8: bool = False, source: str = "127.0.0.1") -> dict:
+    """One SMTP session that sends `raw` from the loopback address `source`; returns the
+    recipients refused."""
+    with smtplib.SMTP("127.0.0.1", port, timeout=60, source_address=(source, 0)) as smtp:
         return smtp.sendmail(sender, to, raw, mail_options=["SMTPUTF8"] if utf8 else [])
 
 

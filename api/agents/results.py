@@ -50,6 +50,7 @@ class MessageSummary(Result):
     size: int
     is_read: bool
     has_attachments: bool
+    authenticated: bool
 
 
 class MessageList(Result):
@@ -76,6 +77,7 @@ class MessageOut(MessageSummary):
     attachments: list[AttachmentOut]
     codes: list[str]
     links: list[Link]
+    authentication: dict[str, Any]
 
 
 class Waited(Result):
@@ -88,6 +90,26 @@ class Code(Result):
     message_id: int | None = None
     from_: str | None = Field(default=None, alias="from")
     subject: str | None = None
+
+
+class DomainRecord(Result):
+    type: str
+    name: str
+    value: str
+    status: str
+
+
+class DomainOut(Result):
+    id: str
+    name: str
+    status: str
+    created_at: str
+    verified_at: str | None = None
+    records: list[DomainRecord]
+
+
+class DomainList(Result):
+    domains: list[DomainOut]
 
 
 class Queued(Result):

@@ -27,6 +27,7 @@ from rest_framework import exceptions
 
 from api.agents.session import CLIENT_GONE, CREDENTIALS, Credentials, Links
 from api.agents.results import failure
+from api.agents.domain_tools import DOMAIN_TOOLS
 from api.agents.tools import TOOLS
 from api.authentication import MAX_KEY_LENGTH, challenge
 from api.errors import json_error_response
@@ -73,7 +74,7 @@ class RelayServer(MCPServer):
 def build() -> MCPServer:
     server = RelayServer(name="Relay", version=settings.RELAY_VERSION, instructions=INSTRUCTIONS,
                          log_level="WARNING")
-    for tool in TOOLS:
+    for tool in TOOLS + DOMAIN_TOOLS:
         server.add_tool(tool, annotations=tool.annotations)
         # The schema says what call_tool enforces: no argument but these.
         server._tool_manager.get_tool(tool.__name__).parameters["additionalProperties"] = False

@@ -12,7 +12,7 @@ from typing import Any
 
 import requests
 
-from relay_client.types import Event, Mailbox, Message, Sent, build
+from relay_client.types import Domain, Event, Mailbox, Message, Sent, build
 
 WAIT_CHUNK_SECONDS = 60  # the API holds one wait for at most this long
 MAX_RETRY_AFTER_SECONDS = 60.0
@@ -74,9 +74,9 @@ class Relay:
 
     # --- mailboxes ----------------------------------------------------------------------------
     def create_mailbox(self, ttl_minutes: int | None = None, local_part: str | None = None, name: str | None = None,
-                       tags: list[str] | None = None) -> Mailbox:
+                       tags: list[str] | None = None, domain: str | None = None) -> Mailbox:
         body = {"ttl_ms": ttl_minutes * 60_000 if ttl_minutes is not None else None, "local_part": local_part,
-                "name": name, "tags": tags}
+                "name": name, "tags": tags, "domain": domain}
         return build(Mailbox, self._json("POST", "/mailboxes", json={k: v for k, v in body.items() if v is not None}))
 
     def list_mailboxes(self, include_expired: bool = False) -> list[Mailbox]:
@@ -101,9 +101,11 @@ class Relay:
         return True
 
     # --- messages -------------------------------------------------------------------------------
-    def list_messages(self, mailbox_id: str, query: str | None = None, unread: bool = False) -> list[Message]:
+    def list_messages(self, mailbox_id: str, query: str | None = None, unread: bool = False,
+                      authenticated: bool = False) -> list[Message]:
         answer = self._json("GET", f"/mailboxes/{mailbox_id}/messages",
-                            params={"q": query, "unread": True if unread else None})
+                            params={"q": query, "unread": True if unread else None,
+                                    "authenticated": True if authenticated else None})
         return [Message.from_api(item) for item in answer["results"]]
 
     def get_message(self, mailbox_id: str, message_id: int) -> Message:
@@ -116,9 +118,10 @@ class Relay:
         return self._request("GET", f"/mailboxes/{mailbox_id}/messages/{message_id}/attachments/{attachment_id}").content
 
     def _first_after(self, mailbox_id: str, *, wait: int, after: int | None, from_: str | None,
-                     subject: str | None) -> int | None:
+                     subject: str | None, authenticated: bool = False) -> int | None:
         """The oldest message after `after` that matches, held up to `wait` seconds."""
-        params = {"after": after, "from": from_, "subject": subject, "page_size": 1}
+        params = {"after": after, "from": from_, "subject": subject, "page_size": 1,
+                  "authenticated": True if authenticated else None}
         answer = self._json("GET", f"/mailboxes/{mailbox_id}/messages", params={**params, "wait": wait},
                             timeout=wait + self.timeout)
         if not answer["results"]:
@@ -128,26 +131,30 @@ class Relay:
         return answer["results"][0]["id"]
 
     def wait_for_message(self, mailbox_id: str, timeout_seconds: float = 30, from_: str | None = None,
-                         subject: str | None = None, after: int | None = None) -> Message | None:
+                         subject: str | None = None, after: int | None = None,
+                         authenticated: bool = False) -> Message | None:
         """The first message matching the filters received after `after` (one already
-        there counts), as soon as it arrives; None if none came in time."""
+        there counts), as soon as it arrives; None if none came in time. `authenticated`:
+        only mail whose verdict is pass (a forged sender is passed over)."""
         deadline = time.monotonic() + timeout_seconds
         while True:
             wait = min(WAIT_CHUNK_SECONDS, max(0, round(deadline - time.monotonic())))
-            found = self._first_after(mailbox_id, wait=wait, after=after, from_=from_, subject=subject)
+            found = self._first_after(mailbox_id, wait=wait, after=after, from_=from_, subject=subject,
+                                      authenticated=authenticated)
             if found is not None:
                 return self.get_message(mailbox_id, found)
             if time.monotonic() >= deadline - 0.5:
                 return None
 
     def wait_for_code(self, mailbox_id: str, timeout_seconds: float = 30, from_: str | None = None,
-                      subject: str | None = None, after: int | None = None) -> str:
+                      subject: str | None = None, after: int | None = None, authenticated: bool = False) -> str:
         """The most likely code of the first matching message that has one (messages
         without a code are passed over). Raises WaitTimeout if none came in time."""
         deadline = time.monotonic() + timeout_seconds
         while True:
             left = max(0.0, deadline - time.monotonic())
-            message = self.wait_for_message(mailbox_id, left, from_=from_, subject=subject, after=after)
+            message = self.wait_for_message(mailbox_id, left, from_=from_, subject=subject, after=after,
+                                            authenticated=authenticated)
             if message is None:
                 break
             if message.codes:
@@ -163,6 +170,31 @@ class Relay:
     def send_message(self, mailbox_id: str, to: list[str], subject: str, text: str) -> Sent:
         return build(Sent, self._json("POST", f"/mailboxes/{mailbox_id}/messages",
                                       json={"to": to, "subject": subject, "text": text}))
+
+    # --- domains ------------------------------------------------------------------------------------
+    def create_domain(self, name: str) -> Domain:
+        """Add a domain of your own: the answer lists the DNS records to publish."""
+        return Domain.from_api(self._json("POST", "/domains", json={"name": name}))
+
+    def list_domains(self) -> list[Domain]:
+        domains, page = [], 1
+        while True:
+            answer = self._json("GET", "/domains", params={"page": page, "page_size": 200})
+            domains += [Domain.from_api(item) for item in answer["results"]]
+            if not answer.get("next"):
+                return domains
+            page += 1
+
+    def get_domain(self, domain_id: str) -> Domain:
+        return Domain.from_api(self._json("GET", f"/domains/{domain_id}"))
+
+    def verify_domain(self, domain_id: str) -> Domain:
+        """Look the records up now: each record's status, and `verified` once MX and DKIM match."""
+        return Domain.from_api(self._json("POST", f"/domains/{domain_id}/verify"))
+
+    def delete_domain(self, domain_id: str) -> bool:
+        self._request("DELETE", f"/domains/{domain_id}")
+        return True
 
     def search_messages(self, query: str, mailbox_id: str | None = None) -> list[Message]:
         path = f"/mailboxes/{mailbox_id}/messages" if mailbox_id else "/messages"

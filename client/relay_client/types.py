@@ -20,7 +20,7 @@ def build(cls: type[T], data: dict[str, Any]) -> T:
     return cls(**known, raw=data)  # type: ignore[call-arg]
 
 
-TIMESTAMPS = frozenset({"created_at", "expires_at", "expired_at", "received_at"})
+TIMESTAMPS = frozenset({"created_at", "expires_at", "expired_at", "received_at", "verified_at"})
 
 
 def _timestamp(value: Any) -> datetime | None:
@@ -81,6 +81,8 @@ class Message(ApiObject):
     size: int = 0
     is_read: bool = False
     has_attachments: bool = False
+    authenticated: bool = False
+    authentication: dict[str, Any] | None = None  # the verdict's parts, on a message whole
     text: str | None = None
     html: str | None = None
     headers: list[list[str]] = field(default_factory=list)
@@ -94,6 +96,29 @@ class Message(ApiObject):
         return dataclasses.replace(
             message, attachments=[build(Attachment, item) for item in data.get("attachments", [])],
             links=[build(Link, item) for item in data.get("links", [])])
+
+
+@dataclass(frozen=True, kw_only=True)
+class DomainRecord(ApiObject):
+    type: str
+    name: str
+    value: str
+    status: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Domain(ApiObject):
+    id: str
+    name: str
+    status: str
+    created_at: datetime
+    verified_at: datetime | None = None
+    records: list[DomainRecord] = field(default_factory=list)
+
+    @classmethod
+    def from_api(cls, data: dict[str, Any]) -> Domain:
+        return dataclasses.replace(build(cls, data), records=[build(DomainRecord, item)
+                                                              for item in data.get("records", [])])
 
 
 @dataclass(frozen=True, kw_only=True)

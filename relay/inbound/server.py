@@ -6,11 +6,13 @@ the same port under the process manager (systemd, compose, Kubernetes): the kern
 spreads connections among them (SO_REUSEPORT), and the manager restarts one that dies.
 """
 import asyncio
+import functools
 import logging
 import os
 import signal
 import ssl
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 from aiosmtpd.smtp import SMTP, Envelope, Session
@@ -18,7 +20,9 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import close_old_connections, connections
 
+from domains import dns
 from relay.clients import client_group
+from relay.inbound.authentication import TEMPERROR, authenticate, nothing_known
 from relay.inbound.storing import MailboxFull, deliver_message, recipient_mailbox
 
 logger = logging.getLogger(__name__)
@@ -28,6 +32,9 @@ logger = logging.getLogger(__name__)
 # RCPT commands.
 LOOKUP_THREADS = 8
 STORAGE_THREADS = 4
+# Verdicts mostly wait on DNS, so more threads than storage; one whose answer is slow
+# holds its thread for at most RELAY_DNS_TIMEOUT_SECONDS.
+VERDICT_THREADS = 16
 
 
 class DatabasePool:
@@ -81,6 +88,29 @@ class RelayHandler:
         self.idle.set()
         self.lookups = DatabasePool("lookup", LOOKUP_THREADS)
         self.storage = DatabasePool("store", STORAGE_THREADS)
+        self.verdicts = ThreadPoolExecutor(max_workers=VERDICT_THREADS, thread_name_prefix="smtp-verdict")
+
+    async def authenticate(self, session: Session, envelope: Envelope, raw: bytes) -> dict:
+        """The message's verdict (relay/inbound/authentication.py), worked out in a thread
+        of the verdict pool: the event loop, and so every other session, never waits on
+        DNS. The budget starts now, so time spent queued for a thread counts: past
+        RELAY_DNS_TIMEOUT_SECONDS the message is stored with a temperror verdict."""
+        # The look-ups end a little before the reply must go (dnspython may overrun a
+        # lifetime by its retry back-off), so their own temperrors, naming the domains,
+        # arrive in time; the wait is the hard limit.
+        seconds = settings.RELAY_DNS_TIMEOUT_SECONDS
+        deadline = time.monotonic() + seconds
+        job = asyncio.get_running_loop().run_in_executor(self.verdicts, functools.partial(
+            authenticate, raw, ip=(session.peer or ("",))[0] or None, mail_from=envelope.mail_from or "",
+            helo=session.host_name or "", budget=dns.Budget(seconds - min(0.25, seconds / 4))))
+        try:
+            return await asyncio.wait_for(job, timeout=max(0.0, deadline - time.monotonic()))
+        except asyncio.TimeoutError:
+            logger.info("no verdict for a message from %s within %ss: temperror", envelope.mail_from,
+                        settings.RELAY_DNS_TIMEOUT_SECONDS)
+        except Exception:
+            logger.exception("could not work out the verdict of a message from %s", envelope.mail_from)
+        return nothing_known(TEMPERROR)
 
     async def handle_RCPT(self, server: SMTP, session: Session, envelope: Envelope, address: str, rcpt_options):
         accepted = getattr(envelope, "relay_recipients", None)
@@ -108,12 +138,15 @@ class RelayHandler:
         if not recipients:
             return "554 5.5.1 No valid recipients"
         server.storing = True
+        raw = envelope.original_content or envelope.content or b""
         try:
+            authentication = await self.authenticate(session, envelope, raw)
             await self.storage.run(
                 deliver_message,
-                raw=envelope.original_content or envelope.content or b"",
+                raw=raw,
                 mail_from=envelope.mail_from or "",
                 recipients=recipients,
+                authentication=authentication,
             )
         except MailboxFull:
             return "552 5.2.2 Mailbox full"
@@ -246,6 +279,7 @@ async def serve(host: str, port: int, *, stop: asyncio.Event, ready=None, drain_
     await server.wait_closed()
     await handler.lookups.close()
     await handler.storage.close()
+    handler.verdicts.shutdown(wait=False, cancel_futures=True)
     logger.info("SMTP server stopped")
 
 

@@ -16,6 +16,7 @@ from django.utils import timezone
 from mailboxes.models import MessageContent
 from mailboxes.storing import MailboxFull, Recipient, message_store, recipient_at
 from mailboxes.text import text_of_html
+from relay.inbound.authentication import authenticate, spf_of_mail_server
 from relay.inbound.extraction import find_codes, find_links
 from relay.inbound.parsing import parse_message
 
@@ -29,12 +30,20 @@ def recipient_mailbox(address: str) -> Recipient | None:
     return recipient_at(address, now=timezone.now())
 
 
-def deliver_message(*, raw: bytes, mail_from: str, recipients: list[Recipient], server_id: str = "") -> list[int]:
+def deliver_message(*, raw: bytes, mail_from: str, recipients: list[Recipient], server_id: str = "",
+                    authentication: dict | None = None) -> list[int]:
     """Parse `raw` and store it for each accepted mailbox that still takes it
     (mailboxes.storing.message_store: MailboxFull, IntegrityError for a second copy of
-    `server_id`); its search words are owed, asked of a worker after commit."""
+    `server_id`); its search words are owed, asked of a worker after commit.
+    `authentication`: the verdict the SMTP server found; without it (mail read from a
+    mail server) DKIM and DMARC are checked here, and SPF taken from that server's
+    Authentication-Results."""
     parsed = parse_message(raw)
+    if authentication is None:
+        authentication = authenticate(raw, ip=None, mail_from=mail_from, helo="",
+                                      spf_result=spf_of_mail_server(parsed.headers))
     content = MessageContent(raw=raw, text=parsed.text, html=parsed.html, headers=parsed.headers,
+                             authentication=authentication,
                              attachments=parsed.attachments, parsed_fully=parsed.parsed_fully,
                              codes=find_codes(parsed.subject, parsed.text or text_of_html(parsed.html)),
                              links=find_links(parsed.text, parsed.html))

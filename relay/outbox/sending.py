@@ -28,6 +28,7 @@ from accounts.models import TokenAction
 from accounts.services import token_usable
 from owed import OwedWork
 from relay.models import KIND_PRIORITY, OutboxMail, OutboxStatus
+from relay.outbox.signing import dkim_signed
 
 logger = logging.getLogger(__name__)
 
@@ -40,10 +41,11 @@ def mail_queue(*, kind: str, to: list[str], subject: str, text: str, html: str =
 
     The message is built here, once: a mail that cannot be built fails its request, not
     a worker later; every attempt sends the same bytes and Message-ID; and the worker
-    only transmits (building a MIME message was most of its time, bench/mailer.py)."""
+    only transmits (building a MIME message was most of its time, bench/mailer.py). A
+    mail from a domain with a DKIM key is signed here too (relay/outbox/signing.py)."""
     mail = OutboxMail(kind=kind, priority=KIND_PRIORITY[kind], to=to, subject=subject, text=text, html=html,
                       from_email=from_email or settings.DEFAULT_FROM_EMAIL, mailbox=mailbox, token=token)
-    mail.message = _message(mail).message().as_bytes(linesep="\r\n")
+    mail.message = dkim_signed(_message(mail).message().as_bytes(linesep="\r\n"), mail.from_email)
     mail.save(force_insert=True)
     return mail
 

@@ -1,0 +1,37 @@
+"""A domain of one's own (docs/api.md, "Domains"): a name an account proves it holds by
+publishing the records Relay asks for, after which its mailboxes may live there and the
+mail they send is signed with the domain's key."""
+import uuid
+
+from django.db import models
+
+
+class DomainStatus(models.TextChoices):
+    PENDING = "pending"
+    VERIFIED = "verified"
+
+
+class Domain(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    owner = models.ForeignKey("accounts.Account", on_delete=models.CASCADE, related_name="domains")
+    # One account per name, lowercase, without the final dot.
+    name = models.CharField(max_length=253, unique=True)
+    status = models.CharField(max_length=8, choices=DomainStatus.choices, default=DomainStatus.PENDING)
+    created_at = models.DateTimeField(auto_now_add=True)
+    verified_at = models.DateTimeField(null=True, blank=True)
+    # The DKIM selector the key was published under (RELAY_DKIM_SELECTOR when it was made).
+    selector = models.CharField(max_length=63)
+    # The public key as a DKIM record's p= (base64 of the DER SubjectPublicKeyInfo), and
+    # the private key, PEM, encrypted with a key derived from DJANGO_SECRET_KEY
+    # (domains/keys.py): never in the clear in the database.
+    dkim_public_key = models.TextField()
+    dkim_private_key = models.TextField()
+    # What the last verification found for each record (domains/records.py): {kind: status}.
+    record_status = models.JSONField(default=dict, blank=True)
+    checked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["owner", "-created_at"], name="domain_owner_list")]
+
+    def __str__(self) -> str:
+        return self.name

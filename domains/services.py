@@ -1,0 +1,106 @@
+"""Domains of one's own: add one (its key pair made and sealed), list, look at, verify
+by DNS. Removing one is mailboxes.domain_use.domain_delete, since it may not go while
+mailboxes live on it."""
+import logging
+import re
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from accounts.errors import Conflict, InvalidRequest, NotFound, QuotaExceeded
+from accounts.models import Account
+from domains import keys, records
+from domains.models import Domain, DomainStatus
+
+logger = logging.getLogger(__name__)
+
+_LABEL = r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?"
+NAME_RE = re.compile(rf"({_LABEL}\.)+[a-z]([a-z0-9-]{{0,61}}[a-z0-9])?")
+
+
+def name_check(name: str) -> str:
+    """`name` lowercased, without a final dot, if it may be added: a domain name of two
+    labels or more (ASCII; an international name in its xn-- form), not one of
+    RELAY_DOMAINS nor under one. InvalidRequest naming `name` otherwise."""
+    name = name.strip().lower().removesuffix(".")
+    if len(name) > 253 or not NAME_RE.fullmatch(name):
+        raise InvalidRequest("name must be a domain name such as mail.example.com (ASCII; xn-- for an "
+                             "international name).", field="name")
+    for own in settings.RELAY_DOMAINS:
+        if name == own or name.endswith("." + own):
+            raise InvalidRequest(f"{name} is one of Relay's own domains or under one.", field="name")
+    return name
+
+
+def domain_create(*, owner: Account, name: str) -> Domain:
+    """Add `name` for `owner`, pending until verified. At most RELAY_MAX_DOMAINS of the
+    owner's plan (QuotaExceeded); a name already added, by anyone, is Conflict."""
+    name = name_check(name)
+    limit = settings.RELAY_MAX_DOMAINS[owner.plan]
+    private_pem, public_key = keys.new_key_pair()
+    try:
+        with transaction.atomic():
+            # The account's row lock orders concurrent adds: each counts the others'.
+            list(Account.objects.select_for_update().filter(id=owner.id).values_list("id", flat=True))
+            if Domain.objects.filter(owner=owner).count() >= limit:
+                raise QuotaExceeded(f"The {owner.plan} plan allows {limit} custom domains; delete one first.",
+                                    retry_after=60)
+            domain = Domain.objects.create(owner=owner, name=name, selector=settings.RELAY_DKIM_SELECTOR,
+                                           dkim_public_key=public_key, dkim_private_key=keys.seal(private_pem))
+    except IntegrityError:
+        raise Conflict(f"{name} has already been added.") from None
+    logger.info("account %s added domain %s", owner.login, name)
+    return domain
+
+
+def domains_of(owner: Account) -> QuerySet:
+    return Domain.objects.filter(owner=owner).order_by("-created_at", "-id")
+
+
+def domain_get(*, owner: Account, domain_id) -> Domain:
+    """One of `owner`'s domains; another account's is not found, exactly as a missing one."""
+    domain = Domain.objects.filter(id=domain_id, owner=owner).first()
+    if domain is None:
+        raise NotFound("No such domain.")
+    return domain
+
+
+def domain_verify(*, owner: Account, domain_id) -> Domain:
+    """Look the domain's records up and keep what was found. Verified once its MX and
+    DKIM records match; a verified domain stays verified (its mailboxes live on), and a
+    new check only reports."""
+    domain = domain_get(owner=owner, domain_id=domain_id)
+    found = records.check(domain)
+    now = timezone.now()
+    fields = {"record_status": found, "checked_at": now}
+    if domain.status == DomainStatus.PENDING and all(found[kind] == records.OK for kind in records.REQUIRED):
+        fields.update(status=DomainStatus.VERIFIED, verified_at=now)
+    Domain.objects.filter(id=domain.id).update(**fields)
+    for field, value in fields.items():
+        setattr(domain, field, value)
+    logger.info("verified domain %s for %s: %s (%s)", domain.name, owner.login, domain.status,
+                ", ".join(f"{kind} {status}" for kind, status in found.items()))
+    return domain
+
+
+def verified_domain(*, owner: Account | None, name: str, lock: bool = False) -> Domain | None:
+    """`owner`'s verified domain `name`, or None. `lock`: hold its row until the caller's
+    transaction ends (a mailbox being created on it, against a concurrent delete)."""
+    if owner is None:
+        return None
+    found = Domain.objects.filter(owner=owner, name=name, status=DomainStatus.VERIFIED)
+    return (found.select_for_update() if lock else found).first()
+
+
+def signing_key(name: str) -> tuple[str, bytes] | None:
+    """The selector and private key (PEM) that sign mail from `name`: its domain's, or the
+    one of RELAY_DKIM_PRIVATE_KEY_FILE for RELAY_DOMAINS; None when nothing signs it."""
+    domain = Domain.objects.filter(name=name).values_list("selector", "dkim_private_key").first()
+    if domain is not None:
+        return domain[0], keys.unseal(domain[1])
+    if name in settings.RELAY_DOMAINS and settings.RELAY_DKIM_PRIVATE_KEY_FILE:
+        with open(settings.RELAY_DKIM_PRIVATE_KEY_FILE, "rb") as file:
+            return settings.RELAY_DKIM_SELECTOR, file.read()
+    return None

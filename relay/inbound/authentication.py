@@ -1,0 +1,198 @@
+"""Who really sent a message (docs/api.md, "Verdicts"): SPF (RFC 7208) for the connecting
+address and the envelope sender (or HELO), every DKIM signature (RFC 6376), and DMARC
+(RFC 7489) alignment with the From domain, worked out once when the message is stored.
+
+The field's libraries do the work: pyspf, dkimpy, authheaders for DMARC records, and
+publicsuffix2 for organizational domains. Every look-up goes through domains.dns, and all
+of one message's share one budget (RELAY_DNS_TIMEOUT_SECONDS): what has no answer in
+time is temperror. The functions block; the SMTP server runs them in threads of their
+own (relay/inbound/server.py), so its event loop never waits on DNS."""
+import logging
+import threading
+from email.utils import getaddresses
+
+import authres
+import dkim
+import spf
+from authheaders.dmarc_lookup import DMARCException, lookup_receiver_record
+from django.conf import settings
+from publicsuffix2 import PublicSuffixList
+
+from domains import dns
+
+logger = logging.getLogger(__name__)
+
+PASS, FAIL, NONE, TEMPERROR, PERMERROR = "pass", "fail", "none", "temperror", "permerror"
+RESULTS = (PASS, FAIL, "softfail", "neutral", NONE, TEMPERROR, PERMERROR)
+
+
+def nothing_known(result: str = NONE) -> dict:
+    """The verdict of a message nothing was checked of (`none`), or of one whose checks
+    ran out of time as a whole (`temperror`)."""
+    return {"spf": {"result": result, "domain": ""}, "dkim": [],
+            "dmarc": {"result": result, "policy": None, "domain": ""}, "verdict": NONE}
+
+
+def _domain_of(address: str) -> str:
+    return address.rpartition("@")[2].strip().strip(">").lower().removesuffix(".")
+
+
+def _headers(raw: bytes) -> list[tuple[bytes, bytes]]:
+    try:
+        return dkim.rfc822_parse(raw)[0]
+    except Exception:  # a header block dkimpy cannot split: nothing to check
+        return []
+
+
+def _from_domain(headers) -> str | None:
+    """The one From domain DMARC aligns with; None when there is not exactly one."""
+    values = [value.replace(b"\r\n", b"").decode("utf-8", "replace") for name, value in headers
+              if name.lower() == b"from"]
+    addresses = [address for _, address in getaddresses(values) if "@" in address]
+    return _domain_of(addresses[0]) if len(values) == 1 and len(addresses) == 1 else None
+
+
+def check_spf(*, ip: str | None, mail_from: str, helo: str, budget: dns.Budget) -> dict:
+    domain = _domain_of(mail_from) if "@" in mail_from else (helo or "").lower()
+    if not ip:
+        return {"result": NONE, "domain": domain}
+    dns.resolver()  # pyspf looks up through dnspython's default resolver: Relay's
+    left = budget.left()
+    if left <= 0:
+        return {"result": TEMPERROR, "domain": domain}
+    try:
+        result, _ = spf.check2(i=ip, s=mail_from, h=helo or domain, timeout=left, querytime=left)
+    except Exception as exc:  # pyspf's own errors on what it cannot parse
+        logger.info("SPF check of %s from %s failed: %s", mail_from or helo, ip, exc)
+        result = TEMPERROR
+    return {"result": result if result in RESULTS else PERMERROR, "domain": domain}
+
+
+def check_dkim(raw: bytes, headers, budget: dns.Budget) -> list[dict]:
+    """One result per DKIM-Signature, top first."""
+    count = sum(1 for name, _ in headers if name.lower() == b"dkim-signature")
+    results = []
+    for index in range(count):
+        key_found = []
+
+        def key_record(name, timeout=None):
+            records = dns.txt(name.decode() if isinstance(name, bytes) else name, budget)
+            key_found.append(bool(records))
+            return records[0].encode() if records else None
+
+        verifier = dkim.DKIM(raw, minkey=1024, timeout=max(budget.left(), 0.01))
+        try:
+            valid = verifier.verify(idx=index, dnsfunc=key_record)
+            result = PASS if valid else (FAIL if all(key_found) else PERMERROR)
+        except dns.LookupFailed:
+            result = TEMPERROR
+        except dkim.ValidationError:
+            result = FAIL  # the signature does not match the message (body or headers altered)
+        except Exception as exc:  # a signature or key too malformed to check
+            logger.info("DKIM signature %d could not be checked: %s", index, exc)
+            result = PERMERROR
+        fields = getattr(verifier, "signature_fields", None) or {}
+        results.append({"result": result, "domain": fields.get(b"d", b"").decode("ascii", "replace").lower(),
+                        "selector": fields.get(b"s", b"").decode("ascii", "replace").lower()})
+    return results
+
+
+_suffixes = None
+_suffixes_lock = threading.Lock()
+
+
+def organizational_domain(domain: str) -> str:
+    """RFC 7489 §3.2: the public suffix (publicsuffix2's list) and one label more. A name
+    under a suffix the list does not know takes its last label as the suffix, as the
+    list's default rule says."""
+    global _suffixes
+    with _suffixes_lock:
+        if _suffixes is None:
+            _suffixes = PublicSuffixList()  # read once per process: the list is large
+    return _suffixes.get_sld(domain, strict=True) or ".".join(domain.split(".")[-2:])
+
+
+def _aligned(domain: str, from_domain: str, mode: str) -> bool:
+    if not domain:
+        return False
+    return domain == from_domain if mode == "s" else organizational_domain(domain) == organizational_domain(from_domain)
+
+
+def _policy_record(from_domain: str, budget: dns.Budget) -> tuple[dict, bool]:
+    """The DMARC record that governs `from_domain` (RFC 7489 §6.6.3): its own, else its
+    organizational domain's; and whether it is the latter. {} when neither has one."""
+    def dmarc_record(name):
+        records = [text for text in dns.txt(name, budget) if text.replace(" ", "").startswith("v=DMARC1")]
+        return records[0] if len(records) == 1 else None
+
+    record = lookup_receiver_record(from_domain, dnsfunc=dmarc_record)
+    if record:
+        return record, False
+    organizational = organizational_domain(from_domain)
+    if organizational != from_domain:
+        return lookup_receiver_record(organizational, dnsfunc=dmarc_record), True
+    return {}, False
+
+
+def check_dmarc(from_domain: str | None, spf_result: dict, dkim_results: list[dict],
+                budget: dns.Budget) -> tuple[dict, bool]:
+    """DMARC's result for the From domain, and whether an SPF or DKIM pass aligns with it
+    (what counts when the domain publishes no DMARC record)."""
+    if from_domain is None:
+        return {"result": NONE, "policy": None, "domain": ""}, False
+    try:
+        record, inherited = _policy_record(from_domain, budget)
+    except dns.LookupFailed:
+        return {"result": TEMPERROR, "policy": None, "domain": from_domain}, False
+    except DMARCException:
+        return {"result": PERMERROR, "policy": None, "domain": from_domain}, False
+    aligned = (any(result["result"] == PASS and _aligned(result["domain"], from_domain, record.get("adkim", "r"))
+                   for result in dkim_results)
+               or (spf_result["result"] == PASS and _aligned(spf_result["domain"], from_domain, record.get("aspf", "r"))))
+    if not record.get("p"):
+        return {"result": NONE, "policy": None, "domain": from_domain}, aligned
+    policy = record.get("sp", record["p"]) if inherited else record["p"]
+    return {"result": PASS if aligned else FAIL, "policy": policy, "domain": from_domain}, aligned
+
+
+def authenticate(raw: bytes, *, ip: str | None, mail_from: str, helo: str, spf_result: dict | None = None,
+                 budget: dns.Budget | None = None) -> dict:
+    """The verdict on `raw` as received from `ip` (MAIL FROM `mail_from`, HELO `helo`).
+    `spf_result`: SPF as another server found it (mail read from a mail server), instead
+    of checking it here. `verdict` is pass when DMARC passes or, where the From domain
+    publishes no DMARC record, an aligned DKIM signature or SPF passes; fail when DMARC
+    fails; none otherwise."""
+    budget = budget or dns.Budget()
+    headers = _headers(raw)
+    spf_found = spf_result or check_spf(ip=ip, mail_from=mail_from, helo=helo, budget=budget)
+    dkim_found = check_dkim(raw, headers, budget)
+    dmarc_found, aligned = check_dmarc(_from_domain(headers), spf_found, dkim_found, budget)
+    if dmarc_found["result"] == PASS or (dmarc_found["result"] == NONE and aligned):
+        verdict = PASS
+    elif dmarc_found["result"] == FAIL:
+        verdict = FAIL
+    else:
+        verdict = NONE
+    return {"spf": spf_found, "dkim": dkim_found, "dmarc": dmarc_found, "verdict": verdict}
+
+
+def spf_of_mail_server(headers: list[list[str]]) -> dict | None:
+    """SPF as the mail server that received the message found it: its
+    Authentication-Results header whose authserv-id is RELAY_AUTHSERV_ID (a header
+    under any other name may have been written by the sender). None when there is none."""
+    for name, value in headers:
+        if name.lower() != "authentication-results":
+            continue
+        try:
+            parsed = authres.AuthenticationResultsHeader.parse_value(value)
+        except Exception:
+            continue
+        if parsed.authserv_id != settings.RELAY_AUTHSERV_ID:
+            continue
+        for result in parsed.results:
+            if result.method == "spf":
+                found = {f"{prop.type}.{prop.name}": prop.value for prop in result.properties}
+                sender = found.get("smtp.mailfrom") or found.get("smtp.helo") or ""
+                return {"result": result.result if result.result in RESULTS else PERMERROR,
+                        "domain": _domain_of(sender) if "@" in sender else sender.lower()}
+    return None

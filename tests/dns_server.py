@@ -1,0 +1,133 @@
+"""A DNS server of the suite's own (Debian's NSD 4): authoritative for the zones `test.`
+and `relay.localhost.`, on a loopback port of its own, with zone files the tests write.
+Relay looks every name up there (RELAY_DNS_RESOLVERS, set by tests/conftest.py for the
+whole session); a name in no zone is REFUSED at once. `scripts/test.sh` installs the
+package when it is missing.
+
+    server = DnsServer(Path(tmp)).start()
+    server.publish("shop.test", "TXT", "v=spf1 ip4:127.0.0.2 -all")   # served when it returns
+    server.withdraw("shop.test")                                      # every record at that name
+"""
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import dns.message
+import dns.query
+import dns.rdatatype
+
+NSD = shutil.which("nsd") or "/usr/sbin/nsd"
+ZONES = ("test", "relay.localhost")
+
+NSD_CONF = """\
+server:
+  ip-address: 127.0.0.1@{port}
+  port: {port}
+  username: ""
+  chroot: ""
+  zonesdir: {root}
+  database: ""
+  pidfile: {root}/nsd.pid
+  xfrdfile: {root}/xfrd.state
+  zonelistfile: {root}/zone.list
+  logfile: {root}/nsd.log
+  server-count: 1
+  do-ip6: no
+  verbosity: 1
+remote-control:
+  control-enable: no
+"""
+
+
+def installed() -> bool:
+    return os.path.exists(NSD)
+
+
+def _quoted(value: str) -> str:
+    """A TXT value as zone-file character-strings of at most 255 bytes each."""
+    parts = [value[i:i + 250] for i in range(0, len(value), 250)] or [""]
+    return " ".join('"' + part.replace("\\", "\\\\").replace('"', '\\"') + '"' for part in parts)
+
+
+class DnsServer:
+    def __init__(self, root: Path, port: int) -> None:
+        self.root, self.port = root, port
+        self.records: dict[str, list[tuple[str, str, str]]] = {zone: [] for zone in ZONES}
+        self.serial = int(time.time())
+        self.proc: subprocess.Popen | None = None
+        self.lock = threading.Lock()
+
+    def _zone_of(self, name: str) -> str:
+        name = name.rstrip(".").lower()
+        for zone in ZONES:
+            if name == zone or name.endswith("." + zone):
+                return zone
+        raise ValueError(f"{name} is in none of the test zones {ZONES}")
+
+    def _write(self, zone: str) -> None:
+        lines = [f"$ORIGIN {zone}.", "$TTL 1",
+                 f"@ IN SOA ns.{zone}. admin.{zone}. {self.serial} 3600 600 86400 1", f"@ IN NS ns.{zone}.",
+                 f"ns IN A 127.0.0.1"]
+        for name, rtype, value in self.records[zone]:
+            data = _quoted(value) if rtype == "TXT" else value
+            lines.append(f"{name}. IN {rtype} {data}")
+        (self.root / f"{zone}.zone").write_text("\n".join(lines) + "\n")
+
+    def start(self) -> "DnsServer":
+        self.root.mkdir(parents=True, exist_ok=True)
+        config = NSD_CONF.format(port=self.port, root=self.root)
+        for zone in ZONES:
+            config += f"zone:\n  name: {zone}\n  zonefile: {zone}.zone\n"
+            self._write(zone)
+        (self.root / "nsd.conf").write_text(config)
+        self.proc = subprocess.Popen([NSD, "-d", "-c", str(self.root / "nsd.conf")], stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+        self._wait_for_serial("test")
+        return self
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(10)
+
+    def _serial_served(self, zone: str) -> int | None:
+        query = dns.message.make_query(f"{zone}.", dns.rdatatype.SOA)
+        try:
+            answer = dns.query.udp(query, "127.0.0.1", port=self.port, timeout=0.5)
+        except Exception:
+            return None
+        return answer.answer[0][0].serial if answer.answer else None
+
+    def _wait_for_serial(self, zone: str) -> None:
+        deadline = time.monotonic() + 10
+        while self._serial_served(zone) != self.serial:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"nsd exited: {(self.root / 'nsd.log').read_text(errors='replace')[-2000:]}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"nsd did not serve serial {self.serial} of {zone} within 10 s")
+            time.sleep(0.02)
+
+    def _reload(self, zone: str) -> None:
+        """Write the zone with a new serial, have NSD reload it, and wait until it serves it."""
+        self.serial += 1
+        self._write(zone)
+        os.kill(self.proc.pid, signal.SIGHUP)
+        self._wait_for_serial(zone)
+
+    def publish(self, name: str, rtype: str, value: str) -> None:
+        with self.lock:
+            zone = self._zone_of(name)
+            self.records[zone].append((name.rstrip(".").lower(), rtype, value))
+            self._reload(zone)
+
+    def withdraw(self, name: str, rtype: str | None = None) -> None:
+        with self.lock:
+            zone = self._zone_of(name)
+            name = name.rstrip(".").lower()
+            self.records[zone] = [record for record in self.records[zone]
+                                  if not (record[0] == name and rtype in (None, record[1]))]
+            self._reload(zone)
