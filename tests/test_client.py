@@ -65,6 +65,35 @@ def test_a_code_arrives_during_the_wait_and_the_message_reads_whole(relay, smtp_
     assert relay.wait_for_message(box.id, timeout_seconds=2, after=item.id) is None
 
 
+def test_domains_and_authenticated_waits_through_the_client(relay, smtp_server, dns, senders, stalwart):
+    from tests import dkim_keys
+    from tests.domains.test_domains import publish
+    from tests.mail_corpus import mail, send
+
+    stalwart.domains["d9"] = "client.test"  # a mail server as the backend must know the domain too
+    added = relay.create_domain("client.test")
+    assert added.status == "pending" and [record.type for record in added.records] == ["MX", "TXT", "TXT", "TXT"]
+    publish(dns, added.raw)
+    verified = relay.verify_domain(added.id)
+    assert verified.status == "verified" and verified.verified_at is not None
+    assert [domain.name for domain in relay.list_domains()] == ["client.test"]
+    box = relay.create_mailbox(domain="client.test")
+    assert box.address.endswith("@client.test")
+    send(smtp_server.port, box.address, mail(box.address, "Code", "Code 111111.", sender="noreply@pass.test"),
+         sender="noreply@pass.test", source=senders.unlisted)
+    real = dkim_keys.sign(mail(box.address, "Code", "Code 222222.", sender="noreply@pass.test"), "pass.test", "sel",
+                          senders.keys["pass.test"])
+    send(smtp_server.port, box.address, real, sender="noreply@pass.test", source=senders.listed)
+    assert relay.wait_for_code(box.id, timeout_seconds=10, authenticated=True) == "222222"
+    assert [m.authenticated for m in relay.list_messages(box.id)] == [True, False]
+    assert [m.codes for m in relay.list_messages(box.id, authenticated=True)] == [[]]  # list items carry no body
+    with pytest.raises(RelayError) as in_use:
+        relay.delete_domain(added.id)
+    assert in_use.value.status == 409
+    relay.delete_mailbox(box.id)
+    assert relay.delete_domain(added.id) is True
+
+
 def test_wait_for_code_raises_a_timeout_that_says_what_it_waited_for(relay):
     box = relay.create_mailbox()
     started = time.monotonic()

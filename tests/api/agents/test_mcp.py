@@ -3,6 +3,7 @@ streamable HTTP against a real gunicorn web process, and over stdio against
 `manage.py runmcp`. Mail arrives over a real SMTP socket while the tools wait."""
 import asyncio
 import base64
+import functools
 import sys
 import threading
 import time
@@ -20,12 +21,15 @@ from mcp.client.streamable_http import streamable_http_client
 from accounts.services import account_create_with_key
 from mailboxes.models import Mailbox
 from tests.helpers import ROOT, free_port, wait_until
-from tests.mail_corpus import send_mail
+from tests import dkim_keys
+from tests.domains.test_domains import publish
+from tests.mail_corpus import mail, send, send_mail
 
 pytestmark = pytest.mark.workers
 
 TOOLS = {"create_mailbox", "list_mailboxes", "get_mailbox", "renew_mailbox", "delete_mailbox", "list_messages",
-         "get_message", "wait_for_message", "wait_for_code", "send_message", "search_messages", "get_attachment"}
+         "get_message", "wait_for_message", "wait_for_code", "send_message", "search_messages", "get_attachment",
+         "create_domain", "list_domains", "verify_domain", "delete_domain"}
 
 
 # --- the two transports -----------------------------------------------------------------------
@@ -120,7 +124,7 @@ def test_the_tools_are_listed_with_their_schemas_and_descriptions(mcp_http, owne
     for tool in tools.values():
         assert len(tool.description) > 60, tool.name
     waiting = tools["wait_for_code"].input_schema
-    assert set(waiting["properties"]) == {"mailbox_id", "timeout_seconds", "from", "subject", "after"}
+    assert set(waiting["properties"]) == {"mailbox_id", "timeout_seconds", "from", "subject", "after", "authenticated"}
     assert waiting["required"] == ["mailbox_id"]
     assert waiting["properties"]["timeout_seconds"]["maximum"] == 60
     assert tools["send_message"].input_schema["required"] == ["mailbox_id", "to", "subject", "text"]
@@ -200,6 +204,55 @@ def test_the_filters_and_after_choose_the_message(mcp_http, owner, smtp_server):
     assert by_subject["message"]["from"] == "old@example.com"
     assert skipping["code"] == "111111", "a message without a code is passed over"
     assert after["code"] == "222222"
+
+
+def test_wait_for_code_authenticated_passes_over_a_forged_sender_and_takes_the_real_code(mcp_http, owner, smtp_server,
+                                                                                       senders):
+    async def scenario():
+        async with mcp_http.session(owner) as session:
+            box = await call(session, "create_mailbox")
+            forged = mail(box["address"], "Your code", "Code 111111.", sender="noreply@pass.test")
+            send(smtp_server.port, box["address"], forged, sender="noreply@pass.test", source=senders.unlisted)
+            real = dkim_keys.sign(mail(box["address"], "Your code", "Code 222222.", sender="noreply@pass.test"),
+                                  "pass.test", "sel", senders.keys["pass.test"])
+            sent = later(1.0, functools.partial(send, sender="noreply@pass.test", source=senders.listed),
+                         smtp_server.port, box["address"], real)
+            code = await call(session, "wait_for_code", {"mailbox_id": box["id"], "authenticated": True,
+                                                         "timeout_seconds": 20})
+            sent.result()
+            anything = await call(session, "wait_for_code", {"mailbox_id": box["id"], "timeout_seconds": 5})
+            proven = await call(session, "list_messages", {"mailbox_id": box["id"], "authenticated": True})
+            whole = await call(session, "get_message", {"mailbox_id": box["id"], "message_id": code["message_id"]})
+            return code, anything, proven, whole
+
+    code, anything, proven, whole = run(scenario())
+    assert code["code"] == "222222"
+    assert anything["code"] == "111111", "without the filter the forged mail, first in, is taken"
+    assert [(m["id"], m["authenticated"]) for m in proven["messages"]] == [(code["message_id"], True)]
+    assert whole["authentication"]["verdict"] == "pass"
+    assert whole["authentication"]["dkim"] == [{"result": "pass", "domain": "pass.test", "selector": "sel"}]
+
+
+def test_an_agent_adds_verifies_and_uses_a_domain_of_its_own(mcp_http, owner, dns, smtp_server):
+    async def scenario():
+        async with mcp_http.session(owner) as session:
+            added = await call(session, "create_domain", {"name": "agent.test"})
+            publish(dns, added)
+            verified = await call(session, "verify_domain", {"domain_id": added["id"]})
+            box = await call(session, "create_mailbox", {"domain": "agent.test", "local_part": "bot"})
+            in_use = await error_of(session, "delete_domain", {"domain_id": added["id"]})
+            listed = await call(session, "list_domains")
+            await call(session, "delete_mailbox", {"mailbox_id": box["id"]})
+            deleted = await call(session, "delete_domain", {"domain_id": added["id"]})
+            return added, verified, box, in_use, listed, deleted
+
+    added, verified, box, in_use, listed, deleted = run(scenario())
+    assert added["status"] == "pending" and len(added["records"]) == 4
+    assert verified["status"] == "verified"
+    assert box["address"] == "bot@agent.test"
+    assert in_use.startswith("conflict: ")
+    assert [domain["name"] for domain in listed["domains"]] == ["agent.test"]
+    assert deleted == {"deleted": True}
 
 
 def test_expired_deleted_and_other_owners_mailboxes_are_tool_errors_with_the_api_code(mcp_http, owner):
@@ -405,11 +458,13 @@ def test_the_server_and_its_tools_describe_themselves_for_a_model(mcp_http, owne
 
     tools, server = run(scenario())
     assert server.name == "Relay" and server.version == settings.RELAY_VERSION
-    read_only = {"list_mailboxes", "get_mailbox", "list_messages", "search_messages", "get_attachment"}
+    read_only = {"list_mailboxes", "get_mailbox", "list_messages", "search_messages", "get_attachment",
+                 "list_domains"}
     for name, tool in tools.items():
         assert tool.annotations.read_only_hint is (name in read_only), name
-        assert tool.annotations.destructive_hint is (name == "delete_mailbox"), name
-        assert tool.annotations.open_world_hint is (name == "send_message"), name
+        assert tool.annotations.destructive_hint is (name in ("delete_mailbox", "delete_domain")), name
+        # Sending mail, and asking the world's DNS about a domain, reach outside Relay.
+        assert tool.annotations.open_world_hint is (name in ("send_message", "verify_domain")), name
         assert tool.output_schema and tool.output_schema["type"] == "object", name
         assert tool.input_schema.get("additionalProperties") is False, name
         assert "\n" not in tool.description and "  " not in tool.description, name
@@ -446,6 +501,12 @@ def test_every_result_matches_its_output_schema(mcp_http, owner, smtp_server):
                                                                            "to": ["x@example.com"], "subject": "s",
                                                                            "text": "t"})
             results["delete_mailbox"] = await call(session, "delete_mailbox", {"mailbox_id": box["id"]})
+            results["create_domain"] = await call(session, "create_domain", {"name": "schema.test"})
+            results["list_domains"] = await call(session, "list_domains")
+            results["verify_domain"] = await call(session, "verify_domain",
+                                                  {"domain_id": results["create_domain"]["id"]})
+            results["delete_domain"] = await call(session, "delete_domain",
+                                                  {"domain_id": results["create_domain"]["id"]})
             return schemas, results
 
     schemas, results = run(scenario())
