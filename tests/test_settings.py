@@ -28,6 +28,12 @@ CASES = [
     ({"RELAY_SMTP_TLS_CERT": "/no/such/cert.pem", "RELAY_SMTP_TLS_KEY": "/no/such/key.pem"}, "RELAY_SMTP_TLS_CERT"),
     ({"RELAY_MAX_OPEN_WAITS": "0"}, "RELAY_MAX_OPEN_WAITS"),
     ({"RELAY_MAX_WEBHOOKS": "many"}, "RELAY_MAX_WEBHOOKS"),
+    ({"RELAY_DNS_RESOLVERS": "dns.google"}, "RELAY_DNS_RESOLVERS"),
+    ({"RELAY_DNS_RESOLVERS": "127.0.0.1:99999"}, "RELAY_DNS_RESOLVERS"),
+    ({"RELAY_DNS_TIMEOUT_SECONDS": "0"}, "RELAY_DNS_TIMEOUT_SECONDS"),
+    ({"RELAY_DKIM_SELECTOR": "two.labels"}, "RELAY_DKIM_SELECTOR"),
+    ({"RELAY_DKIM_PRIVATE_KEY_FILE": "/no/such/key.pem"}, "RELAY_DKIM_PRIVATE_KEY_FILE"),
+    ({"RELAY_MAX_DOMAINS": "gold=3"}, "RELAY_MAX_DOMAINS"),
     # With DEBUG off, no default, short or missing secret key.
     ({"DJANGO_DEBUG": "false", "DJANGO_SECRET_KEY": ""}, "DJANGO_SECRET_KEY"),
     ({"DJANGO_DEBUG": "false", "DJANGO_SECRET_KEY": "short-key"}, "DJANGO_SECRET_KEY"),
