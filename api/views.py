@@ -89,6 +89,8 @@ class IndexView(APIView):
                 "recover_confirm": link(reverse("account-recover-confirm")),
                 "account": link(reverse("account")),
                 "keys": link(reverse("key-list")),
+                "domains": link(reverse("domain-list")),
+                "domain_verify": link("/api/v1/domains/{domain_id}/verify"),
             },
             "authentication": "Authorization: Bearer <API key or mailbox token>",
             "agents": "MCP tools over streamable HTTP at `mcp` (POST, the same credentials); over stdio: "

@@ -54,8 +54,8 @@ def _quoted(value: str) -> str:
 
 
 class DnsServer:
-    def __init__(self, root: Path, port: int) -> None:
-        self.root, self.port = root, port
+    def __init__(self, root: Path, port: int, *, ttl: int = 1) -> None:
+        self.root, self.port, self.ttl = root, port, ttl
         self.records: dict[str, list[tuple[str, str, str]]] = {zone: [] for zone in ZONES}
         self.serial = int(time.time())
         self.proc: subprocess.Popen | None = None
@@ -69,7 +69,7 @@ class DnsServer:
         raise ValueError(f"{name} is in none of the test zones {ZONES}")
 
     def _write(self, zone: str) -> None:
-        lines = [f"$ORIGIN {zone}.", "$TTL 1",
+        lines = [f"$ORIGIN {zone}.", f"$TTL {self.ttl}",
                  f"@ IN SOA ns.{zone}. admin.{zone}. {self.serial} 3600 600 86400 1", f"@ IN NS ns.{zone}.",
                  f"ns IN A 127.0.0.1"]
         for name, rtype, value in self.records[zone]:

@@ -98,6 +98,8 @@ def test_the_readme_commands_work_as_written_and_ctrl_c_stops_cleanly(stack):
     assert re.search(r"}204\n", out) and '{"code":"not_found","message":"Not found."}' in out  # deleted
     assert re.search(r"fail-demo@relay\.localhost\s+expired\s+attempts=1", out)  # the dead letter
     assert '"dead": 1' in out
+    assert '"verdict": "none"' in out and '{"count":0,' in out  # nothing proves example.com sent it
+    assert "TXT relay._domainkey.mail.example.com v=DKIM1; k=rsa; p=" in out and '"status":"pending"' in out
 
     # What the banner's first URL and the site root show.
     index = urllib.request.urlopen(f"http://127.0.0.1:{stack.web}/api/v1/", timeout=5).read().decode()

@@ -98,6 +98,8 @@ class RelayHandler:
         # The look-ups end a little before the reply must go (dnspython may overrun a
         # lifetime by its retry back-off), so their own temperrors, naming the domains,
         # arrive in time; the wait is the hard limit.
+        if not settings.RELAY_SMTP_VERDICTS:
+            return nothing_known()
         seconds = settings.RELAY_DNS_TIMEOUT_SECONDS
         deadline = time.monotonic() + seconds
         job = asyncio.get_running_loop().run_in_executor(self.verdicts, functools.partial(
