@@ -15,8 +15,7 @@ from mailboxes.services import plan_ttl_cap_ms
 # or a missing mailbox, an expired one, a body too large or not JSON, a rate or a quota.
 COMMON_ERRORS = (400, 401, 403, 404, 405, 406, 410, 413, 415, 429)
 # And those only some operations answer: a taken address, login or domain name, a domain
-# still in use, a backend that
-# cannot provision.
+# still in use, a backend that cannot provision.
 EXTRA_ERRORS = {("/api/v1/mailboxes", "post"): [409, 503], ("/api/v1/accounts", "post"): [409],
                 ("/api/v1/domains", "post"): [409], ("/api/v1/domains/{domain_id}", "delete"): [409]}
 ERROR_SCHEMA = {

@@ -37,11 +37,13 @@ def _domain_of(address: str) -> str:
     return address.rpartition("@")[2].strip().strip(">").lower().removesuffix(".")
 
 
-def _headers(raw: bytes) -> list[tuple[bytes, bytes]]:
+def _parsed(raw: bytes) -> dkim.DKIM | None:
+    """The message as dkimpy splits it (its headers serve DMARC's From too); None when
+    its header block cannot be split, so nothing can be checked."""
     try:
-        return dkim.rfc822_parse(raw)[0]
-    except Exception:  # a header block dkimpy cannot split: nothing to check
-        return []
+        return dkim.DKIM(raw, minkey=1024)
+    except Exception:
+        return None
 
 
 def _from_domain(headers) -> str | None:
@@ -68,9 +70,9 @@ def check_spf(*, ip: str | None, mail_from: str, helo: str, budget: dns.Budget) 
     return {"result": result if result in RESULTS else PERMERROR, "domain": domain}
 
 
-def check_dkim(raw: bytes, headers, budget: dns.Budget) -> list[dict]:
+def check_dkim(message: dkim.DKIM, budget: dns.Budget) -> list[dict]:
     """One result per DKIM-Signature, top first."""
-    count = sum(1 for name, _ in headers if name.lower() == b"dkim-signature")
+    count = sum(1 for name, _ in message.headers if name.lower() == b"dkim-signature")
     results = []
     for index in range(count):
         key_found = []
@@ -80,9 +82,9 @@ def check_dkim(raw: bytes, headers, budget: dns.Budget) -> list[dict]:
             key_found.append(bool(records))
             return records[0].encode() if records else None
 
-        verifier = dkim.DKIM(raw, minkey=1024, timeout=max(budget.left(), 0.01))
+        message.signature_fields = {}
         try:
-            valid = verifier.verify(idx=index, dnsfunc=key_record)
+            valid = message.verify(idx=index, dnsfunc=key_record)
             result = PASS if valid else (FAIL if all(key_found) else PERMERROR)
         except dns.LookupFailed:
             result = TEMPERROR
@@ -91,7 +93,7 @@ def check_dkim(raw: bytes, headers, budget: dns.Budget) -> list[dict]:
         except Exception as exc:  # a signature or key too malformed to check
             logger.info("DKIM signature %d could not be checked: %s", index, exc)
             result = PERMERROR
-        fields = getattr(verifier, "signature_fields", None) or {}
+        fields = message.signature_fields or {}
         results.append({"result": result, "domain": fields.get(b"d", b"").decode("ascii", "replace").lower(),
                         "selector": fields.get(b"s", b"").decode("ascii", "replace").lower()})
     return results
@@ -163,10 +165,11 @@ def authenticate(raw: bytes, *, ip: str | None, mail_from: str, helo: str, spf_r
     publishes no DMARC record, an aligned DKIM signature or SPF passes; fail when DMARC
     fails; none otherwise."""
     budget = budget or dns.Budget()
-    headers = _headers(raw)
+    message = _parsed(raw)
     spf_found = spf_result or check_spf(ip=ip, mail_from=mail_from, helo=helo, budget=budget)
-    dkim_found = check_dkim(raw, headers, budget)
-    dmarc_found, aligned = check_dmarc(_from_domain(headers), spf_found, dkim_found, budget)
+    dkim_found = check_dkim(message, budget) if message else []
+    dmarc_found, aligned = check_dmarc(_from_domain(message.headers) if message else None, spf_found, dkim_found,
+                                       budget)
     if dmarc_found["result"] == PASS or (dmarc_found["result"] == NONE and aligned):
         verdict = PASS
     elif dmarc_found["result"] == FAIL:
