@@ -39,7 +39,8 @@ logger = logging.getLogger(__name__)
 INSTRUCTIONS = (
     "Relay gives you disposable email mailboxes. Create one with create_mailbox, give its address to the "
     "service that should mail you, then call wait_for_code (a verification code) or wait_for_message (any "
-    "mail): they return as soon as the mail arrives. Delete the mailbox when done; it also expires by itself."
+    "mail): they return as soon as the mail arrives; pass authenticated=true to take only mail whose sender "
+    "is proven (SPF, DKIM, DMARC), never a forged one. Delete the mailbox when done; it also expires by itself."
 )
 
 
