@@ -16,7 +16,8 @@ from django.utils import timezone
 
 from domains.services import verified_domain
 from mailboxes.ending import provisioning_refused, provisionings_abandon
-from mailboxes.errors import AccountNotRelays, AddressTaken, BackendFailure, BackendUnavailable, InvalidRequest
+from mailboxes.errors import (AccountNotRelays, AddressTaken, BackendFailure, BackendUnavailable, DomainRefused,
+                              InvalidRequest)
 from mailboxes.keys import Caller
 from mailboxes.models import Mailbox
 from mailboxes.services import mailbox_activate, mailbox_insert
@@ -38,8 +39,7 @@ def address_allowed(*, backend, local_part: str | None, domain: str | None,
     Returns both lowercased; InvalidRequest naming the field."""
     local_part, domain = (local_part or None) and local_part.lower(), (domain or None) and domain.lower()
     if domain is not None and domain not in settings.RELAY_DOMAINS and not verified_domain(owner=owner, name=domain):
-        raise InvalidRequest(f"domain must be one of {', '.join(settings.RELAY_DOMAINS)} or a verified domain of "
-                             "your account.", field="domain")
+        raise DomainRefused()
     if local_part is not None and (local_part in settings.RELAY_RESERVED_LOCAL_PARTS
                                    or local_part in backend.reserved_names()):
         raise InvalidRequest(f"{local_part} is a reserved address and cannot be handed out.", field="local_part")

@@ -1,5 +1,7 @@
 """The mailbox errors, on top of the domain's common ones (accounts/errors.py, re-exported
 here so that callers above need one import)."""
+from django.conf import settings
+
 from accounts.errors import (  # noqa: F401 (re-exported)
     AccountSuspended,
     Conflict,
@@ -23,6 +25,15 @@ class TtlOutOfRange(InvalidRequest):
     def __init__(self, *, low_ms: int, cap_ms: int, plan: str):
         self.low_ms, self.cap_ms, self.plan = low_ms, cap_ms, plan
         super().__init__(f"ttl_ms must be between {low_ms} and {cap_ms} on the {plan} plan.", field="ttl_ms")
+
+
+class DomainRefused(InvalidRequest):
+    """A mailbox's domain that is neither one of RELAY_DOMAINS nor a verified domain of
+    its owner's."""
+
+    def __init__(self):
+        super().__init__(f"domain must be one of {', '.join(settings.RELAY_DOMAINS)} or a verified domain of your "
+                         "account.", field="domain")
 
 
 class AddressTaken(Conflict):

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from domains.services import verified_domain
 from mailboxes.ending import announce_ended
-from mailboxes.errors import AddressTaken, InvalidRequest, MailboxExpired, TtlOutOfRange
+from mailboxes.errors import AddressTaken, DomainRefused, MailboxExpired, TtlOutOfRange
 from mailboxes.keys import Caller, new_mailbox_token
 from mailboxes.quotas import take_mailbox_slot
 from mailboxes.text import text_of_html
@@ -97,8 +97,7 @@ def mailbox_insert(*, caller: Caller | None, local_part: str | None, domain: str
         if domain and domain not in settings.RELAY_DOMAINS and not verified_domain(owner=owner, name=domain, lock=True):
             # Checked again under the domain's row lock: a delete of it waits for this
             # mailbox, and then sees it (mailboxes.domain_use.domain_delete).
-            raise InvalidRequest("domain must be one of RELAY_DOMAINS or a verified domain of your account.",
-                                 field="domain")
+            raise DomainRefused()
         address = _reserve_address(local_part=local_part, domain=domain or settings.RELAY_DOMAINS[0],
                                    per_local_part=per_local_part)
         now = timezone.now()

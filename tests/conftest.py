@@ -5,6 +5,7 @@ import asyncio
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -58,6 +59,22 @@ def dns(dns_server):
     if dns_server is None:
         pytest.skip("NSD is not installed (scripts/test.sh installs Debian's nsd)")
     return dns_server
+
+
+@pytest.fixture
+def silent_dns(settings):
+    """A DNS server that never answers (a UDP socket nobody reads), Relay pointed at it
+    with a one-second budget."""
+    from domains import dns as relay_dns
+
+    quiet = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    quiet.bind(("127.0.0.1", 0))
+    settings.RELAY_DNS_RESOLVERS = [("127.0.0.1", quiet.getsockname()[1])]
+    settings.RELAY_DNS_TIMEOUT_SECONDS = 1
+    relay_dns.reset()
+    yield
+    quiet.close()
+    relay_dns.reset()  # settings are restored after this; the next look-up reads them anew
 
 
 @dataclass(frozen=True)

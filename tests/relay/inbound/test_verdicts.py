@@ -3,13 +3,11 @@ ingest against the suite's own DNS server (NSD), for mail signed by an independe
 signer (Perl's Mail::DKIM) and sent over real SMTP from loopback addresses the zone's
 SPF records name, or do not."""
 import smtplib
-import socket
 import threading
 import time
 
 import pytest
 
-from domains import dns
 from mailboxes.models import Message
 from relay.inbound.storing import deliver_message, recipient_mailbox
 from tests import dkim_keys
@@ -110,20 +108,6 @@ def test_the_authenticated_filter_and_wait_pass_over_a_forged_code(smtp_server, 
     detail = client_pro.get(f"{url}/{found[0]['id']}").json()
     assert detail["codes"] == ["222222"]
     assert client_pro.get(url, {"authenticated": "yes please"}).status_code == 400
-
-
-@pytest.fixture
-def silent_dns(settings):
-    """A DNS server that never answers: a UDP socket nobody reads, Relay pointed at it with a
-    one-second budget."""
-    quiet = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    quiet.bind(("127.0.0.1", 0))
-    settings.RELAY_DNS_RESOLVERS = [("127.0.0.1", quiet.getsockname()[1])]
-    settings.RELAY_DNS_TIMEOUT_SECONDS = 1
-    dns.reset()
-    yield
-    quiet.close()
-    dns.reset()  # settings are restored after this; the next look-up reads them anew
 
 
 def test_a_dns_server_that_does_not_answer_is_temperror_within_the_budget_and_other_sessions_go_on(
