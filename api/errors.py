@@ -39,6 +39,7 @@ DOMAIN_ERRORS = {
     domain.Forbidden: status.HTTP_403_FORBIDDEN,
     domain.QuotaExceeded: status.HTTP_429_TOO_MANY_REQUESTS,
     domain.RateLimited: status.HTTP_429_TOO_MANY_REQUESTS,
+    domain.MessageTooLarge: status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
 }
 # Where a status has more than one code (docs/api.md: 429 is rate_limited or quota_exceeded;
 # 403 is forbidden or account_suspended).

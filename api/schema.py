@@ -43,6 +43,7 @@ WAIT_PARAMETERS = [
 
 # Sending answers 202 with the outbox entry's id: say where it can be read, so that no
 # client (or fuzzer) takes it for a received message's id.
+SENDING_OPERATIONS = ("messages_send", "messages_reply", "messages_forward")
 SEND_LINKS = {"outbox": {"operationId": "outbox_get", "parameters": {
     "mailbox_id": "$request.path.mailbox_id", "outbound_id": "$response.body#/id"}}}
 
@@ -63,7 +64,7 @@ def add_error_responses(result: dict, generator, request, public) -> dict:
     """drf-spectacular postprocessing hook: every operation documents the error format
     for each error status it can answer (and 503 where the backend is called); request
     bodies allow no other properties than their own (unknown fields are a 400); the send
-    operation links its 202 to the outbox entry it made."""
+    operations link their 202 to the outbox entry they made."""
     schemas = result.setdefault("components", {}).setdefault("schemas", {})
     schemas["Error"] = ERROR_SCHEMA
     _ttl_for_the_caller(schemas, request)
@@ -75,10 +76,10 @@ def add_error_responses(result: dict, generator, request, public) -> dict:
         for method, operation in operations.items():
             for media in operation.get("requestBody", {}).get("content", {}).values():
                 _closed(schemas, media.get("schema", {}).get("$ref", ""))
-            if operation.get("operationId") == "messages_send":
+            if operation.get("operationId") in SENDING_OPERATIONS:
                 operation["responses"]["202"]["links"] = SEND_LINKS
                 operation["responses"]["202"]["headers"] = {"Location": {
-                    "schema": {"type": "string"}, "description": "The outbox entry of this send."}}
+                    "schema": {"type": "string"}, "description": "The outbox entry of this mail."}}
             responses = operation.setdefault("responses", {})
             statuses = list(COMMON_ERRORS) + EXTRA_ERRORS.get((path, method), [])
             for status in statuses:

@@ -10,7 +10,6 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from api.fields import (
-    ADDRESS_PATTERN,
     DomainField,
     LOCAL_PART_RE,
     LocalPartField,
@@ -25,11 +24,12 @@ from api.fields import (
     StrictSerializer,
 )
 from api.schema import ttl_bounds
-from mailboxes.models import MailboxStatus
+from mailboxes.models import Direction, MailboxStatus
 from mailboxes.selectors import MAILBOX_ORDERINGS
+from mailboxes.threads import header, lineage_of
 from relay.inbound.attachments import without_format_characters
 from relay.inbound.authentication import RESULTS, nothing_known
-from relay.models import OutboxMail
+from relay.models import OutboxMail, OutboxStatus
 
 
 # --- labels (docs/api.md) ------------------------------------------------------------------
@@ -135,13 +135,17 @@ class MessageSearchQuerySerializer(serializers.Serializer):
     after = QueryIntegerField(min_value=1, max_value=10 ** 18 - 1, required=False,
                               help_text="Only messages received after this message (its id); "
                                         "400 if it is not one of the listed mailbox's messages.")
+    direction = QueryChoiceField(choices=Direction.values, required=False,
+                                 help_text="in: received mail; out: mail sent from the mailbox. Both when absent "
+                                           "(a wait: in).")
 
     @staticmethod
     def filters(query: dict) -> dict:
         """The validated query as mailboxes.selectors.message_search's keywords."""
         return {"words": query.get("q", ""), "sender": query.get("sender", ""), "subject": query.get("subject", ""),
                 "since": query.get("since"), "until": query.get("until"), "unread": query["unread"],
-                "authenticated": query["authenticated"], "after": query.get("after")}
+                "authenticated": query["authenticated"], "after": query.get("after"),
+                "direction": query.get("direction", "")}
 
 
 class WaitQuerySerializer(MessageSearchQuerySerializer):
@@ -196,6 +200,9 @@ class MessageSummarySerializer(serializers.Serializer):
     has_attachments = serializers.BooleanField()
     authenticated = serializers.BooleanField(help_text="Its verdict is pass: DMARC passed, or an aligned DKIM "
                                                        "signature or SPF did where the From domain has no DMARC.")
+    direction = serializers.ChoiceField(choices=Direction.values, help_text="in: received; out: sent from the mailbox.")
+    thread_id = serializers.IntegerField(allow_null=True, help_text="Its thread (null for mail kept from before "
+                                                                    "threads).")
 
 
 class AttachmentSerializer(serializers.Serializer):
@@ -239,6 +246,16 @@ class AuthenticationSerializer(serializers.Serializer):
     verdict = serializers.ChoiceField(choices=["pass", "fail", "none"])
 
 
+def _outbox_mail(message) -> OutboxMail | None:
+    """The outbox entry of a message the mailbox sent."""
+    if message.direction != Direction.OUT:
+        return None
+    try:
+        return message.outbox_mail
+    except OutboxMail.DoesNotExist:
+        return None
+
+
 def message_codes(message) -> list[str]:
     """The one-time codes of a message (docs/api.md, "Codes and links"), most likely first."""
     return message.content.codes  # computed when stored
@@ -253,6 +270,39 @@ class MessageDetailSerializer(MessageSummarySerializer):
     links = serializers.SerializerMethodField(help_text="Links from the HTML and the text, in order, each once.")
     authentication = serializers.SerializerMethodField(
         help_text="SPF, DKIM and DMARC as found when the message was received, and the verdict.")
+    message_id = serializers.SerializerMethodField(help_text="Its Message-ID, without the angle brackets.")
+    in_reply_to = serializers.SerializerMethodField(help_text="The Message-ID it answers.")
+    references = serializers.SerializerMethodField(help_text="The Message-IDs of the conversation before it.")
+    cc = serializers.CharField(source="cc_header")
+    reply_to = serializers.SerializerMethodField(help_text="Where replies go, if not to From.")
+    outbox_id = serializers.SerializerMethodField(help_text="Sent mail: its outbox entry (GET …/outbox/{id}).")
+    outbox_status = serializers.SerializerMethodField(help_text="Sent mail: queued, sending, sent, failed or "
+                                                                "skipped.")
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_message_id(self, message) -> str | None:
+        return message.message_id or None
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_in_reply_to(self, message) -> str | None:
+        return lineage_of(message.content.headers).in_reply_to or None
+
+    @extend_schema_field(serializers.ListField(child=serializers.CharField()))
+    def get_references(self, message) -> list[str]:
+        return list(lineage_of(message.content.headers).references)
+
+    def get_reply_to(self, message) -> str:
+        return header(message.content.headers, "Reply-To")
+
+    @extend_schema_field(serializers.IntegerField(allow_null=True))
+    def get_outbox_id(self, message) -> int | None:
+        outbox = _outbox_mail(message)
+        return outbox.id if outbox else None
+
+    @extend_schema_field(serializers.ChoiceField(choices=OutboxStatus.values, allow_null=True))
+    def get_outbox_status(self, message) -> str | None:
+        outbox = _outbox_mail(message)
+        return outbox.status if outbox else None
 
     @extend_schema_field(AttachmentSerializer(many=True))
     def get_attachments(self, message) -> list[dict]:
@@ -278,42 +328,3 @@ class MessageDetailSerializer(MessageSummarySerializer):
     @extend_schema_field(AuthenticationSerializer)
     def get_authentication(self, message) -> dict:
         return message.content.authentication or nothing_known()
-
-
-
-
-@extend_schema_field({"type": "string", "pattern": ADDRESS_PATTERN, "maxLength": 320})
-class AddressField(StrictCharField):
-    def __init__(self, **kwargs):
-        super().__init__(max_length=320, **kwargs)
-        self.validators.append(RegexValidator(ADDRESS_PATTERN, "Enter a valid email address."))
-
-
-class RecipientListField(serializers.ListField):
-    """`to` is a list of addresses; a single string is taken as a list of one."""
-
-    def to_internal_value(self, data):
-        if isinstance(data, str):
-            data = [data]
-        return super().to_internal_value(data)
-
-
-class SendSerializer(StrictSerializer):
-    to = RecipientListField(child=AddressField(), min_length=1, max_length=50,
-                            help_text="A list of addresses (a single string counts as a list of one).")
-    subject = OneLineField(min_length=1, max_length=998, help_text="One line: no CR or LF.")
-    # Bounded so that the largest valid body, every character JSON-escaped, stays under
-    # the request size limit (DATA_UPLOAD_MAX_MEMORY_SIZE).
-    text = StrictCharField(max_length=100_000, allow_blank=True)
-    html = StrictCharField(max_length=100_000, required=False, allow_blank=True)
-
-
-class SendAcceptedSerializer(serializers.Serializer):
-    id = serializers.IntegerField()
-    status = serializers.CharField()
-
-
-class OutboundSerializer(serializers.ModelSerializer):
-    class Meta:
-        model = OutboxMail
-        fields = ["id", "to", "subject", "status", "attempts", "last_error", "created_at", "sent_at"]

@@ -10,6 +10,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from api.authentication import AnonymousCreateThrottle, caller_of
+from api.conversation_serializers import OutboundSerializer, SendAcceptedSerializer, SendSerializer
+from api.conversation_views import queued
 from api.pagination import CountedWithPage, RelayPagination
 from api.schema import PAGE_PARAMETERS, WAIT_PARAMETERS, paginated
 from api.serializers import (
@@ -22,9 +24,6 @@ from api.serializers import (
     MessageDetailSerializer,
     MessageSearchQuerySerializer,
     MessageSummarySerializer,
-    OutboundSerializer,
-    SendAcceptedSerializer,
-    SendSerializer,
 )
 from mailboxes import access, selectors, services
 from mailboxes.ending import mailbox_delete
@@ -217,7 +216,8 @@ class MessageSearchView(APIView):
 
 @extend_schema_view(get=extend_schema(
     operation_id="messages_list",
-    summary="List received messages, filtered, newest first; with `wait`, hold the request until one arrives",
+    summary="List messages (received and sent), filtered, newest first; with `wait`, hold the request until one "
+            "arrives",
     parameters=[MessageSearchQuerySerializer, *PAGE_PARAMETERS, *WAIT_PARAMETERS],
     responses=paginated(MessageSummarySerializer)))
 class MessageCollectionView(APIView):
@@ -231,11 +231,8 @@ class MessageCollectionView(APIView):
                    request=SendSerializer, responses={202: SendAcceptedSerializer})
     def post(self, request, mailbox_id):
         mailbox = access.mailbox_get_active(caller=request.user, mailbox_id=mailbox_id)
-        outbound = outbound_queue(mailbox=mailbox, **_valid(SendSerializer, request.data))
         # Where to follow the send: its outbox entry (the id is not a received message's).
-        location = reverse("outbound-detail", kwargs={"mailbox_id": mailbox.id, "outbound_id": outbound.id})
-        return Response({"id": outbound.id, "status": outbound.status}, status=status.HTTP_202_ACCEPTED,
-                        headers={"Location": location})
+        return queued(outbound_queue(mailbox=mailbox, **_valid(SendSerializer, request.data)))
 
 
 class MessageDetailView(APIView):

@@ -20,7 +20,7 @@ from api.serializers import (EventsQuerySerializer, MessageDetailSerializer, Mes
                              WaitQuerySerializer, message_codes)
 from mailboxes import access, selectors, services
 from mailboxes.errors import Forbidden, RelayError
-from mailboxes.models import Mailbox, MailboxStatus
+from mailboxes.models import Direction, Mailbox, MailboxStatus
 from relay import mailserver
 
 logger = logging.getLogger(__name__)
@@ -39,6 +39,8 @@ def _principal_of(request) -> Principal:
 
 
 def _messages_after(mailbox, after: int, search: dict):
+    """What a wait or a stream is about: mail received (sent mail only if asked for)."""
+    search = {**search, "direction": search.get("direction") or Direction.IN}
     return access.message_search(caller=None, mailbox=mailbox, **search).filter(id__gt=after)
 
 

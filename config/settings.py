@@ -191,8 +191,6 @@ STATIC_URL = "static/"
 # Filled by `collectstatic` (make run, the Dockerfile); whitenoise serves it.
 STATIC_ROOT = VAR_DIR / "static"
 
-# Bodies above this are refused with 400 (request_too_large) before any parsing.
-DATA_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
 
 LOG_LEVEL = _choice("RELAY_LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR"))
 # Celery's "Task ... received / succeeded" lines for every task (off: they are mostly the
@@ -441,6 +439,9 @@ RELAY_SMTP_PORT = _int("RELAY_SMTP_PORT", 2525, minimum=0)
 if RELAY_SMTP_PORT > 65535:
     raise ImproperlyConfigured(f"RELAY_SMTP_PORT must be a port number, got {RELAY_SMTP_PORT}")
 RELAY_MAX_MESSAGE_BYTES = _int("RELAY_MAX_MESSAGE_BYTES", 10_485_760, minimum=1024)
+# Bodies above this are refused with 413 (too_large) before any parsing: room for a send
+# whose attachments, base64 in JSON (4 bytes for 3), fill RELAY_MAX_MESSAGE_BYTES.
+DATA_UPLOAD_MAX_MEMORY_SIZE = max(2 * 1024 * 1024, RELAY_MAX_MESSAGE_BYTES * 4 // 3 + 1024 * 1024)
 RELAY_SMTP_MAX_RECIPIENTS = _int("RELAY_SMTP_MAX_RECIPIENTS", 50, minimum=1)
 RELAY_SMTP_SESSION_SECONDS = _int("RELAY_SMTP_SESSION_SECONDS", 300, minimum=1)
 RELAY_SMTP_IDLE_SECONDS = _int("RELAY_SMTP_IDLE_SECONDS", 60, minimum=1)

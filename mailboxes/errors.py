@@ -40,6 +40,14 @@ class AddressTaken(Conflict):
     default_message = "That address has already been used."
 
 
+class MessageTooLarge(RelayError):
+    """A mail to send that would be over RELAY_MAX_MESSAGE_BYTES once built."""
+
+    def __init__(self):
+        super().__init__(f"The message would be over {settings.RELAY_MAX_MESSAGE_BYTES} bytes "
+                         "(RELAY_MAX_MESSAGE_BYTES, attachments included); send less at once.")
+
+
 class BackendFailure(Exception):
     """A call to the mail backend failed. The kinds (transient, permanent) are the
     backends' own (relay/backends/errors.py); creating a mailbox only needs to know that

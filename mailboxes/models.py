@@ -217,9 +217,38 @@ class MessageContent(models.Model):
     words = SearchVectorField(null=True, blank=True)
 
 
+class Thread(models.Model):
+    """A conversation in one mailbox: the messages linked by Message-ID, In-Reply-To and
+    References, whichever side sent them (mailboxes/threads.py)."""
+
+    mailbox = models.ForeignKey(Mailbox, on_delete=models.CASCADE, related_name="threads")
+    # The subject of the message that started it.
+    subject = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+
+class ThreadKey(models.Model):
+    """A Message-ID seen in a mailbox, as a message's own or as one it answers, and the
+    thread it belongs to: how a message finds its thread whatever order the thread's
+    messages arrive in."""
+
+    # Indexed by thread_key_once.
+    mailbox = models.ForeignKey(Mailbox, on_delete=models.CASCADE, related_name="+", db_index=False)
+    key = models.CharField(max_length=255)
+    thread = models.ForeignKey(Thread, on_delete=models.CASCADE, related_name="keys")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["mailbox", "key"], name="thread_key_once")]
+
+
+class Direction(models.TextChoices):
+    IN = "in"  # received
+    OUT = "out"  # sent from the mailbox (relay/outbox/outbound.py)
+
+
 class Message(models.Model):
-    """A message as one mailbox received it: the envelope and the few parsed fields a
-    list shows, with the shared content (raw bytes, bodies) behind `content`."""
+    """A message as one mailbox received or sent it: the envelope and the few parsed
+    fields a list shows, with the shared content (raw bytes, bodies) behind `content`."""
 
     mailbox = models.ForeignKey(Mailbox, on_delete=models.CASCADE, related_name="messages")
     content = models.ForeignKey(MessageContent, on_delete=models.CASCADE, related_name="messages")
@@ -228,6 +257,7 @@ class Message(models.Model):
     envelope_to = models.CharField(max_length=320, blank=True, default="")
     from_header = models.TextField(blank=True, default="")
     to_header = models.TextField(blank=True, default="")
+    cc_header = models.TextField(blank=True, default="", db_default="")
     subject = models.TextField(blank=True, default="")
     size = models.PositiveIntegerField()
     has_attachments = models.BooleanField(default=False)
@@ -240,8 +270,17 @@ class Message(models.Model):
     # new columns have database defaults too, so rows written by SQL of their own (the
     # benchmarks' fills) need not name them.
     server_id = models.CharField(max_length=255, blank=True, default="", db_default="")
+    direction = models.CharField(max_length=3, choices=Direction.choices, default=Direction.IN,
+                                 db_default=Direction.IN)
+    # Its Message-ID header, without the angle brackets ("" without one).
+    message_id = models.CharField(max_length=255, blank=True, default="", db_default="")
+    # Null for mail stored before threads were kept.
+    # Null for mail stored before threads were kept. Indexed by message_thread below.
+    thread = models.ForeignKey(Thread, null=True, blank=True, on_delete=models.SET_NULL, related_name="messages",
+                               db_index=False)
 
     class Meta:
-        indexes = [models.Index(fields=["mailbox", "-received_at"], name="message_mailbox_list")]
+        indexes = [models.Index(fields=["mailbox", "-received_at"], name="message_mailbox_list"),
+                   models.Index(fields=["thread", "received_at"], name="message_thread")]
         constraints = [models.UniqueConstraint(fields=["mailbox", "server_id"], condition=~Q(server_id=""),
                                                name="message_stored_once")]

@@ -112,13 +112,14 @@ def words_search_plan(words: str):
 
 def messages_matching(messages: QuerySet, *, words: str = "", sender: str = "", subject: str = "",
                       since: datetime | None = None, until: datetime | None = None, unread: bool = False,
-                      authenticated: bool = False, after: int | None = None) -> QuerySet:
+                      authenticated: bool = False, after: int | None = None, direction: str = "") -> QuerySet:
     """Those of `messages` matching every filter given (docs/api.md), newest first.
     `after`: only messages received after that message, which must be one of them
     (InvalidRequest naming `after` otherwise: a cursor from elsewhere is a client's bug).
     `words`: all of them in the subject or text (PostgreSQL's full-text search, through
     the GIN index; a substring of either on SQLite). `sender`: in the From header or the
-    envelope sender. `authenticated`: only mail whose verdict is pass."""
+    envelope sender. `authenticated`: only mail whose verdict is pass. `direction`: "in"
+    (received) or "out" (sent from the mailbox); both when empty."""
     if after:
         message_cursor_check(messages=messages, after=after)
         # Ids grow with each message stored, so "after" in ids is "received after".
@@ -136,6 +137,8 @@ def messages_matching(messages: QuerySet, *, words: str = "", sender: str = "", 
         messages = messages.filter(is_read=False)
     if authenticated:
         messages = messages.filter(authenticated=True)
+    if direction:
+        messages = messages.filter(direction=direction)
     return messages.order_by("-received_at", "-id")
 
 

@@ -16,9 +16,10 @@ from django.db import connection, transaction
 from accounts.models import Account, AccountStatus
 from mailboxes import wakeups
 from mailboxes.ending import mailboxes_expire_due
-from mailboxes.models import Mailbox, MailboxStatus, Message, MessageContent, Plan
+from mailboxes.models import Direction, Mailbox, MailboxStatus, Message, MessageContent, Plan
 from mailboxes.quotas import stored_bytes_limit
 from mailboxes.signals import event_happened
+from mailboxes.threads import Lineage, threads_assign
 
 logger = logging.getLogger(__name__)
 
@@ -85,13 +86,18 @@ def recipient_of(mailbox_id) -> Recipient | None:
 
 
 def message_store(*, content: MessageContent, envelope_from: str, from_header: str, to_header: str, subject: str,
-                  recipients: list[Recipient], server_id: str = "") -> list[int]:
+                  recipients: list[Recipient], server_id: str = "", cc_header: str = "",
+                  lineage: Lineage = Lineage(), direction: str = Direction.IN, joining: int | None = None) -> list[int]:
     """Store `content` once and one Message for each recipient that still takes it: not
     deleted or purged since, with room under its quota. None: MailboxFull if a quota
     refused it, else []. `server_id`: the message's id on the mail server it was read
     from; a second copy with that id in a mailbox is refused (IntegrityError). On
     PostgreSQL the transaction has a deadline (RELAY_SMTP_STORE_SECONDS): storing that
-    cannot finish in time is rolled back whole, so nothing is stored twice."""
+    cannot finish in time is rolled back whole, so nothing is stored twice.
+
+    Each message joins its thread (mailboxes/threads.py; `lineage` and `joining`). Mail
+    a mailbox sent (`direction` out) is stored read, and neither announced nor waited
+    for: waits and webhooks are about mail received."""
     size = len(content.raw)
     with transaction.atomic():
         if connection.vendor == "postgresql":
@@ -104,16 +110,21 @@ def message_store(*, content: MessageContent, envelope_from: str, from_header: s
                 raise MailboxFull()
             return []
         _insert([content])
+        threads = threads_assign(mailbox_ids=[r.mailbox_id for r in recipients if r.mailbox_id in live],
+                                 lineage=lineage, subject=subject, joining=joining)
         messages = [
             Message(mailbox_id=recipient.mailbox_id, content=content, envelope_from=envelope_from[:320],
                     envelope_to=recipient.address[:320], from_header=from_header, to_header=to_header,
-                    subject=subject, size=size, has_attachments=bool(content.attachments), server_id=server_id,
-                    authenticated=(content.authentication or {}).get("verdict") == "pass")
+                    cc_header=cc_header, subject=subject, size=size, has_attachments=bool(content.attachments),
+                    server_id=server_id, authenticated=(content.authentication or {}).get("verdict") == "pass",
+                    direction=direction, is_read=direction == Direction.OUT, message_id=lineage.message_id,
+                    thread_id=threads[recipient.mailbox_id])
             for recipient in recipients if recipient.mailbox_id in live
         ]
         _insert(messages)
-        event_happened.send(sender=Message, event="message.received", messages=messages)
-        wakeups.publish_on_commit(live, "message")
+        if direction == Direction.IN:
+            event_happened.send(sender=Message, event="message.received", messages=messages)
+            wakeups.publish_on_commit(live, "message")
     logger.info("stored a %d-byte message from %s for %d mailbox(es)", size, envelope_from or "<>", len(messages))
     return [message.id for message in messages]
 

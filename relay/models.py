@@ -43,6 +43,9 @@ class OutboxMail(models.Model):
                               related_name="mails")
     from_email = models.CharField(max_length=320, blank=True, default="")
     to = models.JSONField()
+    # A send's other recipients: Cc is in the headers, Bcc only in the envelope.
+    cc = models.JSONField(default=list, db_default=[], blank=True)
+    bcc = models.JSONField(default=list, db_default=[], blank=True)
     subject = models.CharField(max_length=998)
     text = models.TextField()
     html = models.TextField(blank=True, default="")
@@ -60,6 +63,10 @@ class OutboxMail(models.Model):
     claimed_at = models.DateTimeField(null=True, blank=True)
     lease_until = models.DateTimeField(null=True, blank=True)
     sent_at = models.DateTimeField(null=True, blank=True)
+    # A send's copy in its mailbox (a message with direction "out"); null for token mails,
+    # and once that message is deleted.
+    kept_as = models.OneToOneField("mailboxes.Message", null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="outbox_mail")
 
     class Meta:
         db_table = "relay_outboxmail"
@@ -77,6 +84,10 @@ class OutboxMail(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} mail {self.id} to {', '.join(self.to)}"
+
+    def recipients(self) -> list[str]:
+        """The envelope's: To, Cc and Bcc."""
+        return [*self.to, *self.cc, *self.bcc]
 
 
 class BackendCallSlot(models.Model):

@@ -37,6 +37,15 @@ if ! command -v nsd >/dev/null || ! command -v opendkim-genkey >/dev/null || ! p
       || echo "warning: could not install NSD or the DKIM tools; the domain and verdict tests will be skipped" >&2
   fi
 fi
+# The conversation tests check Relay's replies with a threading implementation Relay does
+# not contain: notmuch's.
+if ! command -v notmuch >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "installing notmuch for the conversation tests" >&2
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends notmuch) \
+      >/dev/null || echo "warning: could not install notmuch; the threading check against it will be skipped" >&2
+  fi
+fi
 
 # The test process and every worker it starts read the same settings.
 export DATABASE_URL="postgres://postgres@127.0.0.1:$PG_PORT/relay"

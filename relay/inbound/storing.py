@@ -13,9 +13,10 @@ from celery import current_app
 from django.db import connection
 from django.utils import timezone
 
-from mailboxes.models import MessageContent
+from mailboxes.models import Direction, MessageContent
 from mailboxes.storing import MailboxFull, Recipient, message_store, recipient_at
 from mailboxes.text import text_of_html
+from mailboxes.threads import header, lineage_of
 from relay.inbound.authentication import authenticate, spf_of_mail_server
 from relay.inbound.extraction import find_codes, find_links
 from relay.inbound.parsing import parse_message
@@ -31,13 +32,15 @@ def recipient_mailbox(address: str) -> Recipient | None:
 
 
 def deliver_message(*, raw: bytes, mail_from: str, recipients: list[Recipient], server_id: str = "",
-                    authentication: dict | None = None) -> list[int]:
+                    authentication: dict | None = None, direction: str = Direction.IN,
+                    joining: int | None = None) -> list[int]:
     """Parse `raw` and store it for each accepted mailbox that still takes it
     (mailboxes.storing.message_store: MailboxFull, IntegrityError for a second copy of
     `server_id`); its search words are owed, asked of a worker after commit.
     `authentication`: the verdict the SMTP server found; without it (mail read from a
     mail server) DKIM and DMARC are checked here, and SPF taken from that server's
-    Authentication-Results."""
+    Authentication-Results. `direction` and `joining`: mail a mailbox sent, kept in it
+    (relay/outbox/outbound.py), in that thread."""
     parsed = parse_message(raw)
     if authentication is None:
         authentication = authenticate(raw, ip=None, mail_from=mail_from, helo="",
@@ -48,8 +51,9 @@ def deliver_message(*, raw: bytes, mail_from: str, recipients: list[Recipient], 
                              codes=find_codes(parsed.subject, parsed.text or text_of_html(parsed.html)),
                              links=find_links(parsed.text, parsed.html))
     stored = message_store(content=content, envelope_from=mail_from, from_header=parsed.from_header,
-                           to_header=parsed.to_header, subject=parsed.subject, recipients=recipients,
-                           server_id=server_id)
+                           to_header=parsed.to_header, cc_header=header(parsed.headers, "Cc"), subject=parsed.subject,
+                           recipients=recipients, server_id=server_id, lineage=lineage_of(parsed.headers),
+                           direction=direction, joining=joining)
     if stored:
         words_owed()
     return stored

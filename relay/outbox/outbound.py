@@ -1,19 +1,44 @@
-"""Sending mail from a mailbox (POST /mailboxes/{id}/messages): an outbox row, within the
-plan's quotas, sent by the mailer like every other mail (relay.outbox.sending)."""
+"""Sending mail from a mailbox (POST /mailboxes/{id}/messages, and a reply or forward,
+relay/outbox/replies.py): an outbox row, within the plan's quotas, sent by the mailer
+like every other mail (relay.outbox.sending), and a copy kept in the mailbox as a
+message with direction "out", in its thread, in the same transaction."""
+from dataclasses import dataclass
 from datetime import timedelta
+from email import encoders
+from email.mime.base import MIMEBase
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
 from accounts.models import Account
-from mailboxes.errors import Forbidden, NotFound, QuotaExceeded
-from mailboxes.models import Mailbox
+from mailboxes.errors import Forbidden, Gone, MessageTooLarge, NotFound, QuotaExceeded
+from mailboxes.models import Direction, Mailbox
 from mailboxes.quotas import quota
+from mailboxes.storing import MailboxFull, recipient_of
+from relay.inbound.storing import deliver_message
 from relay.models import OutboxKind, OutboxMail
-from relay.outbox.sending import mail_queue
+from relay.outbox.sending import mail_build
 
 DAY = timedelta(days=1)
+
+
+@dataclass(frozen=True)
+class Attachment:
+    filename: str
+    content_type: str  # type/subtype, checked by the caller
+    content: bytes
+
+    def part(self) -> MIMEBase:
+        """A MIME part holding the bytes in base64, so they arrive exactly as given."""
+        maintype, _, subtype = self.content_type.partition("/")
+        part = MIMEBase(maintype, subtype)
+        part.set_payload(self.content)
+        encoders.encode_base64(part)
+        filename = self.filename if self.filename.isascii() else ("utf-8", "", self.filename)
+        part.add_header("Content-Disposition", "attachment", filename=filename)
+        return part
 
 
 def check_send(owner: Account, recipients: int) -> None:
@@ -22,8 +47,8 @@ def check_send(owner: Account, recipients: int) -> None:
     they cannot both take the day's last one."""
     limit = quota(owner.plan, "recipients_per_send")
     if recipients > limit:
-        raise QuotaExceeded(f"The {owner.plan} plan allows {limit} recipients per send; send to fewer at once.",
-                            retry_after=DAY.total_seconds())
+        raise QuotaExceeded(f"The {owner.plan} plan allows {limit} recipients per send (To, Cc and Bcc together); "
+                            "send to fewer at once.", retry_after=DAY.total_seconds())
     Account.objects.select_for_update().filter(id=owner.id).first()
     per_day = quota(owner.plan, "sends_per_day")
     window = OutboxMail.objects.filter(kind=OutboxKind.SEND, mailbox__owner=owner,
@@ -34,16 +59,46 @@ def check_send(owner: Account, recipients: int) -> None:
                             retry_after=(oldest + DAY - timezone.now()).total_seconds())
 
 
-def outbound_queue(*, mailbox: Mailbox, to: list[str], subject: str, text: str, html: str = "") -> OutboxMail:
-    """Queue a message from `mailbox`, with its address as From. Only an account's
-    mailbox may send (an anonymous token would make Relay an open spam cannon), within
-    its plan's quotas."""
+def outbound_queue(*, mailbox: Mailbox, to: list[str], subject: str, text: str, html: str = "",
+                   cc: list[str] = (), bcc: list[str] = (), reply_to: str = "", attachments: list[Attachment] = (),
+                   headers: dict | None = None, parts: list[MIMEBase] = (), verbatim: dict[str, bytes] | None = None,
+                   joining: int | None = None) -> OutboxMail:
+    """Queue a message from `mailbox`, with its address as From, and keep its copy in the
+    mailbox (in thread `joining`, if given, besides any its headers lead to). Only an
+    account's mailbox may send (an anonymous token would make Relay an open spam
+    cannon), within its plan's quotas; every recipient counts. `headers`: extra headers
+    (a reply's In-Reply-To and References); `parts`: MIME parts attached as they are (a
+    forward's original, with `verbatim`: mail_build's)."""
     if mailbox.owner_id is None:
         raise Forbidden("Sending mail needs an API key: anonymous mailbox tokens cannot send.")
+    if sum(len(attachment.content) for attachment in attachments) > settings.RELAY_MAX_MESSAGE_BYTES:
+        raise MessageTooLarge()
     with transaction.atomic():
-        check_send(mailbox.owner, len(to))
-        return mail_queue(kind=OutboxKind.SEND, mailbox=mailbox, from_email=mailbox.address, to=to,
-                          subject=subject, text=text, html=html)
+        check_send(mailbox.owner, len(to) + len(cc) + len(bcc))
+        mail = mail_build(kind=OutboxKind.SEND, mailbox=mailbox, from_email=mailbox.address, to=to, cc=cc, bcc=bcc,
+                          reply_to=reply_to, subject=subject, text=text, html=html, headers=headers,
+                          attachments=[*parts, *(attachment.part() for attachment in attachments)],
+                          verbatim=verbatim)
+        if len(mail.message) > settings.RELAY_MAX_MESSAGE_BYTES:
+            raise MessageTooLarge()
+        mail.kept_as_id = _keep(mailbox, bytes(mail.message), joining)
+        mail.save(force_insert=True)
+    return mail
+
+
+def _keep(mailbox: Mailbox, raw: bytes, joining: int | None) -> int:
+    """Store what is sent in the mailbox it is sent from; its bytes count toward the
+    mailbox's storage like mail received."""
+    recipient = recipient_of(mailbox.id)
+    try:
+        stored = deliver_message(raw=raw, mail_from=mailbox.address, recipients=[recipient] if recipient else [],
+                                 authentication={}, direction=Direction.OUT, joining=joining)
+    except MailboxFull:
+        raise QuotaExceeded("The mailbox is full (its plan's storage quota counts sent mail too): delete messages "
+                            "to send more.", retry_after=60) from None
+    if not stored:
+        raise Gone("The mailbox was deleted.")
+    return stored[0]
 
 
 def outbound_list(*, mailbox: Mailbox) -> QuerySet:

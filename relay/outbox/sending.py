@@ -14,14 +14,16 @@ import smtplib
 import time
 import uuid
 from dataclasses import dataclass
+from email import message_from_bytes
+from email.mime.base import MIMEBase
 from email.utils import parseaddr
 
 from django.conf import settings
 from django.core.cache import cache
-from django.core.mail import EmailMultiAlternatives, get_connection
+from django.core.mail import EmailMessage, EmailMultiAlternatives, get_connection
 from django.core.mail.backends.smtp import EmailBackend as SmtpBackend
 from django.db import connection, transaction
-from django.db.models import BinaryField, Case, Count, F, Q, TextField, Value, When
+from django.db.models import Case, Count, F, Q, TextField, Value, When
 from django.utils import timezone
 
 from accounts.models import TokenAction
@@ -33,19 +35,40 @@ from relay.outbox.signing import dkim_signed
 logger = logging.getLogger(__name__)
 
 
-def mail_queue(*, kind: str, to: list[str], subject: str, text: str, html: str = "", from_email: str = "",
-               mailbox=None, token=None) -> OutboxMail:
-    """Write one mail into the outbox. Call inside the transaction that causes it: the
-    mail exists exactly when what caused it does. On PostgreSQL a trigger NOTIFYs the
-    mailers when that transaction commits.
+def mail_build(*, kind: str, to: list[str], subject: str, text: str, html: str = "", from_email: str = "",
+               mailbox=None, token=None, cc: list[str] = (), bcc: list[str] = (), reply_to: str = "",
+               headers: dict | None = None, attachments: list[MIMEBase] = (),
+               verbatim: dict[str, bytes] | None = None) -> OutboxMail:
+    """One outbox mail, not yet saved, with its message built: a mail that cannot be
+    built fails its request, not a worker later; every attempt sends the same bytes and
+    Message-ID; and the worker only transmits (building a MIME message was most of its
+    time, bench/mailer.py). A mail from a domain with a DKIM key is signed here too
+    (relay/outbox/signing.py). Bcc is in the envelope only, never in the headers.
+    `verbatim`: placeholders in the attachments' payloads, each swapped for its bytes as
+    they are once the message is written (a forwarded message, relay/outbox/replies.py)."""
+    mail = OutboxMail(kind=kind, priority=KIND_PRIORITY[kind], to=to, cc=list(cc), bcc=list(bcc), subject=subject,
+                      text=text, html=html, from_email=from_email or settings.DEFAULT_FROM_EMAIL, mailbox=mailbox,
+                      token=token)
+    email = _message(mail)
+    email.reply_to = [reply_to] if reply_to else []
+    email.extra_headers = dict(headers or {})
+    email.attachments = list(attachments)
+    message = email.message()
+    if verbatim and message.is_multipart():
+        # A boundary no sender can foresee, so none can appear in the verbatim bytes.
+        message.set_boundary(f"relay-{uuid.uuid4().hex}")
+    raw = message.as_bytes(linesep="\r\n")
+    for placeholder, data in (verbatim or {}).items():
+        raw = raw.replace(placeholder.encode(), data, 1)
+    mail.message = dkim_signed(raw, mail.from_email)
+    return mail
 
-    The message is built here, once: a mail that cannot be built fails its request, not
-    a worker later; every attempt sends the same bytes and Message-ID; and the worker
-    only transmits (building a MIME message was most of its time, bench/mailer.py). A
-    mail from a domain with a DKIM key is signed here too (relay/outbox/signing.py)."""
-    mail = OutboxMail(kind=kind, priority=KIND_PRIORITY[kind], to=to, subject=subject, text=text, html=html,
-                      from_email=from_email or settings.DEFAULT_FROM_EMAIL, mailbox=mailbox, token=token)
-    mail.message = dkim_signed(_message(mail).message().as_bytes(linesep="\r\n"), mail.from_email)
+
+def mail_queue(**fields) -> OutboxMail:
+    """Write one mail (mail_build's `fields`) into the outbox. Call inside the transaction
+    that causes it: the mail exists exactly when what caused it does. On PostgreSQL a
+    trigger NOTIFYs the mailers when that transaction commits."""
+    mail = mail_build(**fields)
     mail.save(force_insert=True)
     return mail
 
@@ -143,7 +166,8 @@ def _quick_commit() -> None:
 
 def _record_sent(claim: uuid.UUID, mail_ids: list[int]) -> None:
     """Mark mails sent, if this batch still holds them (a lapsed lease may have handed
-    them to another batch). A token mail's text goes with it: the link is a credential."""
+    them to another batch). The wire bytes go: a send's are kept in its mailbox (the
+    `out` message), and a token mail's text goes with them: the link is a credential."""
     if not mail_ids:
         return
 
@@ -153,9 +177,7 @@ def _record_sent(claim: uuid.UUID, mail_ids: list[int]) -> None:
     with transaction.atomic():
         _quick_commit()
         OUTBOX.settle(mail_ids, claim, state=OutboxStatus.SENT, sent_at=timezone.now(), error="",
-                      text=drop_if_token("text"), html=drop_if_token("html"),
-            message=Case(When(token__isnull=False, then=Value(b"")), default=F("message"),
-                         output_field=BinaryField()))
+                      text=drop_if_token("text"), html=drop_if_token("html"), message=b"")
     mail_ids.clear()
 
 
@@ -170,23 +192,34 @@ def _record(mail: OutboxMail, claim: uuid.UUID, outcome: Outcome) -> None:
         OUTBOX.settle(mail.id, claim, state=outcome.status, error=outcome.error)
 
 
-def _message(mail: OutboxMail, smtp=None) -> EmailMultiAlternatives:
+def _message(mail: OutboxMail) -> EmailMultiAlternatives:
     email = EmailMultiAlternatives(subject=mail.subject, body=mail.text, from_email=mail.from_email, to=mail.to,
-                                   connection=smtp)
+                                   cc=mail.cc, bcc=mail.bcc)
     if mail.html:
         email.attach_alternative(mail.html, "text/html")
     return email
 
 
+class _Built(EmailMessage):
+    """A mail already built, for the backends other than SMTP (the console prints it as
+    it would go on the wire)."""
+
+    def __init__(self, mail: OutboxMail, connection):
+        super().__init__(subject=mail.subject, body=mail.text, from_email=mail.from_email, to=mail.to, cc=mail.cc,
+                         bcc=mail.bcc, connection=connection)
+        self.raw = bytes(mail.message)
+
+    def message(self, **kwargs):
+        return message_from_bytes(self.raw)
+
+
 def _transmit(mail: OutboxMail, smtp) -> None:
-    """Send one mail over the batch's open connection. Through SMTP, the bytes built at
-    queue time go as they are; other backends (the console, tests' locmem) get the message
-    built again."""
-    raw = bytes(mail.message)
-    if raw and isinstance(smtp, SmtpBackend):
-        smtp.connection.sendmail(parseaddr(mail.from_email)[1], mail.to, raw)
+    """Send one mail over the batch's open connection: the bytes built at queue time, to
+    its To, Cc and Bcc."""
+    if isinstance(smtp, SmtpBackend):
+        smtp.connection.sendmail(parseaddr(mail.from_email)[1], mail.recipients(), bytes(mail.message))
     else:
-        _message(mail, smtp).send(fail_silently=False)
+        _Built(mail, smtp).send(fail_silently=False)
 
 
 def batch_send(*, claim: uuid.UUID, mail_ids: list[int], again: bool = False) -> dict[str, int]:
@@ -253,7 +286,7 @@ def batch_send(*, claim: uuid.UUID, mail_ids: list[int], again: bool = False) ->
 
 def _log(mail: OutboxMail, outcome: Outcome) -> None:
     if outcome.status == OutboxStatus.SENT:
-        logger.info("sent %s mail %s to %d recipient(s)", mail.kind, mail.id, len(mail.to))
+        logger.info("sent %s mail %s to %d recipient(s)", mail.kind, mail.id, len(mail.recipients()))
     elif outcome.status == "retry":
         logger.warning("%s mail %s not sent, will retry: %s", mail.kind, mail.id, outcome.error)
     elif outcome.status == OutboxStatus.SKIPPED:

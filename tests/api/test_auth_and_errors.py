@@ -67,8 +67,9 @@ def test_a_body_that_is_not_json_is_415(client_pro):
     assert response.json()["code"] == "unsupported_media_type"
 
 
-def test_body_over_the_upload_limit_is_413_too_large(client_pro):
-    response = client_pro.generic("POST", "/api/v1/mailboxes", b'{"a": "' + b"x" * 3_000_000 + b'"}', "application/json")
+def test_body_over_the_upload_limit_is_413_too_large(client_pro, settings):
+    body = b'{"a": "' + b"x" * settings.DATA_UPLOAD_MAX_MEMORY_SIZE + b'"}'
+    response = client_pro.generic("POST", "/api/v1/mailboxes", body, "application/json")
     assert response.status_code == 413
     assert response.json()["code"] == "too_large"
 

@@ -8,15 +8,6 @@ from tests.helpers import wait_until
 pytestmark = pytest.mark.workers
 
 
-@pytest.fixture
-def sending_worker(processes, sink):
-    processes.env["EMAIL_URL"] = f"smtp://127.0.0.1:{sink[1]}"
-    processes.worker("sender")
-    processes.mailer("mailer")
-    processes.wait_ready()
-    return processes
-
-
 def post(client, mailbox_id, **body):
     return client.post(f"/api/v1/mailboxes/{mailbox_id}/messages",
                        {"to": ["rcpt@example.com"], "subject": "Hi", "text": "Hello", **body}, format="json")

@@ -1,0 +1,81 @@
+"""Replies, forwards and threads (docs/api.md, "Conversations"). Sending itself is
+POST /mailboxes/{id}/messages (api/views.py)."""
+from django.urls import reverse
+from drf_spectacular.utils import extend_schema
+from rest_framework import status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from api.conversation_serializers import (
+    ForwardSerializer,
+    ReplySerializer,
+    SendAcceptedSerializer,
+    ThreadDetailSerializer,
+    ThreadSerializer,
+)
+from api.pagination import RelayPagination
+from api.schema import PAGE_PARAMETERS, paginated
+from mailboxes import access
+from mailboxes.models import Mailbox
+from mailboxes.threads import thread_get, thread_list, thread_messages, thread_participants
+from relay import mailserver
+from relay.models import OutboxMail
+from relay.outbox.replies import forward_queue, reply_queue
+
+
+def _valid(serializer_class, data) -> dict:
+    serializer = serializer_class(data=data)
+    serializer.is_valid(raise_exception=True)
+    return serializer.validated_data
+
+
+def queued(mail: OutboxMail) -> Response:
+    """202 for a send, a reply or a forward: its outbox entry, where to follow it, and
+    the copy kept in the mailbox."""
+    location = reverse("outbound-detail", kwargs={"mailbox_id": mail.mailbox_id, "outbound_id": mail.id})
+    return Response({"id": mail.id, "status": mail.status, "message_id": mail.kept_as_id},
+                    status=status.HTTP_202_ACCEPTED, headers={"Location": location})
+
+
+class ReplyView(APIView):
+    @extend_schema(operation_id="messages_reply", summary="Reply to a message (needs an API key)",
+                   request=ReplySerializer, responses={202: SendAcceptedSerializer})
+    def post(self, request, mailbox_id, message_id):
+        mailbox = access.mailbox_get_active(caller=request.user, mailbox_id=mailbox_id)
+        return queued(reply_queue(mailbox=mailbox, message_id=message_id, **_valid(ReplySerializer, request.data)))
+
+
+class ForwardView(APIView):
+    @extend_schema(operation_id="messages_forward", summary="Forward a message, attached whole (needs an API key)",
+                   request=ForwardSerializer, responses={202: SendAcceptedSerializer})
+    def post(self, request, mailbox_id, message_id):
+        mailbox = access.mailbox_get_active(caller=request.user, mailbox_id=mailbox_id)
+        return queued(forward_queue(mailbox=mailbox, message_id=message_id, **_valid(ForwardSerializer, request.data)))
+
+
+def _live_mailbox(request, mailbox_id) -> Mailbox:
+    mailbox = access.mailbox_get_active(caller=request.user, mailbox_id=mailbox_id)
+    mailserver.read_now(Mailbox.objects.filter(id=mailbox.id))
+    return mailbox
+
+
+class ThreadCollectionView(APIView):
+    @extend_schema(operation_id="threads_list", summary="List the conversations, newest activity first",
+                   parameters=PAGE_PARAMETERS, responses=paginated(ThreadSerializer))
+    def get(self, request, mailbox_id):
+        mailbox = _live_mailbox(request, mailbox_id)
+        paginator = RelayPagination()
+        page = paginator.paginate_queryset(thread_list(mailbox_id=mailbox.id), request, view=self)
+        participants = thread_participants([thread.id for thread in page])
+        return paginator.get_paginated_response(
+            ThreadSerializer(page, many=True, context={"participants": participants}).data)
+
+
+class ThreadDetailView(APIView):
+    @extend_schema(operation_id="threads_get", summary="A conversation with its messages, oldest first",
+                   responses=ThreadDetailSerializer)
+    def get(self, request, mailbox_id, thread_id):
+        mailbox = _live_mailbox(request, mailbox_id)
+        thread = thread_get(mailbox_id=mailbox.id, thread_id=thread_id)
+        context = {"participants": thread_participants([thread.id]), "messages": thread_messages([thread])}
+        return Response(ThreadDetailSerializer(thread, context=context).data)
