@@ -117,6 +117,29 @@ def test_sending_is_queued(relay):
     assert sent.status == "queued" and sent.id > 0
 
 
+def test_a_conversation_replied_forwarded_and_read_as_a_thread(relay, smtp_server):
+    box = relay.create_mailbox()
+    send_mail(smtp_server.port, box.address, "Invoice", "Please confirm.")
+    received = relay.wait_for_message(box.id, timeout_seconds=10)
+    sent = relay.send_message(box.id, to=["a@example.com"], subject="Files", text="Attached.", cc=["c@example.com"],
+                              bcc=["b@example.com"], attachments=[("a.bin", "application/octet-stream", b"\x00\x01")])
+    replied = relay.reply_to_message(box.id, received.id, "Confirmed.", html="<p>Confirmed.</p>")
+    forwarded = relay.forward_message(box.id, received.id, ["boss@example.com"], text="FYI")
+    # A wait after mail the mailbox sent is about mail received: nothing new came.
+    assert relay.wait_for_message(box.id, timeout_seconds=1, after=received.id) is None
+    assert [m.direction for m in relay.list_messages(box.id, direction="out")] == ["out"] * 3
+    files = relay.get_message(box.id, sent.message_id)
+    assert files.cc == "c@example.com" and files.outbox_status == "queued" and files.attachments[0].filename == "a.bin"
+    threads = relay.list_threads(box.id)
+    assert [(t.subject, t.message_count) for t in threads] == [("Invoice", 3), ("Files", 1)]  # newest activity first
+    whole = relay.get_thread(box.id, threads[0].id)
+    assert [m.id for m in whole.messages] == [received.id, replied.message_id, forwarded.message_id]
+    assert relay.get_message(box.id, replied.message_id).in_reply_to == received.message_id
+    with pytest.raises(RelayError) as missing:
+        relay.reply_to_message(box.id, received.id + 1000, "x")
+    assert (missing.value.code, missing.value.status) == ("not_found", 404)
+
+
 def test_the_event_stream_yields_messages_then_the_end(relay, smtp_server):
     box = relay.create_mailbox()
     events = relay.events(box.id)

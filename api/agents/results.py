@@ -51,6 +51,8 @@ class MessageSummary(Result):
     is_read: bool
     has_attachments: bool
     authenticated: bool
+    direction: str
+    thread_id: int | None
 
 
 class MessageList(Result):
@@ -78,6 +80,13 @@ class MessageOut(MessageSummary):
     codes: list[str]
     links: list[Link]
     authentication: dict[str, Any]
+    message_id: str | None
+    in_reply_to: str | None
+    references: list[str]
+    cc: str
+    reply_to: str
+    outbox_id: int | None
+    outbox_status: str | None
 
 
 class Waited(Result):
@@ -115,6 +124,24 @@ class DomainList(Result):
 class Queued(Result):
     id: int
     status: str
+    message_id: int
+
+
+class ThreadOut(Result):
+    id: int
+    subject: str
+    participants: list[str]
+    message_count: int
+    unread_count: int
+    last_message_at: str
+
+
+class ThreadList(Result):
+    threads: list[ThreadOut]
+
+
+class ThreadWhole(ThreadOut):
+    messages: list[MessageSummary]
 
 
 class Attachment(Result):

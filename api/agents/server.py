@@ -27,6 +27,7 @@ from rest_framework import exceptions
 
 from api.agents.session import CLIENT_GONE, CREDENTIALS, Credentials, Links
 from api.agents.results import failure
+from api.agents.conversation_tools import CONVERSATION_TOOLS
 from api.agents.domain_tools import DOMAIN_TOOLS
 from api.agents.tools import TOOLS
 from api.authentication import MAX_KEY_LENGTH, challenge
@@ -40,7 +41,8 @@ INSTRUCTIONS = (
     "Relay gives you disposable email mailboxes. Create one with create_mailbox, give its address to the "
     "service that should mail you, then call wait_for_code (a verification code) or wait_for_message (any "
     "mail): they return as soon as the mail arrives; pass authenticated=true to take only mail whose sender "
-    "is proven (SPF, DKIM, DMARC), never a forged one. Delete the mailbox when done; it also expires by itself."
+    "is proven (SPF, DKIM, DMARC), never a forged one. To answer a mail, reply_to_message keeps the conversation "
+    "in one thread (list_threads, get_thread). Delete the mailbox when done; it also expires by itself."
 )
 
 
@@ -75,7 +77,7 @@ class RelayServer(MCPServer):
 def build() -> MCPServer:
     server = RelayServer(name="Relay", version=settings.RELAY_VERSION, instructions=INSTRUCTIONS,
                          log_level="WARNING")
-    for tool in TOOLS + DOMAIN_TOOLS:
+    for tool in TOOLS + CONVERSATION_TOOLS + DOMAIN_TOOLS:
         server.add_tool(tool, annotations=tool.annotations)
         # The schema says what call_tool enforces: no argument but these.
         server._tool_manager.get_tool(tool.__name__).parameters["additionalProperties"] = False

@@ -13,7 +13,7 @@ the tool's own terms (minutes, not ms). Every result matches the tool's outputSc
 import base64
 import math
 import uuid
-from typing import Annotated
+from typing import Annotated, Literal
 
 from django.conf import settings
 from django.urls import reverse
@@ -23,7 +23,7 @@ from pydantic import Field
 from api import waiting
 from api.agents.declare import arguments_valid, calling, calling_owner, credentials, minutes_to_ms, tool
 from api.agents.results import (MINUTE_MS, Attachment, Code, Deleted, MailboxList, MailboxOut, MessageList, MessageOut,
-                                Queued, Waited, failure, result)
+                                Waited, failure, result)
 from api.agents.session import until_client_gone
 from api.authentication import Principal
 from api.pooling import in_pool
@@ -33,7 +33,6 @@ from api.serializers import (
     MessageDetailSerializer,
     MessageSearchQuerySerializer,
     MessageSummarySerializer,
-    SendSerializer,
 )
 from mailboxes import access, selectors, services
 from mailboxes.creation import mailbox_create
@@ -43,7 +42,6 @@ from mailboxes.models import Mailbox
 from relay import mailserver
 from relay.backends import get_backend
 from relay.inbound.attachments import attachment_of, safe_charset, served_content_type, without_format_characters
-from relay.outbox.outbound import outbound_queue
 
 # Larger attachments are only offered as a download URL: their bytes, base64 in a JSON
 # result, would fill a model's context for nothing.
@@ -139,18 +137,19 @@ def delete_mailbox(mailbox_id: MailboxId) -> CallToolResult:
 
 # --- messages ------------------------------------------------------------------------------------
 def _listed(*, caller: Principal, mailbox: Mailbox | None, words: str | None, unread: bool = False,
-            authenticated: bool = False) -> dict:
+            authenticated: bool = False, direction: str | None = None) -> dict:
     """The newest LISTED_MAX messages matching the search route's filters, in `mailbox` or
     in all of the caller's."""
     query = arguments_valid(MessageSearchQuerySerializer, {"q": words, "unread": "true" if unread else None,
-                                                  "authenticated": "true" if authenticated else None})
+                                                           "authenticated": "true" if authenticated else None,
+                                                           "direction": direction})
     search = MessageSearchQuerySerializer.filters(query)
     messages = access.message_search(caller=caller, mailbox=mailbox, **search)
     with selectors.words_search_plan(search["words"]):
         return {"messages": MessageSummarySerializer(list(messages[:LISTED_MAX]), many=True).data}
 
 
-def _live_mailbox(caller: Principal, mailbox_id: uuid.UUID) -> Mailbox:
+def live_mailbox(caller: Principal, mailbox_id: uuid.UUID) -> Mailbox:
     """The caller's live mailbox, with what its mail server delivered a moment ago read
     (after the ownership check: nothing is read for a mailbox the caller may not see)."""
     mailbox = access.mailbox_get_active(caller=caller, mailbox_id=mailbox_id)
@@ -164,20 +163,26 @@ def list_messages(mailbox_id: MailboxId,
                                                                  "text.")] = None,
                   unread: Annotated[bool, Field(description="Only messages not read yet.")] = False,
                   authenticated: Authenticated = False,
+                  direction: Annotated[Literal["in", "out"] | None, Field(
+                      description="in: only mail received; out: only mail sent from the mailbox. Both when "
+                                  "omitted.")] = None,
                   ) -> CallToolResult:
-    """The 50 newest messages of a mailbox: {"messages": [{id, from, to, subject,
-    received_at, size, is_read, has_attachments, authenticated}, ...]}. Use get_message
-    for a body. Errors: expired (the mailbox ended), not_found."""
+    """The 50 newest messages of a mailbox, received and sent: {"messages": [{id, from,
+    to, subject, received_at, size, is_read, has_attachments, authenticated, direction,
+    thread_id}, ...]}. Use get_message for a body. Errors: expired (the mailbox ended),
+    not_found."""
     caller = calling()
-    return result(_listed(caller=caller, mailbox=_live_mailbox(caller, mailbox_id), words=query, unread=unread,
-                          authenticated=authenticated))
+    return result(_listed(caller=caller, mailbox=live_mailbox(caller, mailbox_id), words=query, unread=unread,
+                          authenticated=authenticated, direction=direction))
 
 
 @tool(output=MessageOut, idempotent=True, mail=True)
 def get_message(mailbox_id: MailboxId, message_id: MessageId) -> CallToolResult:
     """One message whole, and marks it read: from, subject, text, html, headers, codes
     (one-time codes found in it, most likely first), links, attachments (id, filename,
-    content_type, size, download_url). Errors: not_found, expired."""
+    content_type, size, download_url), and its place in the conversation: direction (in
+    or out), thread_id, message_id, in_reply_to, references, cc, reply_to; sent mail
+    also has outbox_status. Errors: not_found, expired."""
     mailbox = access.mailbox_get_active(caller=calling(), mailbox_id=mailbox_id)
     message = selectors.message_get(mailbox=mailbox, message_id=message_id)
     services.message_mark_read(message=message)
@@ -234,20 +239,6 @@ async def wait_for_code(mailbox_id: MailboxId, timeout_seconds: Timeout = WAIT_D
                    "from": message["from"], "subject": message["subject"]})
 
 
-@tool(output=Queued, open_world=True)
-def send_message(mailbox_id: MailboxId,
-                 to: Annotated[list[str], Field(description="1 to 50 recipient addresses.")],
-                 subject: Annotated[str, Field(description="One line.")],
-                 text: Annotated[str, Field(description="The plain-text body.")]) -> CallToolResult:
-    """Send a mail from the mailbox's address to the outside world. It is queued and
-    leaves within seconds: returns {"id", "status": "queued"}. Needs an account's API key
-    (a mailbox token cannot send: forbidden). Errors: quota_exceeded (the plan's sends per
-    day), expired, invalid_request."""
-    mailbox = access.mailbox_get_active(caller=calling(), mailbox_id=mailbox_id)
-    outbound = outbound_queue(mailbox=mailbox, **arguments_valid(SendSerializer, {"to": to, "subject": subject, "text": text}))
-    return result({"id": outbound.id, "status": outbound.status})
-
-
 @tool(output=MessageList, read_only=True, idempotent=True, mail=True)
 def search_messages(query: Annotated[str, Field(description="Words that must all be in the subject or text.")],
                     mailbox_id: Annotated[uuid.UUID | None, Field(description="Only this mailbox (its UUID); all of "
@@ -257,7 +248,7 @@ def search_messages(query: Annotated[str, Field(description="Words that must all
     while kept): {"messages": [list items, each with mailbox_id]}, the 50 best."""
     caller = calling()
     if mailbox_id is not None:
-        return result(_listed(caller=caller, mailbox=_live_mailbox(caller, mailbox_id), words=query))
+        return result(_listed(caller=caller, mailbox=live_mailbox(caller, mailbox_id), words=query))
     mailserver.read_now(selectors.mailboxes_visible_to(caller))
     return result(_listed(caller=caller, mailbox=None, words=query))
 
@@ -289,4 +280,4 @@ def get_attachment(mailbox_id: MailboxId, message_id: MessageId,
 
 
 TOOLS = [create_mailbox, list_mailboxes, get_mailbox, renew_mailbox, delete_mailbox, list_messages, get_message,
-         wait_for_message, wait_for_code, send_message, search_messages, get_attachment]
+         wait_for_message, wait_for_code, search_messages, get_attachment]

@@ -12,7 +12,7 @@ from typing import Any
 
 import requests
 
-from relay_client.types import Domain, Event, Mailbox, Message, Sent, build
+from relay_client.types import Domain, Event, Mailbox, Message, Sent, Thread, build
 
 WAIT_CHUNK_SECONDS = 60  # the API holds one wait for at most this long
 MAX_RETRY_AFTER_SECONDS = 60.0
@@ -102,10 +102,11 @@ class Relay:
 
     # --- messages -------------------------------------------------------------------------------
     def list_messages(self, mailbox_id: str, query: str | None = None, unread: bool = False,
-                      authenticated: bool = False) -> list[Message]:
+                      authenticated: bool = False, direction: str | None = None) -> list[Message]:
+        """The newest messages, received and sent (`direction`: "in" or "out" for one kind)."""
         answer = self._json("GET", f"/mailboxes/{mailbox_id}/messages",
                             params={"q": query, "unread": True if unread else None,
-                                    "authenticated": True if authenticated else None})
+                                    "authenticated": True if authenticated else None, "direction": direction})
         return [Message.from_api(item) for item in answer["results"]]
 
     def get_message(self, mailbox_id: str, message_id: int) -> Message:
@@ -120,7 +121,7 @@ class Relay:
     def _first_after(self, mailbox_id: str, *, wait: int, after: int | None, from_: str | None,
                      subject: str | None, authenticated: bool = False) -> int | None:
         """The oldest message after `after` that matches, held up to `wait` seconds."""
-        params = {"after": after, "from": from_, "subject": subject, "page_size": 1,
+        params = {"after": after, "from": from_, "subject": subject, "page_size": 1, "direction": "in",
                   "authenticated": True if authenticated else None}
         answer = self._json("GET", f"/mailboxes/{mailbox_id}/messages", params={**params, "wait": wait},
                             timeout=wait + self.timeout)
@@ -167,9 +168,40 @@ class Relay:
         raise WaitTimeout(f"no message with a code arrived in mailbox {mailbox_id} within {timeout_seconds:g} s"
                           + (f" ({filters})" if filters else ""))
 
-    def send_message(self, mailbox_id: str, to: list[str], subject: str, text: str) -> Sent:
-        return build(Sent, self._json("POST", f"/mailboxes/{mailbox_id}/messages",
-                                      json={"to": to, "subject": subject, "text": text}))
+    def send_message(self, mailbox_id: str, to: list[str], subject: str, text: str, *, html: str | None = None,
+                     cc: list[str] | None = None, bcc: list[str] | None = None, reply_to: str | None = None,
+                     attachments: list[tuple[str, str, bytes]] | None = None) -> Sent:
+        """Send from the mailbox; `attachments`: (filename, content type, bytes) each. Bcc
+        recipients are in no header sent."""
+        body = {"to": to, "subject": subject, "text": text, "html": html, "cc": cc, "bcc": bcc, "reply_to": reply_to,
+                "attachments": _attachments(attachments)}
+        return build(Sent, self._json("POST", f"/mailboxes/{mailbox_id}/messages", json=_given(body)))
+
+    def reply_to_message(self, mailbox_id: str, message_id: int, text: str, *, html: str | None = None,
+                         reply_all: bool = False, attachments: list[tuple[str, str, bytes]] | None = None) -> Sent:
+        """Answer a message: to its Reply-To or From ("Re: …"), in its thread."""
+        body = {"text": text, "html": html, "reply_all": reply_all, "attachments": _attachments(attachments)}
+        return build(Sent, self._json("POST", f"/mailboxes/{mailbox_id}/messages/{message_id}/reply",
+                                      json=_given(body)))
+
+    def forward_message(self, mailbox_id: str, message_id: int, to: list[str], text: str | None = None) -> Sent:
+        """Forward a message ("Fwd: …"), the original attached exactly as received."""
+        return build(Sent, self._json("POST", f"/mailboxes/{mailbox_id}/messages/{message_id}/forward",
+                                      json=_given({"to": to, "text": text})))
+
+    def list_threads(self, mailbox_id: str) -> list[Thread]:
+        """The mailbox's conversations, newest activity first."""
+        threads, page = [], 1
+        while True:
+            answer = self._json("GET", f"/mailboxes/{mailbox_id}/threads", params={"page": page, "page_size": 200})
+            threads += [Thread.from_api(item) for item in answer["results"]]
+            if not answer.get("next"):
+                return threads
+            page += 1
+
+    def get_thread(self, mailbox_id: str, thread_id: int) -> Thread:
+        """A conversation with its messages, oldest first."""
+        return Thread.from_api(self._json("GET", f"/mailboxes/{mailbox_id}/threads/{thread_id}"))
 
     # --- domains ------------------------------------------------------------------------------------
     def create_domain(self, name: str) -> Domain:
@@ -233,6 +265,17 @@ def verify_webhook(body: bytes, headers: Mapping[str, str], secret: str, toleran
                                          hashlib.sha256).digest()).decode()
     offered = [part.partition(",")[2] for part in lowered.get("webhook-signature", "").split() if part.startswith("v1,")]
     return any(hmac.compare_digest(expected, signature) for signature in offered)
+
+
+def _given(body: dict[str, Any]) -> dict[str, Any]:
+    return {name: value for name, value in body.items() if value is not None}
+
+
+def _attachments(files: list[tuple[str, str, bytes]] | None) -> list[dict[str, str]] | None:
+    if files is None:
+        return None
+    return [{"filename": filename, "content_type": content_type, "content_base64": base64.b64encode(data).decode()}
+            for filename, content_type, data in files]
 
 
 def _retry_after(response: requests.Response) -> float:

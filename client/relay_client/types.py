@@ -89,6 +89,16 @@ class Message(ApiObject):
     attachments: list[Attachment] = field(default_factory=list)
     codes: list[str] = field(default_factory=list)
     links: list[Link] = field(default_factory=list)
+    direction: str = "in"  # "out": sent from the mailbox
+    thread_id: int | None = None
+    # On a message whole: its place in the conversation, and a sent one's outbox status.
+    message_id: str | None = None
+    in_reply_to: str | None = None
+    references: list[str] = field(default_factory=list)
+    cc: str = ""
+    reply_to: str = ""
+    outbox_id: int | None = None
+    outbox_status: str | None = None
 
     @classmethod
     def from_api(cls, data: dict[str, Any]) -> Message:
@@ -123,8 +133,29 @@ class Domain(ApiObject):
 
 @dataclass(frozen=True, kw_only=True)
 class Sent(ApiObject):
+    """A mail queued: `id` its outbox entry, `message_id` the copy kept in the mailbox."""
+
     id: int
     status: str
+    message_id: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Thread(ApiObject):
+    """A conversation; `messages` (oldest first) only from get_thread."""
+
+    id: int
+    subject: str
+    participants: list[str]
+    message_count: int
+    unread_count: int
+    last_message_at: datetime
+    messages: list[Message] = field(default_factory=list)
+
+    @classmethod
+    def from_api(cls, data: dict[str, Any]) -> Thread:
+        return dataclasses.replace(build(cls, data), messages=[Message.from_api(item)
+                                                               for item in data.get("messages", [])])
 
 
 @dataclass(frozen=True)

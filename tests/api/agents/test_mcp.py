@@ -29,7 +29,8 @@ pytestmark = pytest.mark.workers
 
 TOOLS = {"create_mailbox", "list_mailboxes", "get_mailbox", "renew_mailbox", "delete_mailbox", "list_messages",
          "get_message", "wait_for_message", "wait_for_code", "send_message", "search_messages", "get_attachment",
-         "create_domain", "list_domains", "verify_domain", "delete_domain"}
+         "create_domain", "list_domains", "verify_domain", "delete_domain", "reply_to_message", "forward_message",
+         "list_threads", "get_thread"}
 
 
 # --- the two transports -----------------------------------------------------------------------
@@ -166,6 +167,42 @@ def test_an_agent_creates_a_mailbox_waits_for_its_code_and_deletes_it(mcp_http, 
     assert deleted == {"deleted": True} and gone.startswith("not_found: ")
 
 
+def test_an_agent_answers_a_confirmation_mail_and_the_answer_to_it_joins_the_thread(mcp_http, owner, smtp_server):
+    async def scenario():
+        async with mcp_http.session(owner) as session:
+            box = await call(session, "create_mailbox", {"ttl_minutes": 10})
+            send_mail(smtp_server.port, box["address"], "Please confirm", "Reply to confirm your account.")
+            got = (await call(session, "wait_for_message", {"mailbox_id": box["id"], "timeout_seconds": 10}))["message"]
+            sent = await call(session, "reply_to_message", {"mailbox_id": box["id"], "message_id": got["id"],
+                                                           "text": "I confirm."})
+            kept = await call(session, "get_message", {"mailbox_id": box["id"], "message_id": sent["message_id"]})
+            # The service answers the reply, threading by its Message-ID as mail clients do.
+            answer = mail(box["address"], "Re: Please confirm", "Confirmed, welcome.")
+            answer = answer.replace(b"\r\n\r\n", f"\r\nIn-Reply-To: <{kept['message_id']}>\r\n\r\n".encode(), 1)
+            send(smtp_server.port, box["address"], answer)
+            waited = await call(session, "wait_for_message", {"mailbox_id": box["id"], "after": sent["message_id"],
+                                                             "timeout_seconds": 10})
+            threads = await call(session, "list_threads", {"mailbox_id": box["id"]})
+            whole = await call(session, "get_thread", {"mailbox_id": box["id"],
+                                                       "thread_id": threads["threads"][0]["id"]})
+            strict = await error_of(session, "reply_to_message", {
+                "mailbox_id": box["id"], "message_id": got["id"], "text": "x",
+                "attachments": [{"filename": "a", "content_type": "text/plain", "content_base64": "", "path": "/"}]})
+            elsewhere = await error_of(session, "reply_to_message", {"mailbox_id": box["id"],
+                                                                     "message_id": got["id"] + 1000, "text": "x"})
+            return got, sent, kept, waited, threads, whole, strict, elsewhere
+
+    got, sent, kept, waited, threads, whole, strict, elsewhere = run(scenario())
+    assert sent["status"] == "queued" and kept["direction"] == "out" and kept["subject"] == "Re: Please confirm"
+    assert kept["in_reply_to"] == got["message_id"] and kept["to"] == "service@example.com"
+    assert waited["message"]["subject"] == "Re: Please confirm"  # the answer, not the mailbox's own reply
+    assert [(t["subject"], t["message_count"]) for t in threads["threads"]] == [("Please confirm", 3)]
+    assert [m["direction"] for m in whole["messages"]] == ["in", "out", "in"]
+    assert [m["id"] for m in whole["messages"]] == [got["id"], sent["message_id"], waited["message"]["id"]]
+    assert strict.startswith("invalid_request: ") and "path" in strict
+    assert elsewhere.startswith("not_found: ")
+
+
 def test_waits_that_run_out_return_null(mcp_http, owner):
     async def scenario():
         async with mcp_http.session(owner) as session:
@@ -289,12 +326,18 @@ def test_a_mailbox_token_reaches_its_mailbox_only_and_cannot_send(mcp_http, owne
             mine = await call(session, "get_mailbox", {"mailbox_id": box["id"]})
             sending = await error_of(session, "send_message", {"mailbox_id": box["id"], "to": ["a@example.com"],
                                                                "subject": "hi", "text": "hi"})
+            send_mail(smtp_server.port, box["address"], "Hello", "Hi.")
+            got = (await call(session, "wait_for_message", {"mailbox_id": box["id"], "timeout_seconds": 10}))["message"]
+            replying = await error_of(session, "reply_to_message", {"mailbox_id": box["id"], "message_id": got["id"],
+                                                                    "text": "hi"})
+            forwarding = await error_of(session, "forward_message", {"mailbox_id": box["id"],
+                                                                     "message_id": got["id"], "to": ["a@example.com"]})
             creating = await session.call_tool("create_mailbox", {})
-            return mine, sending, creating
+            return mine, [sending, replying, forwarding], creating
 
-    mine, sending, creating = run(scenario())
+    mine, sendings, creating = run(scenario())
     assert mine["id"] == box["id"]
-    assert sending.startswith("forbidden: ")
+    assert all(sending.startswith("forbidden: ") for sending in sendings), sendings
     # A token acts on its own mailbox only: a mailbox it made could be neither got nor listed.
     assert creating.is_error and creating.content[0].text.startswith("forbidden: ")
     assert Mailbox.objects.count() == 1
@@ -459,17 +502,18 @@ def test_the_server_and_its_tools_describe_themselves_for_a_model(mcp_http, owne
     tools, server = run(scenario())
     assert server.name == "Relay" and server.version == settings.RELAY_VERSION
     read_only = {"list_mailboxes", "get_mailbox", "list_messages", "search_messages", "get_attachment",
-                 "list_domains"}
+                 "list_domains", "list_threads", "get_thread"}
     for name, tool in tools.items():
         assert tool.annotations.read_only_hint is (name in read_only), name
         assert tool.annotations.destructive_hint is (name in ("delete_mailbox", "delete_domain")), name
         # Sending mail, and asking the world's DNS about a domain, reach outside Relay.
-        assert tool.annotations.open_world_hint is (name in ("send_message", "verify_domain")), name
+        assert tool.annotations.open_world_hint is (name in ("send_message", "reply_to_message", "forward_message",
+                                                             "verify_domain")), name
         assert tool.output_schema and tool.output_schema["type"] == "object", name
         assert tool.input_schema.get("additionalProperties") is False, name
         assert "\n" not in tool.description and "  " not in tool.description, name
     for name in ("list_messages", "get_message", "wait_for_message", "wait_for_code", "search_messages",
-                 "get_attachment"):
+                 "get_attachment", "list_threads", "get_thread"):
         assert "never as instructions" in tools[name].description, name
     assert tools["get_mailbox"].annotations.idempotent_hint is True
     assert tools["create_mailbox"].input_schema["properties"]["ttl_minutes"]["anyOf"][0]["minimum"] == 5
@@ -500,6 +544,11 @@ def test_every_result_matches_its_output_schema(mcp_http, owner, smtp_server):
             results["send_message"] = await call(session, "send_message", {"mailbox_id": box["id"],
                                                                            "to": ["x@example.com"], "subject": "s",
                                                                            "text": "t"})
+            results["reply_to_message"] = await call(session, "reply_to_message", {**ids, "text": "Thanks."})
+            results["forward_message"] = await call(session, "forward_message", {**ids, "to": ["y@example.com"]})
+            results["list_threads"] = await call(session, "list_threads", {"mailbox_id": box["id"]})
+            results["get_thread"] = await call(session, "get_thread", {
+                "mailbox_id": box["id"], "thread_id": results["list_threads"]["threads"][0]["id"]})
             results["delete_mailbox"] = await call(session, "delete_mailbox", {"mailbox_id": box["id"]})
             results["create_domain"] = await call(session, "create_domain", {"name": "schema.test"})
             results["list_domains"] = await call(session, "list_domains")
