@@ -95,6 +95,7 @@ def test_the_readme_commands_work_as_written_and_ctrl_c_stops_cleanly(stack):
     assert '"status":"active"' in out and "Your code is 4821." in out  # created, mailed, read
     assert '"envelope_from":"me@example.com"' in out
     assert '"status":"queued"' in out  # a send
+    assert '"subject":"Hello","participants":' in out and '"message_count":2' in out  # the reply's thread
     assert re.search(r"}204\n", out) and '{"code":"not_found","message":"Not found."}' in out  # deleted
     assert re.search(r"fail-demo@relay\.localhost\s+expired\s+attempts=1", out)  # the dead letter
     assert '"dead": 1' in out

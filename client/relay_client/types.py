@@ -20,7 +20,7 @@ def build(cls: type[T], data: dict[str, Any]) -> T:
     return cls(**known, raw=data)  # type: ignore[call-arg]
 
 
-TIMESTAMPS = frozenset({"created_at", "expires_at", "expired_at", "received_at", "verified_at"})
+TIMESTAMPS = frozenset({"created_at", "expires_at", "expired_at", "received_at", "verified_at", "last_message_at"})
 
 
 def _timestamp(value: Any) -> datetime | None:
