@@ -1,8 +1,6 @@
 """Replies, forwards and threads (docs/api.md, "Conversations"). Sending itself is
 POST /mailboxes/{id}/messages (api/views.py)."""
-from django.urls import reverse
 from drf_spectacular.utils import extend_schema
-from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -15,26 +13,12 @@ from api.conversation_serializers import (
 )
 from api.pagination import RelayPagination
 from api.schema import PAGE_PARAMETERS, paginated
+from api.views import _valid, queued
 from mailboxes import access
 from mailboxes.models import Mailbox
 from mailboxes.threads import thread_get, thread_list, thread_messages, thread_participants
 from relay import mailserver
-from relay.models import OutboxMail
 from relay.outbox.replies import forward_queue, reply_queue
-
-
-def _valid(serializer_class, data) -> dict:
-    serializer = serializer_class(data=data)
-    serializer.is_valid(raise_exception=True)
-    return serializer.validated_data
-
-
-def queued(mail: OutboxMail) -> Response:
-    """202 for a send, a reply or a forward: its outbox entry, where to follow it, and
-    the copy kept in the mailbox."""
-    location = reverse("outbound-detail", kwargs={"mailbox_id": mail.mailbox_id, "outbound_id": mail.id})
-    return Response({"id": mail.id, "status": mail.status, "message_id": mail.kept_as_id},
-                    status=status.HTTP_202_ACCEPTED, headers={"Location": location})
 
 
 class ReplyView(APIView):

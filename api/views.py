@@ -11,7 +11,6 @@ from rest_framework.views import APIView
 
 from api.authentication import AnonymousCreateThrottle, caller_of
 from api.conversation_serializers import OutboundSerializer, SendAcceptedSerializer, SendSerializer
-from api.conversation_views import queued
 from api.pagination import CountedWithPage, RelayPagination
 from api.schema import PAGE_PARAMETERS, WAIT_PARAMETERS, paginated
 from api.serializers import (
@@ -31,6 +30,7 @@ from mailboxes.errors import NotFound
 from mailboxes.models import Mailbox
 from mailboxes.services import LABEL_FIELDS
 from relay.inbound.attachments import SAFETY_HEADERS, attachment_of, safe_filename, served_content_type
+from relay.models import OutboxMail
 from relay.outbox.outbound import outbound_get, outbound_list, outbound_queue
 from mailboxes.creation import mailbox_create
 from relay import mailserver
@@ -49,6 +49,14 @@ def _valid(serializer_class, data) -> dict:
     serializer = serializer_class(data=data)
     serializer.is_valid(raise_exception=True)
     return serializer.validated_data
+
+
+def queued(mail: OutboxMail) -> Response:
+    """202 for a send, a reply or a forward: its outbox entry, where to follow it, and
+    the copy kept in the mailbox."""
+    location = reverse("outbound-detail", kwargs={"mailbox_id": mail.mailbox_id, "outbound_id": mail.id})
+    return Response({"id": mail.id, "status": mail.status, "message_id": mail.kept_as_id},
+                    status=status.HTTP_202_ACCEPTED, headers={"Location": location})
 
 
 class IndexView(APIView):
