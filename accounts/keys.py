@@ -11,11 +11,11 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.utils import timezone
 
 from accounts import revocations
 from accounts.errors import NotFound, QuotaExceeded
 from accounts.models import Account, ApiKey
+from owed.clock import db_now
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ def api_key_create(*, account: Account) -> tuple[ApiKey, str]:
 
 
 def api_key_revoke(*, account: Account, key_id: int) -> None:
-    revoked = ApiKey.objects.filter(id=key_id, account=account, revoked_at=None).update(revoked_at=timezone.now())
+    revoked = ApiKey.objects.filter(id=key_id, account=account, revoked_at=None).update(revoked_at=db_now())
     key_revoked(account_id=account.id)
     if not revoked and not ApiKey.objects.filter(id=key_id, account=account).exists():
         raise NotFound()
@@ -115,7 +115,7 @@ def key_cache_clear() -> None:
 
 def api_key_touch(*, api_key: ApiKey) -> None:
     """Record that the key was used, at most once per LAST_USED_RESOLUTION."""
-    now = timezone.now()
+    now = db_now()
     if api_key.last_used_at is None or now - api_key.last_used_at >= LAST_USED_RESOLUTION:
         ApiKey.objects.filter(id=api_key.id).update(last_used_at=now)
         entry = _key_cache.get(api_key.key_hash)

@@ -12,12 +12,12 @@ from datetime import timedelta
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F, Q
-from django.utils import timezone
 
 from accounts import tokens
 from accounts.keys import api_key_create, key_revoked
 from accounts.errors import AccountSuspended, Conflict, Gone, InvalidRequest
 from accounts.models import LOGIN_PATTERN, Account, AccountStatus, ApiKey, Plan, Token, TokenAction
+from owed.clock import db_now
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ def account_set_status(*, account: Account, status: str) -> Account:
             return account
         if old == AccountStatus.ACTIVE and status == AccountStatus.PROVISIONED:
             raise InvalidRequest("An active account cannot go back to provisioned.", field="status")
-        now = timezone.now()
+        now = db_now()
         account.status = status
         account.status_changed_at = now
         if status == AccountStatus.ACTIVE and old == AccountStatus.PROVISIONED:
@@ -114,7 +114,7 @@ def token_issue(*, account: Account, action: str) -> IssuedToken:
                     default=0)
     token = Token.objects.create(
         account=account, action=action, secret_hash=digest, code_hash=tokens.code_hash(digest, code),
-        expires_at=timezone.now() + timedelta(seconds=settings.RELAY_TOKEN_TTL_SECONDS), wrong_codes=tried)
+        expires_at=db_now() + timedelta(seconds=settings.RELAY_TOKEN_TTL_SECONDS), wrong_codes=tried)
     return IssuedToken(token=token, link_token=tokens.sign(action, secret, code), code=code)
 
 
@@ -122,7 +122,7 @@ def token_usable(token: Token, now=None, *, by_link: bool = False) -> bool:
     """Unused, unexpired, and (unless used `by_link`) not burnt by wrong codes. An
     activation link carries a 256-bit secret that no one guesses: wrong codes tried
     against its account do not take the link away from the one who holds the mail."""
-    now = now or timezone.now()
+    now = now or db_now()
     return (token.consumed_at is None and token.expires_at > now
             and (by_link or token.wrong_codes < tokens.MAX_WRONG_CODES))
 
@@ -132,7 +132,7 @@ def _consume(token: Token, *, try_counted: bool = False, by_link: bool = False) 
     confirms racing on one token, one updates the row and the other finds it used. With
     `try_counted`, the code that is being accepted was counted as a try already; an
     activation `by_link` does not care for wrong codes (token_usable)."""
-    now = timezone.now()
+    now = db_now()
     tries = Q() if by_link else (Q(wrong_codes__lte=tokens.MAX_WRONG_CODES) if try_counted
                                  else Q(wrong_codes__lt=tokens.MAX_WRONG_CODES))
     used = Token.objects.filter(tries, id=token.id, consumed_at=None, expires_at__gt=now).update(consumed_at=now)
@@ -145,7 +145,7 @@ def _count_try(token: Token) -> bool:
     is left. Counting first is what makes the limit hold under parallel guesses: each
     one takes a try in one UPDATE, and a sixth finds none left, instead of all of them
     reading "no wrong codes yet" and being checked."""
-    return bool(Token.objects.filter(id=token.id, consumed_at=None, expires_at__gt=timezone.now(),
+    return bool(Token.objects.filter(id=token.id, consumed_at=None, expires_at__gt=db_now(),
                                      wrong_codes__lt=tokens.MAX_WRONG_CODES)
                 .update(wrong_codes=F("wrong_codes") + 1))
 
@@ -195,7 +195,7 @@ def account_activate_by_code(*, email: str, code: str) -> tuple[Account, str]:
     no_match = InvalidRequest(ACTIVATION_NO_MATCH, field="code")
     token = (Token.objects.select_related("account")
              .filter(account__email__iexact=email, account__status=AccountStatus.PROVISIONED,
-                     action=TokenAction.ACTIVATION, consumed_at=None, expires_at__gt=timezone.now())
+                     action=TokenAction.ACTIVATION, consumed_at=None, expires_at__gt=db_now())
              .order_by("-created_at").first())
     if token is None or not _count_try(token):
         raise no_match
@@ -231,7 +231,7 @@ def recovery_confirm(*, link_token: str, code: str) -> tuple[Account, str]:
         account = Account.objects.select_for_update().get(id=token.account_id)
         if account.status != AccountStatus.ACTIVE:
             raise Gone(TOKEN_GONE)
-        ApiKey.objects.filter(account=account, revoked_at=None).update(revoked_at=timezone.now())
+        ApiKey.objects.filter(account=account, revoked_at=None).update(revoked_at=db_now())
         key_revoked(account_id=account.id)
         _, key = api_key_create(account=account)
     logger.info("account %s recovered its key; its other keys are revoked", account.login)

@@ -10,11 +10,11 @@ from datetime import datetime
 
 from django.conf import settings
 from django.core.cache import cache
-from django.utils import timezone
 
 from expiry.operators import cleanup_oldest_owed_since, cleanups_per_minute
 from mailboxes.models import CleanupState, MailboxStatus
 from mailboxes.selectors import contents_words_owed, mailbox_counts
+from owed.clock import db_now
 from relay.models import OutboxStatus
 from relay.outbox.sending import outbox_counts
 from webhooks.delivery import delivery_counts
@@ -27,7 +27,7 @@ def operations_state() -> dict:
     lifetime = settings.RELAY_METRICS_CACHE_SECONDS
     state = cache.get(CACHE_KEY) if lifetime else None
     if state is None:
-        state = operations_state_read(now=timezone.now())
+        state = operations_state_read(now=db_now())
         if lifetime:
             cache.set(CACHE_KEY, state, lifetime)
     return state

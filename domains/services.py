@@ -7,12 +7,12 @@ import re
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
-from django.utils import timezone
 
 from accounts.errors import Conflict, InvalidRequest, NotFound, QuotaExceeded
 from accounts.models import Account
 from domains import keys, records
 from domains.models import Domain, DomainStatus
+from owed.clock import db_now
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ def domain_verify(*, owner: Account, domain_id) -> Domain:
     new check only reports."""
     domain = domain_get(owner=owner, domain_id=domain_id)
     found = records.check(domain)
-    now = timezone.now()
+    now = db_now()
     fields = {"record_status": found, "checked_at": now}
     if domain.status == DomainStatus.PENDING and all(found[kind] == records.OK for kind in records.REQUIRED):
         fields.update(status=DomainStatus.VERIFIED, verified_at=now)

@@ -13,12 +13,12 @@ from enum import StrEnum
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q
-from django.utils import timezone
 
 from expiry.dispatch import publish_cleanups
 from mailboxes.ending import mailboxes_expire_due
 from mailboxes.models import CLEANUPS, CleanupState, Mailbox, MailboxStatus
 from mailboxes.signals import event_happened
+from owed.clock import db_now
 from relay import mailserver
 from relay.backends import NoBackendSlot, PermanentBackendError, TransientBackendError, get_backend
 
@@ -47,7 +47,7 @@ def mailbox_cleanup(*, mailbox_id, retries: int = 0) -> CleanupOutcome:
     row then goes back to pending, leased past the longest the retry may wait. Anything
     else the backend raises is recorded and re-raised: the task fails, the lease lapses,
     and a sweep tries again, each try counted, until the cleanup is dead."""
-    now = timezone.now()
+    now = db_now()
     taken = _take(mailbox_id)
     # A task queued before the mailbox was due expires it itself once it is.
     if taken is None and mailboxes_expire_due(mailbox_ids=[mailbox_id], now=now, announce=False):
@@ -76,7 +76,7 @@ def mailbox_cleanup(*, mailbox_id, retries: int = 0) -> CleanupOutcome:
     except TransientBackendError as exc:
         if not CLEANUPS.has_retry_left(mailbox.cleanup_attempts):
             return _record_dead(mailbox_id, claim, str(exc))
-        CLEANUPS.release(mailbox_id, claim, error=str(exc), cleanup_queued_at=timezone.now(),
+        CLEANUPS.release(mailbox_id, claim, error=str(exc), cleanup_queued_at=db_now(),
                          hold_seconds=max(hold_seconds, settings.RELAY_CLEANUP_LEASE_SECONDS + (exc.retry_after or 0)))
         logger.warning("cleanup of %s failed (attempt %d of %d), will retry: %s",
                        mailbox.address, mailbox.cleanup_attempts, CLEANUPS.max_attempts(), exc)
@@ -86,7 +86,7 @@ def mailbox_cleanup(*, mailbox_id, retries: int = 0) -> CleanupOutcome:
     except Exception as exc:
         CLEANUPS.settle(mailbox_id, claim, error=f"{type(exc).__name__}: {exc}")
         raise
-    CLEANUPS.settle(mailbox_id, claim, state=CleanupState.DONE, cleanup_done_at=timezone.now())
+    CLEANUPS.settle(mailbox_id, claim, state=CleanupState.DONE, cleanup_done_at=db_now())
     logger.info("cleanup of %s done", mailbox_id)
     return CleanupOutcome.DONE
 
@@ -99,7 +99,7 @@ def mailboxes_cleanup(*, mailbox_ids: list, expire_due: bool = False) -> dict[st
     mailbox_cleanup would (a dead letter, or given back and queued again on its own).
     `expire_due`: a batch scheduled for its mailboxes' due instant first expires those of
     them that are due, in one statement. Returns how many ended done and dead."""
-    now = timezone.now()
+    now = db_now()
     if expire_due:
         mailboxes_expire_due(mailbox_ids=mailbox_ids, now=now, announce=False)
     claim, taken = CLEANUPS.take_batch(Mailbox.objects.filter(CLEANUPS.takeable(now), id__in=mailbox_ids)
@@ -130,7 +130,7 @@ def mailboxes_cleanup(*, mailbox_ids: list, expire_due: bool = False) -> dict[st
             logger.warning("cleanup of %s failed in a batch; queued on its own: %s", mailbox_id, exc)
         else:
             done.append(mailbox_id)
-    outcome["done"] = CLEANUPS.settle(done, claim, state=CleanupState.DONE, cleanup_done_at=timezone.now())
+    outcome["done"] = CLEANUPS.settle(done, claim, state=CleanupState.DONE, cleanup_done_at=db_now())
     if outcome["done"]:
         logger.info("cleanup of %d mailbox(es) done in one batch", outcome["done"])
     return outcome
@@ -173,7 +173,7 @@ def _record_dead(mailbox_id, claim: uuid.UUID, error: str) -> CleanupOutcome:
     # Only the runner still holding the cleanup records the outcome: if its lease lapsed
     # mid-call and a sweep handed the cleanup to another task, that one's outcome counts.
     with transaction.atomic():
-        if CLEANUPS.dead_letter(mailbox_id, claim, error=error, cleanup_dead_at=timezone.now()):
+        if CLEANUPS.dead_letter(mailbox_id, claim, error=error, cleanup_dead_at=db_now()):
             event_happened.send(sender=Mailbox, event="cleanup.dead", mailbox_id=mailbox_id)
     logger.error("cleanup of %s is a dead letter: %s", mailbox_id, error)
     return CleanupOutcome.DEAD

@@ -6,11 +6,11 @@ from datetime import datetime, timedelta
 
 from django.db.models import Count, Min
 from django.db.models.functions import TruncMinute
-from django.utils import timezone
 
 from expiry.dispatch import queue_cleanups_after_commit
 from mailboxes.models import CLEANUPS, CleanupState, Mailbox, MailboxStatus, cleanup_owed
 from mailboxes.selectors import mailbox_counts
+from owed.clock import db_now
 
 logger = logging.getLogger(__name__)
 
@@ -21,7 +21,7 @@ REPORTED_STATUSES = (MailboxStatus.ACTIVE, MailboxStatus.EXPIRED, MailboxStatus.
 def cleanup_requeue(*, mailbox_ids: list) -> list:
     """The operator's "retry cleanup": queue these dead letters again with a fresh
     attempt count. Returns the ids requeued."""
-    requeued = CLEANUPS.requeue(mailbox_ids, **cleanup_owed(now=timezone.now(), claim=uuid.uuid4()))
+    requeued = CLEANUPS.requeue(mailbox_ids, **cleanup_owed(now=db_now(), claim=uuid.uuid4()))
     queue_cleanups_after_commit(requeued)
     if requeued:
         logger.info("requeued %d dead letter(s)", len(requeued))

@@ -5,9 +5,9 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
-from django.utils import timezone
 
 from mailboxes.models import CleanupState, Mailbox, MailboxStatus, Message, MessageContent
+from owed.clock import db_now
 
 logger = logging.getLogger(__name__)
 
@@ -16,7 +16,7 @@ def mailboxes_purge(*, now: datetime | None = None, batch_size: int = 1000) -> i
     """Delete mailboxes that ended more than RELAY_RETENTION_DAYS ago, with their mail, in
     batches. Their addresses stay reserved (AddressReservation is never purged), and a
     mailbox whose cleanup is still owed or dead is kept until that is settled."""
-    now = now or timezone.now()
+    now = now or db_now()
     cutoff = now - timedelta(days=settings.RELAY_RETENTION_DAYS)
     ended = (Q(status=MailboxStatus.EXPIRED, expired_at__lt=cutoff) | Q(status=MailboxStatus.DELETED, deleted_at__lt=cutoff))
     settled = Q(cleanup_state__in=[CleanupState.NONE, CleanupState.DONE])

@@ -23,11 +23,11 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import DateTimeField, DurationField, ExpressionWrapper, F, Q, Value
 from django.db.models.functions import Greatest, Least
-from django.utils import timezone
 
 from expiry.dispatch import cleanups_per_task, publish_cleanups, queue_cleanups_after_commit, queue_length
 from mailboxes.ending import mailboxes_expire_due, provisionings_abandon
 from mailboxes.models import CLEANUPS, CleanupState, Mailbox, MailboxStatus
+from owed.clock import db_now
 
 logger = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ def sweep_due_and_lapsed(*, batch_size: int | None = None) -> SweepResult:
 
 
 def _expire_due_batch(batch_size: int) -> tuple[int, int]:
-    now = timezone.now()
+    now = db_now()
     # A mailbox whose expire task was scheduled for this very expires_at is left to that
     # task for one sweep interval; after that the sweep takes it anyway (the task may
     # have been lost). Taking it at once would only queue a twin.
@@ -92,7 +92,7 @@ def _expire_due_batch(batch_size: int) -> tuple[int, int]:
 
 
 def _abandon_lapsed_provisionings_batch(batch_size: int) -> tuple[int, int]:
-    now = timezone.now()
+    now = db_now()
     lapsed = list(
         Mailbox.objects.select_for_update(skip_locked=True)
         .filter(status=MailboxStatus.PROVISIONING, provision_lease_until__lte=now)
@@ -113,7 +113,7 @@ def _requeue_lapsed_batch(batch_size: int, *, backlog: bool) -> tuple[int, int]:
     A pending one may have lost its message, or may still be waiting behind a backlog:
     it is queued once more without touching the message already queued, and leased for
     as long again as it has been waiting (capped), so each requeue doubles the wait."""
-    now = timezone.now()
+    now = db_now()
     lapsed = Mailbox.objects.filter(CLEANUPS.lapsed(now))
     if backlog:
         lapsed = lapsed.filter(Q(cleanup_state=CleanupState.RUNNING) | Q(cleanup_queued_at__lte=now - _max_wait()))
@@ -155,7 +155,7 @@ def schedule_upcoming(*, batch_size: int | None = None, now: datetime | None = N
     not per mailbox, and a sweep schedules batch after batch, as it expires them
     (RELAY_SWEEP_MAX_BATCHES)."""
     batch_size = batch_size or settings.RELAY_SWEEP_BATCH_SIZE
-    now = now or timezone.now()
+    now = now or db_now()
     horizon = now + timedelta(seconds=2 * settings.RELAY_SWEEP_INTERVAL_SECONDS)
     return _in_batches(lambda size: _schedule_batch(size, now=now, horizon=horizon), batch_size,
                        max_batches=1 if cleanups_per_task() == 1 else None)

@@ -12,7 +12,6 @@ import logging
 from datetime import timedelta
 
 from django.conf import settings
-from django.utils import timezone
 
 from domains.services import verified_domain
 from mailboxes.ending import provisioning_refused, provisionings_abandon
@@ -21,6 +20,7 @@ from mailboxes.errors import (AccountNotRelays, AddressTaken, BackendFailure, Ba
 from mailboxes.keys import Caller
 from mailboxes.models import Mailbox
 from mailboxes.services import mailbox_activate, mailbox_insert
+from owed.clock import db_now
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ def mailbox_create(*, backend, caller: Caller | None, local_part: str | None, do
                                     lease_seconds=provision_lease_seconds(backend), labels=labels,
                                     per_local_part=backend.one_account_per_local_part)
     # No transaction is open here: the intent is committed before the network call.
-    started = timezone.now()
+    started = db_now()
     # However the call ends, the backend may go on creating for as long as a provision
     # call may last; the undo waits that long.
     settled_by = started + timedelta(seconds=backend.provision_seconds_max)

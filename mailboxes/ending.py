@@ -14,12 +14,12 @@ import uuid
 from datetime import datetime
 
 from django.db import transaction
-from django.utils import timezone
 
 from mailboxes import wakeups
 from mailboxes.models import CleanupState, Mailbox, MailboxStatus, cleanup_owed
 from mailboxes.quotas import give_back_mailbox_slots
 from mailboxes.signals import event_happened, mailboxes_ended
+from owed.clock import db_now
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ def mailboxes_expire_due(*, mailbox_ids: list, now: datetime | None = None, anno
     the ids this call expired: a mailbox another caller expired first is not among them."""
     if not mailbox_ids:
         return []
-    now = now or timezone.now()
+    now = now or db_now()
     claim = uuid.uuid4()
     with transaction.atomic():
         # "Due" is part of the WHERE, which makes this a compare-and-set: of two callers
@@ -63,7 +63,7 @@ def mailboxes_expire_due(*, mailbox_ids: list, now: datetime | None = None, anno
 def mailbox_lazy_expire(*, mailbox: Mailbox, now: datetime | None = None) -> Mailbox:
     """The check every API access and every SMTP RCPT makes itself, so correctness never
     waits for a worker. Returns the mailbox as it now stands."""
-    now = now or timezone.now()
+    now = now or db_now()
     if mailbox.is_due(now):
         mailboxes_expire_due(mailbox_ids=[mailbox.id], now=now)
         mailbox.refresh_from_db(fields=["status", "expired_at", "cleanup_state"])
@@ -77,7 +77,7 @@ LAZY_EXPIRE_BATCH = 500
 
 def mailboxes_lazy_expire(*, mailboxes, now: datetime | None = None) -> int:
     """Lazy expiry for a queryset of mailboxes about to be listed. Returns how many it ended."""
-    now = now or timezone.now()
+    now = now or db_now()
     ended = 0
     while True:
         due = list(mailboxes.due(now).values_list("id", flat=True)[:LAZY_EXPIRE_BATCH])
@@ -91,7 +91,7 @@ def mailboxes_lazy_expire(*, mailboxes, now: datetime | None = None) -> int:
 def mailbox_delete(*, mailbox: Mailbox, now: datetime | None = None) -> None:
     """Soft-delete: the mailbox stops receiving at once, is deprovisioned like an expired
     one, and is invisible from then on."""
-    now = now or timezone.now()
+    now = now or db_now()
     with transaction.atomic():
         owes_cleanup = Mailbox.objects.filter(id=mailbox.id, status=MailboxStatus.ACTIVE).update(
             status=MailboxStatus.DELETED, deleted_at=now, **cleanup_owed(now=now, claim=uuid.uuid4()))
@@ -110,7 +110,7 @@ def mailbox_delete(*, mailbox: Mailbox, now: datetime | None = None) -> None:
 
 def mailboxes_force_expire(*, mailbox_ids: list) -> list:
     """The operator's "expire now": end these active mailboxes at once, due or not."""
-    now = timezone.now()
+    now = db_now()
     Mailbox.objects.receiving(now).filter(id__in=mailbox_ids).update(expires_at=now)
     return mailboxes_expire_due(mailbox_ids=mailbox_ids, now=now)
 
@@ -119,7 +119,7 @@ def provisioning_refused(*, mailbox_id, reason: str, now: datetime | None = None
     """A provisioning the backend refused because the account was already there, made by
     someone else: the mailbox ends deleted (invisible, its address reserved for good),
     owing nothing, since there is nothing of Relay's on the backend to remove."""
-    now = now or timezone.now()
+    now = now or db_now()
     with transaction.atomic():
         refused = Mailbox.objects.filter(id=mailbox_id, status=MailboxStatus.PROVISIONING).update(
             status=MailboxStatus.DELETED, deleted_at=now, provision_lease_until=None,
@@ -140,7 +140,7 @@ def provisionings_abandon(*, mailbox_ids: list, now: datetime | None = None, rea
     Returns the ids moved."""
     if not mailbox_ids:
         return []
-    now = now or timezone.now()
+    now = now or db_now()
     claim = uuid.uuid4()
     with transaction.atomic():
         Mailbox.objects.filter(id__in=mailbox_ids, status=MailboxStatus.PROVISIONING).update(

@@ -10,11 +10,11 @@ from collections import Counter
 from django.conf import settings
 from django.db.models import F
 from django.db.models.functions import Greatest
-from django.utils import timezone
 
 from accounts.models import Account
 from mailboxes.errors import QuotaExceeded
 from mailboxes.models import Mailbox, MailboxStatus
+from owed.clock import db_now
 
 
 def quota(plan: str, name: str) -> int:
@@ -30,7 +30,7 @@ def take_mailbox_slot(owner: Account) -> None:
         return
     live = Mailbox.objects.filter(owner=owner, status__in=(MailboxStatus.PROVISIONING, MailboxStatus.ACTIVE))
     soonest = live.order_by("expires_at").values_list("expires_at", flat=True).first()
-    wait = (soonest - timezone.now()).total_seconds() if soonest else 60
+    wait = (soonest - db_now()).total_seconds() if soonest else 60
     raise QuotaExceeded(f"The {owner.plan} plan allows {limit} active mailboxes; delete one or wait for one "
                         "to expire.", retry_after=wait)
 

@@ -11,7 +11,6 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F, QuerySet
 from django.db.models.functions import Greatest
-from django.utils import timezone
 
 from domains.services import verified_domain
 from mailboxes.ending import announce_ended
@@ -21,6 +20,7 @@ from mailboxes.quotas import take_mailbox_slot
 from mailboxes.text import text_of_html
 from mailboxes.models import (PLAN_TTL_CAP_MS, AddressReservation, CleanupState, Mailbox, MailboxStatus, Message,
                               MessageContent, Plan, cleanup_owed)
+from owed.clock import db_now
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ def _reserve(address: str) -> bool:
         cursor.execute(
             f"INSERT INTO {AddressReservation._meta.db_table} (address, reserved_at) VALUES (%s, %s)"
             " ON CONFLICT DO NOTHING RETURNING address",
-            [address, AddressReservation._meta.get_field("reserved_at").get_db_prep_value(timezone.now(), connection)])
+            [address, AddressReservation._meta.get_field("reserved_at").get_db_prep_value(db_now(), connection)])
         return cursor.fetchone() is not None
 
 
@@ -100,7 +100,7 @@ def mailbox_insert(*, caller: Caller | None, local_part: str | None, domain: str
             raise DomainRefused()
         address = _reserve_address(local_part=local_part, domain=domain or settings.RELAY_DOMAINS[0],
                                    per_local_part=per_local_part)
-        now = timezone.now()
+        now = db_now()
         mailbox = Mailbox.objects.create(
             owner=owner, address=address, token_hash=token_hash, expires_at=now + timedelta(milliseconds=ttl_ms),
             status=MailboxStatus.ACTIVE if active else MailboxStatus.PROVISIONING,
@@ -125,7 +125,7 @@ def mailbox_activate(*, mailbox: Mailbox, backend_id: str) -> bool:
     with transaction.atomic():
         reopened = Mailbox.objects.filter(
             id=mailbox.id, cleanup_state__in=(CleanupState.DONE, CleanupState.DEAD)).update(
-            backend_id=backend_id, **cleanup_owed(now=timezone.now(), claim=uuid.uuid4()))
+            backend_id=backend_id, **cleanup_owed(now=db_now(), claim=uuid.uuid4()))
         if reopened:
             announce_ended([mailbox.id])
     logger.warning("mailbox %s was provisioned after its lease lapsed; its deprovision is owed", mailbox.address)
@@ -136,7 +136,7 @@ def mailbox_renew(*, mailbox: Mailbox, plan: str, ttl_ms: int | None) -> Mailbox
     """Set `expires_at = now + ttl_ms` (the plan's default when absent) on an active
     mailbox. A mailbox that expired, even a moment ago, stays expired."""
     ttl_ms = plan_ttl_ms(plan=plan, ttl_ms=ttl_ms)
-    now = timezone.now()
+    now = db_now()
     expires_at = now + timedelta(milliseconds=ttl_ms)
     # Conditional on still being active and not yet due, so a renew can never revive a
     # mailbox that a sweep or an SMTP RCPT has just expired.

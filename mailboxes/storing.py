@@ -8,7 +8,6 @@ the ingest hot path, building them was a large share of runsmtp's time
 import logging
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -20,6 +19,7 @@ from mailboxes.models import Direction, Mailbox, MailboxStatus, Message, Message
 from mailboxes.quotas import stored_bytes_limit
 from mailboxes.signals import event_happened
 from mailboxes.threads import Lineage, threads_assign
+from owed.clock import db_now
 
 logger = logging.getLogger(__name__)
 
@@ -51,28 +51,33 @@ def _recipient(mailbox_id, address: str, stored_bytes: int, plan: str | None,
 
 
 _BY_ADDRESS = (
-    f"SELECT m.id, m.stored_bytes, m.expires_at <= %s, a.plan, a.status FROM {Mailbox._meta.db_table} m"
-    f" LEFT JOIN {Account._meta.db_table} a ON a.id = m.owner_id WHERE m.address = %s AND m.status = %s"
+    "SELECT m.id, m.stored_bytes, m.expires_at <= {now}, a.plan, a.status FROM " + Mailbox._meta.db_table + " m"
+    " LEFT JOIN " + Account._meta.db_table + " a ON a.id = m.owner_id WHERE m.address = %s AND m.status = %s"
 )
 
 
-def recipient_at(address: str, *, now: datetime) -> Recipient | None:
-    """The mailbox that may receive mail at `address` now (Mailbox.receives), or None. A
-    mailbox past its time is expired on the spot and refused, as the API would. Its
-    domain is one of RELAY_DOMAINS or a verified custom domain: no mailbox is ever made
-    on any other."""
+def recipient_at(address: str) -> Recipient | None:
+    """The mailbox that may receive mail at `address` now (Mailbox.receives, by the
+    database's clock, read in the look-up itself), or None. A mailbox past its time is
+    expired on the spot and refused, as the API would. Its domain is one of RELAY_DOMAINS
+    or a verified custom domain: no mailbox is ever made on any other."""
     address = address.strip().lower()
     local_part, at, domain = address.rpartition("@")
     if not at or not local_part or not domain or len(address) > 320:
         return None
+    if connection.vendor == "postgresql":
+        query, params = _BY_ADDRESS.format(now="clock_timestamp()"), [address, MailboxStatus.ACTIVE]
+    else:  # SQLite: the one host's clock is the database's
+        query = _BY_ADDRESS.format(now="%s")
+        params = [connection.ops.adapt_datetimefield_value(db_now()), address, MailboxStatus.ACTIVE]
     with connection.cursor() as cursor:
-        cursor.execute(_BY_ADDRESS, [connection.ops.adapt_datetimefield_value(now), address, MailboxStatus.ACTIVE])
+        cursor.execute(query, params)
         row = cursor.fetchone()
     if row is None:
         return None
     mailbox_id, stored_bytes, due, plan, owner_status = row
     if due:
-        mailboxes_expire_due(mailbox_ids=[Mailbox._meta.pk.to_python(mailbox_id)], now=now)
+        mailboxes_expire_due(mailbox_ids=[Mailbox._meta.pk.to_python(mailbox_id)])
         return None
     return _recipient(mailbox_id, address, stored_bytes, plan, owner_status)
 

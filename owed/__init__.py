@@ -28,7 +28,8 @@ from datetime import datetime, timedelta
 from celery.utils.time import get_exponential_backoff_interval
 from django.db import connection, transaction
 from django.db.models import F, Model, Q
-from django.utils import timezone
+
+from owed.clock import db_now
 
 ERROR_MAX_CHARS = 2000
 
@@ -85,7 +86,7 @@ class OwedWork:
                                                 maximum=self.backoff_max_seconds(), full_jitter=False)
 
     def lease(self, now: datetime | None = None, *, seconds: float | None = None) -> datetime:
-        return (now or timezone.now()) + timedelta(seconds=self.lease_seconds() if seconds is None else seconds)
+        return (now or db_now()) + timedelta(seconds=self.lease_seconds() if seconds is None else seconds)
 
     # --- which rows -----------------------------------------------------------------------
     def takeable(self, now: datetime, *, owed_only: Q | None = None) -> Q:
@@ -119,7 +120,7 @@ class OwedWork:
         """Take one row if it is takeable: (claim, {attempts and the `returning` fields}),
         or None. One UPDATE … RETURNING: this is the hot path of every cleanup task
         (bench/expiry_burst.py), where update() and a read would be two statements."""
-        claim, now = uuid.uuid4(), timezone.now()
+        claim, now = uuid.uuid4(), db_now()
         fields = {f.name: f for f in self.model._meta.concrete_fields}
         column = lambda name: connection.ops.quote_name(fields[name].column)  # noqa: E731
         value = lambda name, v: fields[name].get_db_prep_value(v, connection)  # noqa: E731
@@ -149,7 +150,7 @@ class OwedWork:
         """Take up to `limit` of `owed_rows` (a queryset of takeable rows, in the order to
         take them) for one run; `changes` are written with the take. Where the database has no SKIP LOCKED (SQLite, one writer
         at a time), the conditional UPDATE is the guard against a second taker."""
-        claim, now = uuid.uuid4(), timezone.now()
+        claim, now = uuid.uuid4(), db_now()
         with transaction.atomic(durable=True):
             if connection.features.has_select_for_update_skip_locked:
                 owed_rows = owed_rows.select_for_update(skip_locked=True)
@@ -209,7 +210,7 @@ class OwedWork:
         left): dead letters now, rather than retried for ever."""
         held = Q(**{self.state: self.running}) if self.running != self.owed else Q(**{self.state: self.owed})
         return self.model.objects.filter(
-            held, **{f"{self.lease_until}__lte": timezone.now(), f"{self.attempts}__gte": self.max_attempts()},
+            held, **{f"{self.lease_until}__lte": db_now(), f"{self.attempts}__gte": self.max_attempts()},
         ).update(**{self.state: self.dead, self.claim: None, self.lease_until: None,
                     self.last_error: error[:ERROR_MAX_CHARS], **changes})
 

@@ -5,7 +5,8 @@ deadline, a free port, and one way to make each thing.
   tests of the expiry engine and the operators that set up states the API cannot.
 - `create_via_api` creates one through POST /api/v1/mailboxes, as a client would;
   `create_mailbox` the same for a ten-minute mailbox, returning its JSON.
-- `expire_now` expires a due mailbox as a cleanup task would; `a_delivery` writes a
+- `earlier` moves rows' timestamps back (the database's clock decides; tests move rows, not
+  time); `expire_now` expires a due mailbox as a cleanup task would; `a_delivery` writes a
   webhook delivery owed to `url`.
 """
 import socket
@@ -108,6 +109,15 @@ def create_mailbox(client, **body) -> dict:
     response = create_via_api(client, **{"ttl_ms": 600_000, **body})
     assert response.status_code == 201, response.content
     return response.json()
+
+
+def earlier(rows, delta: timedelta, *fields: str) -> None:
+    """Move `fields` of `rows` (a queryset) back by `delta`: the rows as they will stand
+    `delta` from now. The database's clock decides every time question (owed/clock.py) and
+    no test can move it, so a test moves the rows instead."""
+    from django.db.models import F
+
+    assert rows.update(**{field: F(field) - delta for field in fields})
 
 
 def expire_now(mailbox: Mailbox) -> None:

@@ -20,9 +20,9 @@ from celery import current_app
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Count
-from django.utils import timezone
 
 from owed import OwedWork
+from owed.clock import db_now
 from webhooks import signing
 from webhooks.models import DeliveryStatus, Webhook, WebhookDelivery
 from webhooks.transport import DeliveryTimedOut, PrivateAddress, TransportFailed, post
@@ -75,7 +75,7 @@ def deliver_many(*, delivery_ids: list[int]) -> dict[str, int]:
     the lease lapses and the sweep sends the delivery again, which at-least-once allows.
     A delivery that fails is recorded alone, as `deliver` would; one with a retry left
     comes back later as a task of its own. Returns the outcomes counted."""
-    claim, taken = DELIVERIES.take_batch(WebhookDelivery.objects.filter(DELIVERIES.takeable(timezone.now()),
+    claim, taken = DELIVERIES.take_batch(WebhookDelivery.objects.filter(DELIVERIES.takeable(db_now()),
                                                                         id__in=delivery_ids).order_by("id"),
                                          limit=len(delivery_ids))
     _queue_skipped(set(delivery_ids) - set(taken))
@@ -106,7 +106,7 @@ def deliver_many(*, delivery_ids: list[int]) -> dict[str, int]:
                     cursor.execute("SET LOCAL synchronous_commit TO OFF")
             for status_code, deliveries in delivered.items():
                 counted["delivered"] += DELIVERIES.settle(
-                    [d.id for d in deliveries], claim, state=DeliveryStatus.DELIVERED, delivered_at=timezone.now(),
+                    [d.id for d in deliveries], claim, state=DeliveryStatus.DELIVERED, delivered_at=db_now(),
                     last_status_code=status_code, error="")
         for delivery in (d for deliveries in delivered.values() for d in deliveries):
             logger.info("delivered %s %s to webhook %s", delivery.event, delivery.message_id, delivery.webhook_id)
@@ -118,7 +118,7 @@ def _queue_skipped(delivery_ids: set) -> None:
     run of the same batch, which then has it; or an operator's redeliver). One still owed
     and free now goes to a task of its own, whose take waits for the row, instead of
     waiting out its lease for the sweep."""
-    skipped = list(WebhookDelivery.objects.filter(DELIVERIES.takeable(timezone.now()), id__in=delivery_ids)
+    skipped = list(WebhookDelivery.objects.filter(DELIVERIES.takeable(db_now()), id__in=delivery_ids)
                    .values_list("id", flat=True)) if delivery_ids else []
     for delivery_id in skipped:
         current_app.send_task(DELIVER_TASK, args=(delivery_id,))
@@ -157,13 +157,13 @@ def _attempt(delivery: WebhookDelivery, claim: uuid.UUID) -> tuple[int | None, s
 
 def _record(delivery: WebhookDelivery, claim: uuid.UUID, status_code: int | None, error: str) -> str:
     if status_code is not None and 200 <= status_code < 300:
-        DELIVERIES.settle(delivery.id, claim, state=DeliveryStatus.DELIVERED, delivered_at=timezone.now(),
+        DELIVERIES.settle(delivery.id, claim, state=DeliveryStatus.DELIVERED, delivered_at=db_now(),
                           last_status_code=status_code, error="")
         logger.info("delivered %s %s to webhook %s", delivery.event, delivery.message_id, delivery.webhook_id)
         return "delivered"
     if status_code == 410:
         Webhook.objects.filter(id=delivery.webhook_id, disabled_at=None).update(
-            disabled_at=timezone.now(), disabled_reason="the receiver answered 410 Gone")
+            disabled_at=db_now(), disabled_reason="the receiver answered 410 Gone")
         logger.warning("webhook %s answered 410 Gone: disabled", delivery.webhook_id)
     retryable = not error.startswith("refused:") and (
         status_code is None or status_code in RETRY_STATUSES or status_code >= 500)
@@ -189,7 +189,7 @@ def lapsed_requeue(*, limit: int = 500) -> list[int]:
     gave_up = DELIVERIES.give_up_lapsed(error="gave up: the worker running the last attempt was lost")
     if gave_up:
         logger.error("%d webhook delivery(ies) failed for good after their last attempt was lost", gave_up)
-    now = timezone.now()
+    now = db_now()
     ids = list(WebhookDelivery.objects.filter(DELIVERIES.lapsed(now)).values_list("id", flat=True)[:limit])
     if ids:
         WebhookDelivery.objects.filter(DELIVERIES.lapsed(now), id__in=ids).update(

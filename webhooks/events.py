@@ -6,9 +6,9 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.utils import timezone
 
 from mailboxes.models import Mailbox
+from owed.clock import db_now
 from webhooks.models import Webhook, WebhookDelivery, WebhookEvent
 
 
@@ -25,7 +25,7 @@ def _mailbox_data(mailbox: Mailbox) -> dict:
 def _message_data(message) -> dict:
     return {"id": message.id, "mailbox_id": str(message.mailbox_id), "from": message.from_header,
             "to": message.to_header, "envelope_from": message.envelope_from, "envelope_to": message.envelope_to,
-            "subject": message.subject, "received_at": _iso(message.received_at or timezone.now()),
+            "subject": message.subject, "received_at": _iso(message.received_at or db_now()),
             "size": message.size, "has_attachments": message.has_attachments}
 
 
@@ -56,7 +56,7 @@ def record(event: str, deliveries: list[tuple[Webhook, dict]]) -> None:
     leased from the start: the sweep leaves it to its task unless that task is lost."""
     if not deliveries:
         return
-    now = timezone.now()
+    now = db_now()
     rows = WebhookDelivery.objects.bulk_create([
         WebhookDelivery(webhook=webhook, event=event, message_id=f"msg_{uuid.uuid4().hex}",
                         payload={"type": event, "timestamp": _iso(now), "data": data},

@@ -23,8 +23,8 @@ from datetime import timedelta
 import redis
 from django.conf import settings
 from django.db import connection, transaction
-from django.utils import timezone
 
+from owed.clock import db_now
 from relay import metrics
 from relay.backends.errors import NoBackendSlot
 from relay.models import BackendCallSlot
@@ -136,7 +136,7 @@ class DatabaseLimiter(Limiter):
                     cursor.execute("SELECT pg_advisory_xact_lock(%s)", [ADVISORY_LOCK_KEY])
             # On SQLite this write, first thing, takes the database's one write lock, so
             # the counts below cannot change before the insert.
-            now = timezone.now()
+            now = db_now()
             BackendCallSlot.objects.filter(started_at__lte=now - WINDOW).exclude(hold_until__gt=now).delete()
             if BackendCallSlot.objects.filter(hold_until__gt=now).count() >= self.max_concurrent:
                 return False, self.BUSY_WAIT_MS

@@ -11,7 +11,6 @@ import time
 
 from celery import current_app
 from django.db import connection
-from django.utils import timezone
 
 from mailboxes.models import Direction, MessageContent
 from mailboxes.storing import MailboxFull, Recipient, message_store, recipient_at
@@ -28,7 +27,7 @@ __all__ = ["MailboxFull", "Recipient", "deliver_message", "recipient_mailbox"]
 
 def recipient_mailbox(address: str) -> Recipient | None:
     """The mailbox that may receive mail at `address` right now, or None."""
-    return recipient_at(address, now=timezone.now())
+    return recipient_at(address)
 
 
 def deliver_message(*, raw: bytes, mail_from: str, recipients: list[Recipient], server_id: str = "",

@@ -18,8 +18,8 @@ from datetime import timedelta
 from celery import current_app
 from django.conf import settings
 from django.db import DatabaseError, connection, connections
-from django.utils import timezone
 
+from owed.clock import db_now
 from relay.outbox.sending import batch_claim
 
 logger = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ class Mailer:
     def idle_tick(self) -> None:
         """Batches whose lease lapsed, and queued rows older than a batch timeout (their
         notification was missed, or came while this mailer was reconnecting)."""
-        missed_before = timezone.now() - timedelta(seconds=self.timeout)
+        missed_before = db_now() - timedelta(seconds=self.timeout)
         while self.running and self.dispatch(reason="lapsed or missed", queued_before=missed_before) == self.limit:
             pass
 

@@ -10,13 +10,13 @@ from email.mime.base import MIMEBase
 from django.conf import settings
 from django.db import transaction
 from django.db.models import QuerySet
-from django.utils import timezone
 
 from accounts.models import Account
 from mailboxes.errors import Forbidden, Gone, MessageTooLarge, NotFound, QuotaExceeded
 from mailboxes.models import Direction, Mailbox
 from mailboxes.quotas import quota
 from mailboxes.storing import MailboxFull, recipient_of
+from owed.clock import db_now
 from relay.inbound.storing import deliver_message
 from relay.models import OutboxKind, OutboxMail
 from relay.outbox.sending import mail_build
@@ -52,11 +52,11 @@ def check_send(owner: Account, recipients: int) -> None:
     Account.objects.select_for_update().filter(id=owner.id).first()
     per_day = quota(owner.plan, "sends_per_day")
     window = OutboxMail.objects.filter(kind=OutboxKind.SEND, mailbox__owner=owner,
-                                       created_at__gt=timezone.now() - DAY)
+                                       created_at__gt=db_now() - DAY)
     if window.count() >= per_day:
         oldest = window.order_by("created_at").values_list("created_at", flat=True).first()
         raise QuotaExceeded(f"The {owner.plan} plan allows {per_day} sends a day.",
-                            retry_after=(oldest + DAY - timezone.now()).total_seconds())
+                            retry_after=(oldest + DAY - db_now()).total_seconds())
 
 
 def outbound_queue(*, mailbox: Mailbox, to: list[str], subject: str, text: str, html: str = "",

@@ -24,11 +24,11 @@ from django.core.mail import EmailMessage, EmailMultiAlternatives, get_connectio
 from django.core.mail.backends.smtp import EmailBackend as SmtpBackend
 from django.db import connection, transaction
 from django.db.models import Case, Count, F, Q, TextField, Value, When
-from django.utils import timezone
 
 from accounts.models import TokenAction
 from accounts.services import token_usable
 from owed import OwedWork
+from owed.clock import db_now
 from relay.models import KIND_PRIORITY, OutboxMail, OutboxStatus
 from relay.outbox.signing import dkim_signed
 
@@ -92,7 +92,7 @@ def batch_claim(*, limit: int, queued_before=None) -> tuple[uuid.UUID, list[int]
     first, then activation, then the rest, oldest first within each. `queued_before`:
     only rows queued before then (and lapsed ones), for the idle tick that picks up mails
     whose NOTIFY was missed."""
-    now = timezone.now()
+    now = db_now()
     owed = OUTBOX.takeable(now, owed_only=Q(created_at__lt=queued_before) if queued_before is not None else None)
     return OUTBOX.take_batch(OutboxMail.objects.filter(owed).order_by("priority", "id"), limit=limit, claimed_at=now)
 
@@ -125,7 +125,7 @@ def _why_not_send(mail: OutboxMail) -> str:
         return "its token was used or expired before the mail left"
     if mail.mailbox_id is not None:
         mailbox = mail.mailbox
-        if not mailbox.receives(timezone.now()):
+        if not mailbox.receives(db_now()):
             return "the mailbox expired or was deleted before the message left"
     return ""
 
@@ -176,7 +176,7 @@ def _record_sent(claim: uuid.UUID, mail_ids: list[int]) -> None:
 
     with transaction.atomic():
         _quick_commit()
-        OUTBOX.settle(mail_ids, claim, state=OutboxStatus.SENT, sent_at=timezone.now(), error="",
+        OUTBOX.settle(mail_ids, claim, state=OutboxStatus.SENT, sent_at=db_now(), error="",
                       text=drop_if_token("text"), html=drop_if_token("html"), message=b"")
     mail_ids.clear()
 

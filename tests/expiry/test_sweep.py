@@ -5,7 +5,6 @@ import threading
 from datetime import timedelta
 
 import pytest
-import time_machine
 from celery import current_app
 from django.conf import settings
 from django.db import connection
@@ -15,7 +14,11 @@ from expiry import dispatch, sweep
 from expiry.dispatch import EXPIRE_TASK
 from expiry.sweep import schedule_upcoming, sweep_due_and_lapsed
 from mailboxes.models import Mailbox
-from tests.helpers import expire_now, make_mailbox, make_mailboxes
+from owed.clock import db_now
+from tests.helpers import earlier, expire_now, make_mailbox, make_mailboxes
+
+# The times a cleanup's bookkeeping is judged by.
+CLEANUP_TIMES = ("cleanup_lease_until", "cleanup_queued_at")
 
 
 @pytest.fixture
@@ -74,8 +77,8 @@ def test_sweep_requeues_a_cleanup_whose_lease_lapsed_keeping_its_attempts(db, st
     expire_now(mailbox)
     Mailbox.objects.filter(id=mailbox.id).update(cleanup_state="running", cleanup_attempts=2)
     assert sweep_due_and_lapsed().requeued == 0  # lease still running
-    with time_machine.travel(timezone.now() + timedelta(minutes=5), tick=False):
-        assert sweep_due_and_lapsed().requeued == 1
+    earlier(Mailbox.objects.filter(id=mailbox.id), timedelta(minutes=5), *CLEANUP_TIMES)  # five minutes on
+    assert sweep_due_and_lapsed().requeued == 1
     mailbox.refresh_from_db()
     assert (mailbox.cleanup_state, mailbox.cleanup_attempts) == ("pending", 2)
 
@@ -126,13 +129,16 @@ def test_a_pending_cleanup_requeued_again_and_again_waits_twice_as_long_each_tim
     mailbox = make_mailbox("backlogged", due=True, stalwart=stalwart)
     expire_now(mailbox)
     lease = timedelta(seconds=settings.RELAY_CLEANUP_LEASE_SECONDS)
+    row = Mailbox.objects.filter(id=mailbox.id)
     waits = []
     for _ in range(4):
-        at = Mailbox.objects.get(id=mailbox.id).cleanup_lease_until
-        with time_machine.travel(at, tick=False):
-            assert sweep_due_and_lapsed().requeued == 1
-        waits.append(Mailbox.objects.get(id=mailbox.id).cleanup_lease_until - at)
-    assert waits == [lease, 2 * lease, 4 * lease, 8 * lease]
+        earlier(row, row.get().cleanup_lease_until - db_now(), *CLEANUP_TIMES)  # on to the lease's end
+        at = row.get().cleanup_lease_until
+        assert sweep_due_and_lapsed().requeued == 1
+        waits.append(row.get().cleanup_lease_until - at)
+    # The database's clock moves on by the milliseconds the loop takes.
+    for wait, expected in zip(waits, [lease, 2 * lease, 4 * lease, 8 * lease]):
+        assert abs(wait - expected) < timedelta(milliseconds=500), waits
     assert Mailbox.objects.get(id=mailbox.id).cleanup_attempts == 0  # waiting is not an attempt
 
 
@@ -156,12 +162,12 @@ def test_sweep_schedules_mailboxes_falling_due_before_the_next_sweeps_once(db, s
 
 def test_sweep_leaves_a_scheduled_mailbox_to_its_task_for_one_interval_then_takes_it(db, stalwart, settings):
     mailbox = make_mailbox("scheduled", stalwart=stalwart)
-    Mailbox.objects.filter(id=mailbox.id).update(expiry_scheduled_for=mailbox.expires_at)
-    with time_machine.travel(mailbox.expires_at + timedelta(milliseconds=100), tick=False):
-        assert sweep_due_and_lapsed().expired == 0  # its own task is due to run now
-    late = mailbox.expires_at + timedelta(seconds=settings.RELAY_SWEEP_INTERVAL_SECONDS, milliseconds=1)
-    with time_machine.travel(late, tick=False):
-        assert sweep_due_and_lapsed().expired == 1  # the task was lost: the sweep steps in
+    row = Mailbox.objects.filter(id=mailbox.id)
+    due = db_now() - timedelta(milliseconds=100)
+    row.update(expires_at=due, expiry_scheduled_for=due)
+    assert sweep_due_and_lapsed().expired == 0  # its own task is due to run now
+    earlier(row, timedelta(seconds=settings.RELAY_SWEEP_INTERVAL_SECONDS), "expires_at", "expiry_scheduled_for")
+    assert sweep_due_and_lapsed().expired == 1  # the task was lost: the sweep steps in
 
 
 def test_while_tasks_are_queued_only_stalled_or_long_waiting_cleanups_are_requeued(db, stalwart, settings,
@@ -172,13 +178,14 @@ def test_while_tasks_are_queued_only_stalled_or_long_waiting_cleanups_are_requeu
     expire_now(waiting)
     expire_now(stalled)
     Mailbox.objects.filter(id=stalled.id).update(cleanup_state="running")  # its worker died mid-call
+    both = Mailbox.objects.filter(id__in=[waiting.id, stalled.id])
     lapse = timedelta(seconds=settings.RELAY_CLEANUP_LEASE_SECONDS + 1)
-    with time_machine.travel(timezone.now() + lapse, tick=False):
-        assert sweep_due_and_lapsed().requeued == 1
+    earlier(both, lapse, *CLEANUP_TIMES)
+    assert sweep_due_and_lapsed().requeued == 1
     assert Mailbox.objects.get(id=stalled.id).cleanup_state == "pending"
     long_wait = timedelta(seconds=settings.RELAY_CLEANUP_LEASE_SECONDS * sweep.MAX_LEASE_DOUBLINGS + 1)
     before = Mailbox.objects.get(id=waiting.id).cleanup_lease_until
-    with time_machine.travel(timezone.now() + long_wait, tick=False):
-        assert sweep_due_and_lapsed().requeued == 1
+    earlier(both, long_wait - lapse, *CLEANUP_TIMES)  # on to long_wait after the start
+    assert sweep_due_and_lapsed().requeued == 1
     # Past the longest lease even a queued one is presumed lost and queued again.
     assert Mailbox.objects.get(id=waiting.id).cleanup_lease_until > before

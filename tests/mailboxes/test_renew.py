@@ -3,10 +3,10 @@ and bounds, and never a revival of one that has expired."""
 from datetime import timedelta
 
 import pytest
-import time_machine
-from django.utils import timezone
 
 from mailboxes.models import Mailbox
+from owed.clock import db_now
+from tests.helpers import earlier
 
 
 @pytest.fixture
@@ -18,25 +18,28 @@ def renew(client, mailbox_id, **body):
     return client.post(f"/api/v1/mailboxes/{mailbox_id}/renew", body, format="json")
 
 
+def renewed_between(mailbox_id, before, after, ttl: timedelta) -> bool:
+    """expires_at is the database's now, read during the renew, plus `ttl`."""
+    return before + ttl <= Mailbox.objects.get(id=mailbox_id).expires_at <= after + ttl
+
+
 def test_renew_on_active_mailbox_sets_expires_at_from_now(client_pro, mailbox_id):
-    later = timezone.now() + timedelta(minutes=5)
-    with time_machine.travel(later, tick=False):
-        response = renew(client_pro, mailbox_id, ttl_ms=3_600_000)
+    before = db_now()
+    response = renew(client_pro, mailbox_id, ttl_ms=3_600_000)
     assert response.status_code == 200
     assert response.json()["status"] == "active"
-    assert Mailbox.objects.get(id=mailbox_id).expires_at == later + timedelta(hours=1)
+    assert renewed_between(mailbox_id, before, db_now(), timedelta(hours=1))
 
 
 def test_renew_without_ttl_uses_the_plan_default(client_pro, mailbox_id):
-    now = timezone.now()
-    with time_machine.travel(now, tick=False):
-        renew(client_pro, mailbox_id)
-    assert Mailbox.objects.get(id=mailbox_id).expires_at == now + timedelta(hours=24)
+    before = db_now()
+    renew(client_pro, mailbox_id)
+    assert renewed_between(mailbox_id, before, db_now(), timedelta(hours=24))
 
 
 def test_renew_on_expired_mailbox_is_410(client_pro, mailbox_id):
-    with time_machine.travel(timezone.now() + timedelta(minutes=11), tick=False):
-        response = renew(client_pro, mailbox_id, ttl_ms=600_000)
+    earlier(Mailbox.objects.filter(id=mailbox_id), timedelta(minutes=11), "expires_at")
+    response = renew(client_pro, mailbox_id, ttl_ms=600_000)
     assert response.status_code == 410
     assert response.json() == {"code": "expired", "message": "Mailbox has expired"}
     assert Mailbox.objects.get(id=mailbox_id).status == "expired"
