@@ -13,14 +13,20 @@ from relay.backends import NoBackendSlot, TransientBackendError
 _LEASE = settings.RELAY_CLEANUP_LEASE_SECONDS
 
 
-@shared_task(bind=True, acks_late=True, max_retries=settings.RELAY_CLEANUP_MAX_RETRIES,
-             soft_time_limit=_LEASE // 2, time_limit=_LEASE * 3 // 4)
+# The card's declaration: the backend's transient errors are retried by Celery itself,
+# with exponential backoff and full jitter (the formula owed/ leases the row for, from
+# the same settings), at most RELAY_CLEANUP_MAX_RETRIES times.
+@shared_task(bind=True, acks_late=True, autoretry_for=(TransientBackendError,),
+             retry_backoff=settings.RELAY_CLEANUP_RETRY_BACKOFF_SECONDS,
+             retry_backoff_max=settings.RELAY_CLEANUP_RETRY_BACKOFF_MAX_SECONDS, retry_jitter=True,
+             max_retries=settings.RELAY_CLEANUP_MAX_RETRIES, soft_time_limit=_LEASE // 2, time_limit=_LEASE * 3 // 4)
 def expire_mailbox(self, mailbox_id: str) -> str:
     """Deprovision one expired or deleted mailbox; see expiry.cleanup.mailbox_cleanup.
 
     With no slot free under the backend limit, the cleanup steps aside unattempted and a
     fresh copy of the task comes back later: a wait, not a retry, so it spends none of
-    max_retries. A backend that answered with Retry-After is retried no sooner than that."""
+    max_retries. A backend that answered with Retry-After is retried no sooner than that;
+    any other transient error is autoretry_for's."""
     retries = self.request.retries
     try:
         outcome = cleanup.mailbox_cleanup(mailbox_id=uuid.UUID(mailbox_id), retries=retries)
@@ -29,7 +35,9 @@ def expire_mailbox(self, mailbox_id: str) -> str:
         return "waiting"
     except TransientBackendError as exc:
         # The row was released for this retry, leased for its longest wait (owed/).
-        raise self.retry(exc=exc, countdown=CLEANUPS.retry_delay(retries, at_least=exc.retry_after or 0))
+        if not exc.retry_after:
+            raise  # autoretry_for: retry_backoff with retry_jitter
+        raise self.retry(exc=exc, countdown=CLEANUPS.retry_delay(retries, at_least=exc.retry_after))
     if outcome == cleanup.CleanupOutcome.EARLY:
         self.apply_async(args=(mailbox_id,), countdown=cleanup.EARLY_RETRY_SECONDS)
     return outcome.value

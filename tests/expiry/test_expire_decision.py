@@ -2,14 +2,17 @@
 mailbox, run in this process against the fake Stalwart. Real worker processes are in
 test_workers.py; the sweep is in test_sweep.py."""
 import threading
+import uuid
 from datetime import timedelta
 
 import pytest
 from django.db import connection
 
+from expiry import cleanup
 from expiry.cleanup import mailbox_cleanup
 from expiry.tasks import expire_mailbox
 from mailboxes.models import Mailbox
+from relay.backends import TransientBackendError
 from owed.clock import db_now
 from tests.helpers import earlier, expire_now, make_mailbox
 from tests.stalwart_fake import CONCURRENCY, FORBIDDEN_IN_BODY, HTTP_503, NOT_FOUND, RATE_LIMITED, TIMEOUT, UNAUTHORIZED
@@ -68,6 +71,27 @@ def test_transient_failure_is_retried_then_done(db, stalwart, kind):
     assert (mailbox.cleanup_state, mailbox.cleanup_attempts) == ("done", 3)
     assert len(stalwart.destroy_calls("flaky")) == 3
     assert stalwart.destroyed_names() == ["flaky"]
+
+
+def test_the_task_is_declared_with_celerys_retries_and_a_retry_after_sets_the_least_wait(db, monkeypatch, settings):
+    assert expire_mailbox.autoretry_for == (TransientBackendError,) and expire_mailbox.retry_jitter is True
+    assert expire_mailbox.retry_backoff == settings.RELAY_CLEANUP_RETRY_BACKOFF_SECONDS
+    assert expire_mailbox.max_retries == settings.RELAY_CLEANUP_MAX_RETRIES
+    errors = [TransientBackendError("busy"), TransientBackendError("slow down", retry_after=500)]
+
+    def cleanup_failing_twice(**kwargs):
+        if errors:
+            raise errors.pop(0)
+        return cleanup.CleanupOutcome.DONE
+
+    monkeypatch.setattr(cleanup, "mailbox_cleanup", cleanup_failing_twice)
+    countdowns, retry = [], expire_mailbox.retry
+    monkeypatch.setattr(expire_mailbox, "retry", lambda *args, **kwargs: countdowns.append(kwargs["countdown"])
+                        or retry(*args, **kwargs))
+    assert expire_mailbox.apply(args=(str(uuid.uuid4()),)).result == "done"
+    # The first: Celery's backoff with full jitter (autoretry_for); the second: no sooner
+    # than the backend's Retry-After.
+    assert 0 <= countdowns[0] <= settings.RELAY_CLEANUP_RETRY_BACKOFF_SECONDS and countdowns[1] >= 500
 
 
 def test_failing_past_the_last_retry_is_dead_with_attempts_and_error(db, stalwart):
