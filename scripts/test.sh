@@ -38,12 +38,14 @@ if ! command -v nsd >/dev/null || ! command -v opendkim-genkey >/dev/null || ! p
   fi
 fi
 # The conversation tests check Relay's replies with a threading implementation Relay does
-# not contain: notmuch's.
-if ! command -v notmuch >/dev/null; then
+# not contain (notmuch's); the several-hosts test runs processes in network namespaces
+# (iproute2) with their clocks off (libfaketime).
+if ! command -v notmuch >/dev/null || ! command -v faketime >/dev/null || ! command -v ip >/dev/null; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    echo "installing notmuch for the conversation tests" >&2
-    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends notmuch) \
-      >/dev/null || echo "warning: could not install notmuch; the threading check against it will be skipped" >&2
+    echo "installing notmuch, faketime and iproute2 for the conversation and several-hosts tests" >&2
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      notmuch faketime iproute2) >/dev/null \
+      || echo "warning: could not install notmuch, faketime or iproute2; the tests needing them will be skipped" >&2
   fi
 fi
 

@@ -315,6 +315,10 @@ class Processes:
             assert proc.poll() is None, f"{name} exited:\n{log.read_text(errors='replace')[-3000:]}"
         self.starting.clear()
 
+    def start(self, name: str, command: list[str], *, ready_text: str, env: dict | None = None) -> subprocess.Popen:
+        """Any command, followed like the others (tests/test_hosts.py: a process on a host)."""
+        return self._spawn(name, command, ready_text, env=env)
+
     def worker(self, name: str, concurrency: int = 1) -> subprocess.Popen:
         return self._spawn(name, [*CELERY, "worker", "-P", "prefork", "-c", str(concurrency), "-n", f"{name}@%h",
                                   "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "INFO"],
