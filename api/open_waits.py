@@ -10,7 +10,6 @@ Redis each process counts its own. If Redis stops answering, waits are let throu
 logged): an outage must not turn every wait into a 429."""
 import logging
 import threading
-import time
 import uuid
 from collections import Counter
 from contextlib import contextmanager
@@ -30,6 +29,13 @@ KEY_PREFIX = "relay:open-waits:"
 
 _local = Counter()
 _local_lock = threading.Lock()
+
+
+def _redis_now(client) -> float:
+    """Redis's clock (TIME): every web host counts one caller's open waits in one sorted
+    set, so their leases are judged by one clock, not each host's."""
+    seconds, microseconds = client.time()
+    return seconds + microseconds / 1_000_000
 
 
 def caller_key(caller) -> str:
@@ -60,8 +66,8 @@ class OpenWait:
                 _local[self.key] += 1
             self.counted_in = "local"
             return
-        now = time.time()
         try:
+            now = _redis_now(client)
             with client.pipeline(transaction=True) as pipe:
                 pipe.zremrangebyscore(self.key, "-inf", now)
                 pipe.zadd(self.key, {self.member: now + LEASE_SECONDS})
@@ -81,8 +87,10 @@ class OpenWait:
         if self.counted_in != "redis":
             return
         try:
-            with _redis().pipeline(transaction=False) as pipe:
-                pipe.zadd(self.key, {self.member: time.time() + LEASE_SECONDS}, xx=True)
+            client = _redis()
+            now = _redis_now(client)
+            with client.pipeline(transaction=False) as pipe:
+                pipe.zadd(self.key, {self.member: now + LEASE_SECONDS}, xx=True)
                 pipe.expire(self.key, LEASE_SECONDS)  # the set outlives its longest-lived member
                 pipe.execute()
         except redis.RedisError:

@@ -21,6 +21,7 @@ from api.serializers import (EventsQuerySerializer, MessageDetailSerializer, Mes
 from mailboxes import access, selectors, services
 from mailboxes.errors import Forbidden, RelayError
 from mailboxes.models import Direction, Mailbox, MailboxStatus
+from owed.clock import db_now
 from relay import mailserver
 
 logger = logging.getLogger(__name__)
@@ -36,6 +37,12 @@ def _principal_of(request) -> Principal:
     if result is None:
         raise exceptions.NotAuthenticated("Authentication credentials were not provided.")
     return result[0]
+
+
+def _seconds_until(moment) -> float:
+    """Seconds from now to `moment` by the database's clock, which decides when a mailbox
+    ends: a waiter wakes at its end however this host's clock stands."""
+    return (moment - db_now()).total_seconds()
 
 
 def _messages_after(mailbox, after: int, search: dict):
@@ -124,7 +131,7 @@ async def hold(caller, mailbox_id, seconds: float, look):
                 left = deadline - time.monotonic()
                 if found or left <= 0:
                     return mailbox, found
-                until_expiry = (mailbox.expires_at.timestamp() - time.time()) + 0.05
+                until_expiry = await in_pool(_seconds_until)(mailbox.expires_at) + 0.05
                 await hub.wait(event, min(left, max(until_expiry, 0.0)))
         finally:
             hub.unregister(mailbox_id, event)
@@ -262,7 +269,7 @@ async def mailbox_events(request, mailbox_id):
                     yield ": keep-alive\n\n"
                     last_sent = time.monotonic()
                     await in_pool(place.renew)()
-                until_expiry = (mailbox.expires_at.timestamp() - time.time()) + 0.05
+                until_expiry = await in_pool(_seconds_until)(mailbox.expires_at) + 0.05
                 heartbeat_in = HEARTBEAT_SECONDS - (time.monotonic() - last_sent)
                 await hub.wait(event, max(0.0, min(until_expiry, heartbeat_in)))
         finally:

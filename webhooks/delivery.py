@@ -140,6 +140,7 @@ def _attempt(delivery: WebhookDelivery, claim: uuid.UUID) -> tuple[int | None, s
     body = json.dumps(delivery.payload, separators=(",", ":")).encode()
     status_code, error = None, ""
     try:
+        # Standard Webhooks: the receiver checks it against its own clock, as it would any sender's.
         timestamp = int(time.time())
         status_code = post(webhook.url, body, {
             "Content-Type": "application/json", "User-Agent": "Relay-Webhooks", "webhook-id": delivery.message_id,

@@ -137,6 +137,8 @@ def _take_send_slot() -> None:
     if not cap:
         return
     while True:
+        # A rate, not an instant two workers must agree on: a worker whose clock is off
+        # counts in its own seconds, and the cap still holds per second of each clock.
         second = int(time.time())
         key = f"relay:mailer:sent:{second}"
         cache.add(key, 0, timeout=5)
