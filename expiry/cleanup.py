@@ -13,6 +13,7 @@ from enum import StrEnum
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q
+from django.db.models.functions import Now
 
 from expiry.dispatch import publish_cleanups
 from mailboxes.ending import mailboxes_expire_due
@@ -47,12 +48,12 @@ def mailbox_cleanup(*, mailbox_id, retries: int = 0) -> CleanupOutcome:
     row then goes back to pending, leased past the longest the retry may wait. Anything
     else the backend raises is recorded and re-raised: the task fails, the lease lapses,
     and a sweep tries again, each try counted, until the cleanup is dead."""
-    now = db_now()
     taken = _take(mailbox_id)
     # A task queued before the mailbox was due expires it itself once it is.
-    if taken is None and mailboxes_expire_due(mailbox_ids=[mailbox_id], now=now, announce=False):
+    if taken is None and mailboxes_expire_due(mailbox_ids=[mailbox_id], announce=False):
         taken = _take(mailbox_id)
     if taken is None:
+        now = db_now()
         logger.debug("cleanup of %s: nothing to take (not due, done, dead, or running elsewhere)", mailbox_id)
         if Mailbox.objects.filter(id=mailbox_id, status=MailboxStatus.ACTIVE, expires_at__gt=now,
                                   expiry_scheduled_for=F("expires_at"), expires_at__lte=now + EARLY_WINDOW).exists():
@@ -86,7 +87,7 @@ def mailbox_cleanup(*, mailbox_id, retries: int = 0) -> CleanupOutcome:
     except Exception as exc:
         CLEANUPS.settle(mailbox_id, claim, error=f"{type(exc).__name__}: {exc}")
         raise
-    CLEANUPS.settle(mailbox_id, claim, state=CleanupState.DONE, cleanup_done_at=db_now())
+    CLEANUPS.settle(mailbox_id, claim, state=CleanupState.DONE, cleanup_done_at=Now())
     logger.info("cleanup of %s done", mailbox_id)
     return CleanupOutcome.DONE
 
@@ -130,7 +131,7 @@ def mailboxes_cleanup(*, mailbox_ids: list, expire_due: bool = False) -> dict[st
             logger.warning("cleanup of %s failed in a batch; queued on its own: %s", mailbox_id, exc)
         else:
             done.append(mailbox_id)
-    outcome["done"] = CLEANUPS.settle(done, claim, state=CleanupState.DONE, cleanup_done_at=db_now())
+    outcome["done"] = CLEANUPS.settle(done, claim, state=CleanupState.DONE, cleanup_done_at=Now())
     if outcome["done"]:
         logger.info("cleanup of %d mailbox(es) done in one batch", outcome["done"])
     return outcome

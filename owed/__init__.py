@@ -120,26 +120,34 @@ class OwedWork:
         """Take one row if it is takeable: (claim, {attempts and the `returning` fields}),
         or None. One UPDATE … RETURNING: this is the hot path of every cleanup task
         (bench/expiry_burst.py), where update() and a read would be two statements."""
-        claim, now = uuid.uuid4(), db_now()
+        claim = uuid.uuid4()
         fields = {f.name: f for f in self.model._meta.concrete_fields}
         column = lambda name: connection.ops.quote_name(fields[name].column)  # noqa: E731
         value = lambda name, v: fields[name].get_db_prep_value(v, connection)  # noqa: E731
         state, lease = column(self.state), column(self.lease_until)
-        if self.running == self.owed:
-            where = f"{state} = %s AND ({column(self.claim)} IS NULL OR {lease} <= %s)"
-            where_params = [self.owed, value(self.lease_until, now)]
+        if connection.vendor == "postgresql":
+            # The database's clock, read by the statement itself: no round trip for it.
+            now_sql, now_params = "clock_timestamp()", []
+            lease_sql, lease_params = "clock_timestamp() + make_interval(secs => %s)", [self.lease_seconds()]
         else:
-            where = f"({state} = %s OR ({state} = %s AND {lease} <= %s))"
-            where_params = [self.owed, self.running, value(self.lease_until, now)]
+            now = db_now()
+            now_sql, now_params = "%s", [value(self.lease_until, now)]
+            lease_sql, lease_params = "%s", [value(self.lease_until, self.lease(now))]
+        if self.running == self.owed:
+            where = f"{state} = %s AND ({column(self.claim)} IS NULL OR {lease} <= {now_sql})"
+            where_params = [self.owed, *now_params]
+        else:
+            where = f"({state} = %s OR ({state} = %s AND {lease} <= {now_sql}))"
+            where_params = [self.owed, self.running, *now_params]
         names = (self.attempts, *returning)
         with connection.cursor() as cursor:
             cursor.execute(
                 f"UPDATE {connection.ops.quote_name(self.model._meta.db_table)}"
-                f" SET {state} = %s, {column(self.claim)} = %s, {lease} = %s,"
+                f" SET {state} = %s, {column(self.claim)} = %s, {lease} = {lease_sql},"
                 f" {column(self.attempts)} = {column(self.attempts)} + 1"
                 f" WHERE {column(self.model._meta.pk.name)} = %s AND {where}"
                 f" RETURNING {', '.join(column(name) for name in names)}",
-                [self.running, value(self.claim, claim), value(self.lease_until, self.lease(now)),
+                [self.running, value(self.claim, claim), *lease_params,
                  value(self.model._meta.pk.name, pk), *where_params])
             row = cursor.fetchone()
         if row is None:

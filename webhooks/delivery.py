@@ -20,6 +20,7 @@ from celery import current_app
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Count
+from django.db.models.functions import Now
 
 from owed import OwedWork
 from owed.clock import db_now
@@ -106,7 +107,7 @@ def deliver_many(*, delivery_ids: list[int]) -> dict[str, int]:
                     cursor.execute("SET LOCAL synchronous_commit TO OFF")
             for status_code, deliveries in delivered.items():
                 counted["delivered"] += DELIVERIES.settle(
-                    [d.id for d in deliveries], claim, state=DeliveryStatus.DELIVERED, delivered_at=db_now(),
+                    [d.id for d in deliveries], claim, state=DeliveryStatus.DELIVERED, delivered_at=Now(),
                     last_status_code=status_code, error="")
         for delivery in (d for deliveries in delivered.values() for d in deliveries):
             logger.info("delivered %s %s to webhook %s", delivery.event, delivery.message_id, delivery.webhook_id)
@@ -158,7 +159,7 @@ def _attempt(delivery: WebhookDelivery, claim: uuid.UUID) -> tuple[int | None, s
 
 def _record(delivery: WebhookDelivery, claim: uuid.UUID, status_code: int | None, error: str) -> str:
     if status_code is not None and 200 <= status_code < 300:
-        DELIVERIES.settle(delivery.id, claim, state=DeliveryStatus.DELIVERED, delivered_at=db_now(),
+        DELIVERIES.settle(delivery.id, claim, state=DeliveryStatus.DELIVERED, delivered_at=Now(),
                           last_status_code=status_code, error="")
         logger.info("delivered %s %s to webhook %s", delivery.event, delivery.message_id, delivery.webhook_id)
         return "delivered"

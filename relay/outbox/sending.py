@@ -24,6 +24,7 @@ from django.core.mail import EmailMessage, EmailMultiAlternatives, get_connectio
 from django.core.mail.backends.smtp import EmailBackend as SmtpBackend
 from django.db import connection, transaction
 from django.db.models import Case, Count, F, Q, TextField, Value, When
+from django.db.models.functions import Now
 
 from accounts.models import TokenAction
 from accounts.services import token_usable
@@ -178,7 +179,7 @@ def _record_sent(claim: uuid.UUID, mail_ids: list[int]) -> None:
 
     with transaction.atomic():
         _quick_commit()
-        OUTBOX.settle(mail_ids, claim, state=OutboxStatus.SENT, sent_at=db_now(), error="",
+        OUTBOX.settle(mail_ids, claim, state=OutboxStatus.SENT, sent_at=Now(), error="",
                       text=drop_if_token("text"), html=drop_if_token("html"), message=b"")
     mail_ids.clear()
 
