@@ -92,6 +92,11 @@ class Forwarder:
                 server.close()
             for writer in list(self.writers):
                 writer.close()
+            # The connections' own tasks end here, not with the interpreter.
+            pending = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
 
         asyncio.run_coroutine_threadsafe(close_all(), self.loop).result(10)
         self.loop.call_soon_threadsafe(self.loop.stop)
