@@ -132,11 +132,15 @@ class DatabaseLimiter(Limiter):
     def try_take(self, token: str) -> tuple[bool, int]:
         with transaction.atomic():
             if connection.vendor == "postgresql":
+                # The lock, then the database's clock, in one round trip: every worker
+                # waits on this lock, so the time inside it is everyone's.
                 with connection.cursor() as cursor:
-                    cursor.execute("SELECT pg_advisory_xact_lock(%s)", [ADVISORY_LOCK_KEY])
+                    cursor.execute("SELECT pg_advisory_xact_lock(%s), clock_timestamp()", [ADVISORY_LOCK_KEY])
+                    now = cursor.fetchone()[1]
+            else:
+                now = db_now()
             # On SQLite this write, first thing, takes the database's one write lock, so
             # the counts below cannot change before the insert.
-            now = db_now()
             BackendCallSlot.objects.filter(started_at__lte=now - WINDOW).exclude(hold_until__gt=now).delete()
             if BackendCallSlot.objects.filter(hold_until__gt=now).count() >= self.max_concurrent:
                 return False, self.BUSY_WAIT_MS
