@@ -11,6 +11,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models.functions import Now
 
 from accounts import revocations
 from accounts.errors import NotFound, QuotaExceeded
@@ -51,7 +52,7 @@ def api_key_create(*, account: Account) -> tuple[ApiKey, str]:
 
 
 def api_key_revoke(*, account: Account, key_id: int) -> None:
-    revoked = ApiKey.objects.filter(id=key_id, account=account, revoked_at=None).update(revoked_at=db_now())
+    revoked = ApiKey.objects.filter(id=key_id, account=account, revoked_at=None).update(revoked_at=Now())
     key_revoked(account_id=account.id)
     if not revoked and not ApiKey.objects.filter(id=key_id, account=account).exists():
         raise NotFound()

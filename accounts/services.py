@@ -11,6 +11,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models.functions import Now
 from django.db.models import F, Q
 
 from accounts import tokens
@@ -145,7 +146,7 @@ def _count_try(token: Token) -> bool:
     is left. Counting first is what makes the limit hold under parallel guesses: each
     one takes a try in one UPDATE, and a sixth finds none left, instead of all of them
     reading "no wrong codes yet" and being checked."""
-    return bool(Token.objects.filter(id=token.id, consumed_at=None, expires_at__gt=db_now(),
+    return bool(Token.objects.filter(id=token.id, consumed_at=None, expires_at__gt=Now(),
                                      wrong_codes__lt=tokens.MAX_WRONG_CODES)
                 .update(wrong_codes=F("wrong_codes") + 1))
 
@@ -195,7 +196,7 @@ def account_activate_by_code(*, email: str, code: str) -> tuple[Account, str]:
     no_match = InvalidRequest(ACTIVATION_NO_MATCH, field="code")
     token = (Token.objects.select_related("account")
              .filter(account__email__iexact=email, account__status=AccountStatus.PROVISIONED,
-                     action=TokenAction.ACTIVATION, consumed_at=None, expires_at__gt=db_now())
+                     action=TokenAction.ACTIVATION, consumed_at=None, expires_at__gt=Now())
              .order_by("-created_at").first())
     if token is None or not _count_try(token):
         raise no_match
@@ -231,7 +232,7 @@ def recovery_confirm(*, link_token: str, code: str) -> tuple[Account, str]:
         account = Account.objects.select_for_update().get(id=token.account_id)
         if account.status != AccountStatus.ACTIVE:
             raise Gone(TOKEN_GONE)
-        ApiKey.objects.filter(account=account, revoked_at=None).update(revoked_at=db_now())
+        ApiKey.objects.filter(account=account, revoked_at=None).update(revoked_at=Now())
         key_revoked(account_id=account.id)
         _, key = api_key_create(account=account)
     logger.info("account %s recovered its key; its other keys are revoked", account.login)

@@ -119,14 +119,15 @@ def _retryable(exc: Exception) -> bool:
     return isinstance(exc, (smtplib.SMTPServerDisconnected, OSError))
 
 
-def _why_not_send(mail: OutboxMail) -> str:
-    """Why this mail should no longer go out, or "" if it should."""
+def _why_not_send(mail: OutboxMail, now) -> str:
+    """Why this mail should no longer go out at `now` (the database's), or "" if it should."""
     # An activation mail carries a link that wrong codes do not burn (token_usable).
-    if mail.token_id is not None and not token_usable(mail.token, by_link=mail.token.action == TokenAction.ACTIVATION):
+    if mail.token_id is not None and not token_usable(mail.token, now,
+                                                      by_link=mail.token.action == TokenAction.ACTIVATION):
         return "its token was used or expired before the mail left"
     if mail.mailbox_id is not None:
         mailbox = mail.mailbox
-        if not mailbox.receives(db_now()):
+        if not mailbox.receives(now):
             return "the mailbox expired or was deleted before the message left"
     return ""
 
@@ -247,8 +248,9 @@ def batch_send(*, claim: uuid.UUID, mail_ids: list[int], again: bool = False) ->
         _log(mail, outcome)
 
     to_send = []
+    now = db_now()  # once for the batch
     for mail in mails:
-        reason = _why_not_send(mail)
+        reason = _why_not_send(mail, now)
         if reason:
             settle(mail, Outcome(OutboxStatus.SKIPPED if mail.token_id else OutboxStatus.FAILED, reason))
         elif OUTBOX.overspent(mail.attempts):
