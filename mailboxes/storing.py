@@ -15,10 +15,11 @@ from django.db import connection, transaction
 from accounts.models import Account, AccountStatus
 from mailboxes import wakeups
 from mailboxes.ending import mailboxes_expire_due
-from mailboxes.models import Direction, Mailbox, MailboxStatus, Message, MessageContent, Plan
+from mailboxes.models import Direction, Mailbox, MailboxStatus, Message, MessageContent, Plan, Thread, ThreadKey
 from mailboxes.quotas import stored_bytes_limit
+from mailboxes.prepared import execute_prepared
 from mailboxes.signals import event_happened
-from mailboxes.threads import Lineage, threads_assign
+from mailboxes.threads import Lineage, threads_assign, topic
 from owed.clock import db_now
 
 logger = logging.getLogger(__name__)
@@ -65,13 +66,13 @@ def recipient_at(address: str) -> Recipient | None:
     local_part, at, domain = address.rpartition("@")
     if not at or not local_part or not domain or len(address) > 320:
         return None
-    if connection.vendor == "postgresql":
-        query, params = _BY_ADDRESS.format(now="clock_timestamp()"), [address, MailboxStatus.ACTIVE]
-    else:  # SQLite: the one host's clock is the database's
-        query = _BY_ADDRESS.format(now="%s")
-        params = [connection.ops.adapt_datetimefield_value(db_now()), address, MailboxStatus.ACTIVE]
     with connection.cursor() as cursor:
-        cursor.execute(query, params)
+        if connection.vendor == "postgresql":
+            execute_prepared(cursor, "relay_recipient_at", _BY_ADDRESS.format(now="clock_timestamp()"),
+                             [address, MailboxStatus.ACTIVE])
+        else:  # SQLite: the one host's clock is the database's
+            cursor.execute(_BY_ADDRESS.format(now="%s"),
+                           [connection.ops.adapt_datetimefield_value(db_now()), address, MailboxStatus.ACTIVE])
         row = cursor.fetchone()
     if row is None:
         return None
@@ -104,51 +105,164 @@ def message_store(*, content: MessageContent, envelope_from: str, from_header: s
     a mailbox sent (`direction` out) is stored read, and neither announced nor waited
     for: waits and webhooks are about mail received."""
     size = len(content.raw)
-    with transaction.atomic():
-        if connection.vendor == "postgresql":
-            with connection.cursor() as cursor:
-                cursor.execute("SET LOCAL statement_timeout = %s", [settings.RELAY_SMTP_STORE_SECONDS * 1000])
-        live = _count_one_more_message(recipients, size)
-        if not live:
-            if Mailbox.objects.filter(id__in=[r.mailbox_id for r in recipients]).exclude(
-                    status=MailboxStatus.DELETED).exists():
-                raise MailboxFull()
-            return []
-        _insert([content])
-        threads = threads_assign(mailbox_ids=[r.mailbox_id for r in recipients if r.mailbox_id in live],
-                                 lineage=lineage, subject=subject, joining=joining)
-        messages = [
-            Message(mailbox_id=recipient.mailbox_id, content=content, envelope_from=envelope_from[:320],
-                    envelope_to=recipient.address[:320], from_header=from_header, to_header=to_header,
-                    cc_header=cc_header, subject=subject, size=size, has_attachments=bool(content.attachments),
-                    server_id=server_id, authenticated=(content.authentication or {}).get("verdict") == "pass",
-                    direction=direction, is_read=direction == Direction.OUT, message_id=lineage.message_id,
-                    thread_id=threads[recipient.mailbox_id])
-            for recipient in recipients if recipient.mailbox_id in live
-        ]
-        _insert(messages)
-        if direction == Direction.IN:
-            event_happened.send(sender=Message, event="message.received", messages=messages)
-            wakeups.publish_on_commit(live, "message")
+    messages = [
+        Message(mailbox_id=recipient.mailbox_id, content=content, envelope_from=envelope_from[:320],
+                envelope_to=recipient.address[:320], from_header=from_header, to_header=to_header,
+                cc_header=cc_header, subject=subject, size=size, has_attachments=bool(content.attachments),
+                server_id=server_id, authenticated=(content.authentication or {}).get("verdict") == "pass",
+                direction=direction, is_read=direction == Direction.OUT, message_id=lineage.message_id)
+        for recipient in recipients
+    ]
+    try:
+        with transaction.atomic():
+            store = _store_in_two_statements if connection.vendor == "postgresql" else _store_step_by_step
+            messages = store(content, messages, recipients, lineage=lineage, subject=subject, joining=joining)
+            if direction == Direction.IN:
+                event_happened.send(sender=Message, event="message.received", messages=messages)
+                wakeups.publish_on_commit({message.mailbox_id for message in messages}, "message")
+    except _NoneLive:
+        if Mailbox.objects.filter(id__in=[r.mailbox_id for r in recipients]).exclude(
+                status=MailboxStatus.DELETED).exists():
+            raise MailboxFull() from None
+        return []
     logger.info("stored a %d-byte message from %s for %d mailbox(es)", size, envelope_from or "<>", len(messages))
     return [message.id for message in messages]
 
 
+class _NoneLive(Exception):
+    """No recipient takes the message: storing rolls back whatever it wrote."""
+
+
+def _store_in_two_statements(content: MessageContent, messages: list[Message], recipients: list[Recipient], *,
+                             lineage: Lineage, subject: str, joining: int | None) -> list[Message]:
+    """PostgreSQL: the rule of _store_step_by_step in two statements, each one round trip.
+
+    The first counts the message against each recipient's quota (the liveness check,
+    the quota check and the counters: the mailbox rows are locked from here to commit)
+    and inserts the content. The second, whose snapshot is taken once those locks are
+    held, so it sees every key a message committed before it brought, files the message
+    in its threads (mailboxes/threads.py's rule as SQL: the oldest thread any of its keys
+    leads to, the others merged into it, a new one where none does) and inserts the
+    messages. Statement by statement, the same work took ten round trips, and building
+    and sending them was most of a stored message's cost (docs/benchmarks.md, "SMTP
+    ingest")."""
+    if not recipients:
+        raise _NoneLive()
+    id_field = Mailbox._meta.pk
+    content_columns, content_values, content_params = _row(content)
+    with connection.cursor() as cursor:
+        execute_prepared(
+            cursor, f"relay_store_content_{len(recipients)}",
+            f"WITH content AS (INSERT INTO {MessageContent._meta.db_table} ({content_columns})"
+            f"   VALUES {content_values} RETURNING id),"
+            f" live AS (UPDATE {Mailbox._meta.db_table} m SET message_count = m.message_count + 1,"
+            "     stored_bytes = m.stored_bytes + %s"
+            "   FROM unnest(%s::uuid[], %s::bigint[]) AS r(id, quota)"
+            "   WHERE m.id = r.id AND m.status <> %s AND m.stored_bytes + %s <= r.quota RETURNING m.id)"
+            " SELECT (SELECT id FROM content), ARRAY(SELECT id FROM live)",
+            [*content_params, len(content.raw), [id_field.get_db_prep_value(r.mailbox_id, connection) for r in recipients],
+             [r.quota_bytes for r in recipients], MailboxStatus.DELETED, len(content.raw)],
+            first="SET LOCAL statement_timeout = %s; ", first_params=[settings.RELAY_SMTP_STORE_SECONDS * 1000])
+        content.id, live = cursor.fetchone()
+        live = {id_field.to_python(mailbox_id) for mailbox_id in live}
+        if not live:
+            raise _NoneLive()
+        messages = [message for message in messages if message.mailbox_id in live]
+        for message in messages:
+            message.content_id = content.id
+        message_columns, message_values, message_params = _rows(
+            messages, database_now=True, thread="(SELECT id FROM chosen WHERE mailbox_id = %s::uuid)",
+            thread_params=lambda message: [id_field.get_db_prep_value(message.mailbox_id, connection)])
+        live_ids = [id_field.get_db_prep_value(mailbox_id, connection) for mailbox_id in live]
+        execute_prepared(
+            cursor, f"relay_store_messages_{len(messages)}",
+            "WITH live(mailbox_id) AS (SELECT unnest(%s::uuid[])),"
+            f" found AS (SELECT k.mailbox_id, k.thread_id FROM {ThreadKey._meta.db_table} k JOIN live USING (mailbox_id)"
+            "   WHERE k.key = ANY(%s::varchar[])"
+            "   UNION SELECT mailbox_id, %s::bigint FROM live WHERE %s::bigint IS NOT NULL),"
+            " target AS (SELECT mailbox_id, min(thread_id) AS id FROM found GROUP BY mailbox_id),"
+            f" started AS (INSERT INTO {Thread._meta.db_table} (mailbox_id, subject, created_at)"
+            "   SELECT mailbox_id, %s::text, now() FROM live WHERE mailbox_id NOT IN (SELECT mailbox_id FROM target)"
+            "   RETURNING mailbox_id, id),"
+            " chosen AS (SELECT mailbox_id, id FROM target UNION ALL SELECT mailbox_id, id FROM started),"
+            " merged AS (SELECT f.thread_id AS old, t.id AS new FROM found f JOIN target t USING (mailbox_id)"
+            "   WHERE f.thread_id <> t.id),"
+            f" merged_messages AS (UPDATE {Message._meta.db_table} m SET thread_id = merged.new FROM merged"
+            "   WHERE m.thread_id = merged.old),"
+            f" merged_keys AS (UPDATE {ThreadKey._meta.db_table} k SET thread_id = merged.new FROM merged"
+            "   WHERE k.thread_id = merged.old),"
+            f" merged_threads AS (DELETE FROM {Thread._meta.db_table} t USING merged WHERE t.id = merged.old),"
+            f" new_keys AS (INSERT INTO {ThreadKey._meta.db_table} (mailbox_id, key, thread_id)"
+            "   SELECT chosen.mailbox_id, k.key, chosen.id FROM chosen CROSS JOIN unnest(%s::varchar[]) AS k(key)"
+            "   ON CONFLICT (mailbox_id, key) DO NOTHING)"
+            f" INSERT INTO {Message._meta.db_table} ({message_columns}) VALUES {message_values}"
+            " RETURNING mailbox_id, id, received_at, thread_id",
+            [live_ids, lineage.keys, joining, joining, topic(subject), lineage.keys, *message_params])
+        stored = {id_field.to_python(mailbox_id): rest for mailbox_id, *rest in cursor.fetchall()}
+    for message in messages:
+        message.id, message.received_at, message.thread_id = stored[message.mailbox_id]
+    return messages
+
+
+def _store_step_by_step(content: MessageContent, messages: list[Message], recipients: list[Recipient], *,
+                        lineage: Lineage, subject: str, joining: int | None) -> list[Message]:
+    """Other databases (SQLite): count the message against each quota, insert the
+    content, file the message in its threads (mailboxes/threads.py), insert the messages."""
+    live = _count_one_more_message(recipients, len(content.raw))
+    if not live:
+        raise _NoneLive()
+    _insert([content])
+    threads = threads_assign(mailbox_ids=[r.mailbox_id for r in recipients if r.mailbox_id in live],
+                             lineage=lineage, subject=subject, joining=joining)
+    messages = [message for message in messages if message.mailbox_id in live]
+    for message in messages:
+        message.content, message.thread_id = content, threads[message.mailbox_id]
+    _insert(messages)
+    return messages
+
+
+def _columns(model) -> list:
+    return [field for field in model._meta.concrete_fields if not field.primary_key]
+
+
+def _row(row) -> tuple[str, str, list]:
+    return _rows([row], database_now=True)
+
+
+def _rows(rows: list, *, database_now: bool = False, thread: str | None = None,
+          thread_params=None) -> tuple[str, str, list]:
+    """The column list, the VALUES and their parameters that INSERT `rows` (instances of
+    one model, without ids): each value through its field's preparation (pre_save
+    included), as the ORM sends it. With `database_now` (PostgreSQL), a time set on
+    creation (auto_now_add) is the database's now(). `thread`: SQL for the thread
+    column, with `thread_params(row)` as its parameters."""
+    fields = _columns(rows[0])
+    quote = connection.ops.quote_name
+    values, params = [], []
+    for row in rows:
+        placeholders = []
+        for field in fields:
+            if database_now and getattr(field, "auto_now_add", False):
+                placeholders.append("now()")
+            elif thread is not None and field.name == "thread":
+                placeholders.append(thread)
+                params += thread_params(row)
+            else:
+                placeholders.append("%s")
+                params.append(field.get_db_prep_save(field.pre_save(row, True), connection))
+        values.append(f"({', '.join(placeholders)})")
+    return ", ".join(quote(field.column) for field in fields), ", ".join(values), params
+
+
 def _insert(rows: list) -> None:
     """INSERT `rows` (instances of one model, without ids) in one statement and set their
-    ids, as bulk_create does without building its query anew each time. Each value goes
-    through its field's pre_save (auto_now_add) and preparation, as the ORM sends it."""
+    ids, as bulk_create does without building its query anew each time."""
     meta = rows[0]._meta
-    fields = [field for field in meta.concrete_fields if not field.primary_key]
+    columns, values, params = _rows(rows)
     quote = connection.ops.quote_name
-    one = f"({', '.join(['%s'] * len(fields))})"
-    params = [field.get_db_prep_save(field.pre_save(row, True), connection) for row in rows for field in fields]
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {quote(meta.db_table)} ({', '.join(quote(field.column) for field in fields)})"
-            f" VALUES {', '.join([one] * len(rows))} RETURNING {quote(meta.pk.column)}",
-            params,
-        )
+        cursor.execute(f"INSERT INTO {quote(meta.db_table)} ({columns}) VALUES {values} RETURNING {quote(meta.pk.column)}",
+                       params)
         ids = sorted(row[0] for row in cursor.fetchall())
     # Identity ids are handed out in the order of the VALUES: sorted, they match the rows.
     for row, row_id in zip(rows, ids):
