@@ -19,7 +19,7 @@ from mailboxes.models import Direction, Mailbox, MailboxStatus, Message, Message
 from mailboxes.quotas import stored_bytes_limit
 from mailboxes.prepared import execute_prepared
 from mailboxes.signals import event_happened
-from mailboxes.threads import Lineage, threads_assign, topic
+from mailboxes.threads import Lineage, threads_assign, threads_merge, topic
 from owed.clock import db_now
 
 logger = logging.getLogger(__name__)
@@ -142,14 +142,15 @@ def _store_in_two_statements(content: MessageContent, messages: list[Message], r
     and inserts the content. The second, whose snapshot is taken once those locks are
     held, so it sees every key a message committed before it brought, files the message
     in its threads (mailboxes/threads.py's rule as SQL: the oldest thread any of its keys
-    leads to, the others merged into it, a new one where none does) and inserts the
-    messages. Statement by statement, the same work took ten round trips, and building
-    and sending them was most of a stored message's cost (docs/benchmarks.md, "SMTP
-    ingest")."""
+    leads to, a new one where none does) and inserts the messages; where the keys led
+    to several threads, threads_merge then merges the others into it. Statement by
+    statement, the same work took ten round trips, and building and sending them was
+    most of a stored message's cost (docs/benchmarks.md, "SMTP ingest")."""
     if not recipients:
         raise _NoneLive()
     id_field = Mailbox._meta.pk
     content_columns, content_values, content_params = _row(content)
+    recipient_ids = [id_field.get_db_prep_value(r.mailbox_id, connection) for r in recipients]
     with connection.cursor() as cursor:
         execute_prepared(
             cursor, f"relay_store_content_{len(recipients)}",
@@ -157,11 +158,12 @@ def _store_in_two_statements(content: MessageContent, messages: list[Message], r
             f"   VALUES {content_values} RETURNING id),"
             f" live AS (UPDATE {Mailbox._meta.db_table} m SET message_count = m.message_count + 1,"
             "     stored_bytes = m.stored_bytes + %s"
-            "   FROM unnest(%s::uuid[], %s::bigint[]) AS r(id, quota)"
-            "   WHERE m.id = r.id AND m.status <> %s AND m.stored_bytes + %s <= r.quota RETURNING m.id)"
+            f"   WHERE m.id IN ({_placeholders(recipients, '::uuid')}) AND m.status <> %s"
+            f"     AND m.stored_bytes + %s <= CASE m.id {' '.join(['WHEN %s::uuid THEN %s::bigint'] * len(recipients))} END"
+            "   RETURNING m.id)"
             " SELECT (SELECT id FROM content), ARRAY(SELECT id FROM live)",
-            [*content_params, len(content.raw), [id_field.get_db_prep_value(r.mailbox_id, connection) for r in recipients],
-             [r.quota_bytes for r in recipients], MailboxStatus.DELETED, len(content.raw)],
+            [*content_params, len(content.raw), *recipient_ids, MailboxStatus.DELETED, len(content.raw),
+             *[value for mailbox_id, r in zip(recipient_ids, recipients) for value in (mailbox_id, r.quota_bytes)]],
             first="SET LOCAL statement_timeout = %s; ", first_params=[settings.RELAY_SMTP_STORE_SECONDS * 1000])
         content.id, live = cursor.fetchone()
         live = {id_field.to_python(mailbox_id) for mailbox_id in live}
@@ -174,34 +176,40 @@ def _store_in_two_statements(content: MessageContent, messages: list[Message], r
             messages, database_now=True, thread="(SELECT id FROM chosen WHERE mailbox_id = %s::uuid)",
             thread_params=lambda message: [id_field.get_db_prep_value(message.mailbox_id, connection)])
         live_ids = [id_field.get_db_prep_value(mailbox_id, connection) for mailbox_id in live]
+        keys = lineage.keys
+        # The look-up of the keys names each value, not an array: a prepared statement's
+        # plan is made once for all values, and with arrays of unknown length PostgreSQL
+        # may plan to read every key of the mailbox, or the whole table.
+        keyed = f"key IN ({_placeholders(keys)})" if keys else "false"
         execute_prepared(
-            cursor, f"relay_store_messages_{len(messages)}",
+            cursor, f"relay_store_messages_{len(messages)}_{len(keys)}",
             "WITH live(mailbox_id) AS (SELECT unnest(%s::uuid[])),"
-            f" found AS (SELECT k.mailbox_id, k.thread_id FROM {ThreadKey._meta.db_table} k JOIN live USING (mailbox_id)"
-            "   WHERE k.key = ANY(%s::varchar[])"
+            f" found AS (SELECT mailbox_id, thread_id FROM {ThreadKey._meta.db_table}"
+            f"   WHERE mailbox_id IN ({_placeholders(live_ids, '::uuid')}) AND {keyed}"
             "   UNION SELECT mailbox_id, %s::bigint FROM live WHERE %s::bigint IS NOT NULL),"
-            " target AS (SELECT mailbox_id, min(thread_id) AS id FROM found GROUP BY mailbox_id),"
+            " target AS (SELECT mailbox_id, min(thread_id) AS id, array_agg(thread_id) AS threads FROM found"
+            "   GROUP BY mailbox_id),"
             f" started AS (INSERT INTO {Thread._meta.db_table} (mailbox_id, subject, created_at)"
             "   SELECT mailbox_id, %s::text, now() FROM live WHERE mailbox_id NOT IN (SELECT mailbox_id FROM target)"
             "   RETURNING mailbox_id, id),"
             " chosen AS (SELECT mailbox_id, id FROM target UNION ALL SELECT mailbox_id, id FROM started),"
-            " merged AS (SELECT f.thread_id AS old, t.id AS new FROM found f JOIN target t USING (mailbox_id)"
-            "   WHERE f.thread_id <> t.id),"
-            f" merged_messages AS (UPDATE {Message._meta.db_table} m SET thread_id = merged.new FROM merged"
-            "   WHERE m.thread_id = merged.old),"
-            f" merged_keys AS (UPDATE {ThreadKey._meta.db_table} k SET thread_id = merged.new FROM merged"
-            "   WHERE k.thread_id = merged.old),"
-            f" merged_threads AS (DELETE FROM {Thread._meta.db_table} t USING merged WHERE t.id = merged.old),"
             f" new_keys AS (INSERT INTO {ThreadKey._meta.db_table} (mailbox_id, key, thread_id)"
             "   SELECT chosen.mailbox_id, k.key, chosen.id FROM chosen CROSS JOIN unnest(%s::varchar[]) AS k(key)"
             "   ON CONFLICT (mailbox_id, key) DO NOTHING)"
-            f" INSERT INTO {Message._meta.db_table} ({message_columns}) VALUES {message_values}"
-            " RETURNING mailbox_id, id, received_at, thread_id",
-            [live_ids, lineage.keys, joining, joining, topic(subject), lineage.keys, *message_params])
+            f" INSERT INTO {Message._meta.db_table} AS message ({message_columns}) VALUES {message_values}"
+            " RETURNING mailbox_id, id, received_at, thread_id,"
+            "   (SELECT threads FROM target WHERE target.mailbox_id = message.mailbox_id)",
+            [live_ids, *live_ids, *keys, joining, joining, topic(subject), keys, *message_params])
         stored = {id_field.to_python(mailbox_id): rest for mailbox_id, *rest in cursor.fetchall()}
     for message in messages:
-        message.id, message.received_at, message.thread_id = stored[message.mailbox_id]
+        message.id, message.received_at, message.thread_id, found = stored[message.mailbox_id]
+        if len(found or ()) > 1:  # keys that led to several threads: rare, merged on their own
+            threads_merge(into=message.thread_id, others=set(found) - {message.thread_id})
     return messages
+
+
+def _placeholders(values: list, cast: str = "") -> str:
+    return ", ".join([f"%s{cast}"] * len(values))
 
 
 def _store_step_by_step(content: MessageContent, messages: list[Message], recipients: list[Recipient], *,

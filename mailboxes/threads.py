@@ -107,7 +107,7 @@ def threads_assign(*, mailbox_ids, lineage: Lineage, subject: str, joining: int 
         if threads:
             chosen[mailbox_id] = min(threads)
             if len(threads) > 1:
-                _merge(into=min(threads), others=threads - {min(threads)})
+                threads_merge(into=min(threads), others=threads - {min(threads)})
     ThreadKey.objects.bulk_create(
         [ThreadKey(mailbox_id=mailbox_id, key=key, thread_id=chosen[mailbox_id])
          for mailbox_id in mailbox_ids for key in keys if (mailbox_id, key) not in known],
@@ -115,7 +115,8 @@ def threads_assign(*, mailbox_ids, lineage: Lineage, subject: str, joining: int 
     return chosen
 
 
-def _merge(*, into: int, others: set) -> None:
+def threads_merge(*, into: int, others: set) -> None:
+    """Move the messages and keys of threads `others` into thread `into`, and delete them."""
     Message.objects.filter(thread_id__in=others).update(thread_id=into)
     ThreadKey.objects.filter(thread_id__in=others).update(thread_id=into)
     Thread.objects.filter(id__in=others).delete()

@@ -3,7 +3,7 @@
 # PostgreSQL and Redis as for the tests (services.sh); a scratch database relay_bench.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-name=${1:?usage: scripts/bench.sh expiry_burst|expiry_lag|api|smtp_ingest|mailer|waiting|dashboard|limiter_burst|broker_burst|search|soak|mcp_wait|mcp_cost|cyrus_read|verdicts [ARGS]}
+name=${1:?usage: scripts/bench.sh expiry_burst|expiry_lag|api|smtp_ingest|smtp_peers|mailer|waiting|dashboard|limiter_burst|broker_burst|search|soak|mcp_wait|mcp_cost|cyrus_read|verdicts [ARGS]}
 shift
 . scripts/services.sh
 # The HTTP benchmarks drive load with wrk; install it when missing and this user may.
@@ -18,11 +18,21 @@ if [ "$name" = cyrus_read ] && [ ! -x /usr/lib/cyrus/bin/master ] && [ "$(id -u)
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
     cyrus-imapd cyrus-caldav sasl2-bin) >/dev/null || echo "warning: could not install Cyrus" >&2
 fi
-# The verdicts benchmark runs an NSD of its own and signs with Mail::DKIM; install Debian's when missing.
-if [ "$name" = verdicts ] && ! command -v nsd >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-  echo "installing nsd, opendkim-tools and libmail-dkim-perl for the verdicts benchmark" >&2
+# The verdicts benchmark runs an NSD of its own and signs with Mail::DKIM, the SMTP ones
+# serve their sender's records from an NSD; install Debian's when missing.
+if [[ "$name" =~ ^(verdicts|smtp_ingest|smtp_peers)$ ]] && { ! command -v nsd >/dev/null || ! perl -MMail::DKIM -e1 2>/dev/null; } \
+    && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  echo "installing nsd, opendkim-tools and libmail-dkim-perl for the $name benchmark" >&2
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
     nsd opendkim-tools libmail-dkim-perl) >/dev/null || echo "warning: could not install NSD" >&2
+fi
+# The peer of the SMTP benchmark: maildev, from the npm registry, into var/maildev.
+MAILDEV_VERSION=3.0.0
+if [ "$name" = smtp_peers ] && [ ! -x var/maildev/node_modules/.bin/maildev ]; then
+  command -v npm >/dev/null || { echo "error: smtp_peers needs npm (Node.js) to install maildev" >&2; exit 1; }
+  echo "installing maildev $MAILDEV_VERSION into var/maildev" >&2
+  mkdir -p var/maildev
+  npm install --prefix var/maildev --no-audit --no-fund --save-exact --loglevel=error "maildev@$MAILDEV_VERSION" >/dev/null
 fi
 export DATABASE_URL="postgres://postgres@127.0.0.1:$PG_PORT/relay_bench"
 export CELERY_BROKER_URL="redis://127.0.0.1:$REDIS_PORT/14"
