@@ -8,6 +8,7 @@ of one message's share one budget (RELAY_DNS_TIMEOUT_SECONDS): what has no answe
 time is temperror. The functions block; the SMTP server runs them in threads of their
 own (relay/inbound/server.py), so its event loop never waits on DNS."""
 import logging
+import re
 import threading
 from email.utils import getaddresses
 
@@ -37,9 +38,19 @@ def _domain_of(address: str) -> str:
     return address.rpartition("@")[2].strip().strip(">").lower().removesuffix(".")
 
 
+# The blank line that ends a header block, and a DKIM-Signature header within one.
+_HEADER_END = re.compile(rb"\r?\n\r?\n")
+_SIGNED = re.compile(rb"^dkim-signature\s*:", re.IGNORECASE | re.MULTILINE)
+
+
 def _parsed(raw: bytes) -> dkim.DKIM | None:
     """The message as dkimpy splits it (its headers serve DMARC's From too); None when
-    its header block cannot be split, so nothing can be checked."""
+    its header block cannot be split, so nothing can be checked. A message without a
+    DKIM-Signature is split as its header block alone: only a signature needs the body,
+    and splitting it was a tenth of a verdict's time."""
+    end = _HEADER_END.search(raw)
+    if end is not None and not _SIGNED.search(raw, 0, end.start()):
+        raw = raw[:end.end()]
     try:
         return dkim.DKIM(raw, minkey=1024)
     except Exception:

@@ -14,6 +14,8 @@ import ssl
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from email._header_value_parser import get_addr_spec, get_angle_addr
+from email.errors import HeaderParseError
 
 from aiosmtpd.smtp import SMTP, Envelope, Session
 from django.conf import settings
@@ -161,6 +163,19 @@ class RelayHandler:
         return "250 2.0.0 OK: queued"
 
 
+@functools.lru_cache(maxsize=4096)
+def _address_in(arg: str) -> tuple[str | None, str | None]:
+    """The address of a MAIL FROM or RCPT TO argument and what follows it, parsed as
+    aiosmtpd parses it; (None, None) when it does not parse."""
+    if not arg:
+        return "", ""
+    try:
+        address, rest = get_angle_addr(arg) if arg.lstrip().startswith("<") else get_addr_spec(arg)
+    except HeaderParseError:
+        return None, None
+    return address.addr_spec, rest
+
+
 class RelaySMTP(SMTP):
     """aiosmtpd's SMTP with Relay's limits: enhanced status codes on oversize mail, a
     ceiling on how long one connection may last whatever it does, caps on connections
@@ -215,6 +230,15 @@ class RelaySMTP(SMTP):
             handler.deliveries_in_flight -= 1
             if not handler.deliveries_in_flight:
                 handler.idle.set()
+
+    def _getaddr(self, arg: str):
+        # aiosmtpd's own defines a typing.Protocol class on every call (for its type hints),
+        # which cost more than the parse itself (docs/benchmarks.md, "SMTP ingest, round
+        # four"); the same parse, its answers kept for the addresses a server sees again.
+        address, rest = _address_in(arg)
+        if address and self.local_part_limit and len(address.rpartition("@")[0]) > self.local_part_limit:
+            return None, None
+        return address, rest
 
     async def push(self, status) -> None:
         # aiosmtpd says "552 Error: ..." for an oversize message (at SIZE= or in DATA).
