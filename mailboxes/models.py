@@ -250,7 +250,9 @@ class Message(models.Model):
     """A message as one mailbox received or sent it: the envelope and the few parsed
     fields a list shows, with the shared content (raw bytes, bodies) behind `content`."""
 
-    mailbox = models.ForeignKey(Mailbox, on_delete=models.CASCADE, related_name="messages")
+    # Indexed by message_mailbox_list below, whose first column it is: an index of its
+    # own would only cost every stored message one more insert.
+    mailbox = models.ForeignKey(Mailbox, on_delete=models.CASCADE, related_name="messages", db_index=False)
     content = models.ForeignKey(MessageContent, on_delete=models.CASCADE, related_name="messages")
     received_at = models.DateTimeField(auto_now_add=True)
     envelope_from = models.CharField(max_length=320, blank=True, default="")
@@ -274,7 +276,6 @@ class Message(models.Model):
                                  db_default=Direction.IN)
     # Its Message-ID header, without the angle brackets ("" without one).
     message_id = models.CharField(max_length=255, blank=True, default="", db_default="")
-    # Null for mail stored before threads were kept.
     # Null for mail stored before threads were kept. Indexed by message_thread below.
     thread = models.ForeignKey(Thread, null=True, blank=True, on_delete=models.SET_NULL, related_name="messages",
                                db_index=False)
