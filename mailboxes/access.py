@@ -24,7 +24,8 @@ def mailbox_list(*, caller: Caller, **filters) -> QuerySet:
 
 def mailbox_get(*, caller: Caller, mailbox_id) -> Mailbox:
     """The caller's mailbox, expired on the spot if it is due (NotFound as mailbox_find)."""
-    return mailbox_lazy_expire(mailbox=mailbox_find(caller=caller, mailbox_id=mailbox_id))
+    mailbox = mailbox_find(caller=caller, mailbox_id=mailbox_id)
+    return mailbox_lazy_expire(mailbox=mailbox, now=mailbox.read_at)
 
 
 def mailbox_get_active(*, caller: Caller, mailbox_id) -> Mailbox:
