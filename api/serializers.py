@@ -166,7 +166,28 @@ class EventsQuerySerializer(serializers.Serializer):
 # A mailbox as clients see it. A plain serializer with its fields declared, not a
 # ModelSerializer, which introspects the model on every instance, a large part of a
 # GET's time (docs/benchmarks.md, "API").
-class MailboxSerializer(serializers.Serializer):
+class RenderedOnce:
+    """For a serializer that only renders plain values (no context, no nested
+    serializers): `represent(instance)` is what `Serializer(instance).data` holds, from
+    fields built and bound once per class. DRF deep-copies every declared field for each
+    serializer it makes, which was most of rendering a mailbox and a tenth of a GET's
+    CPU (docs/benchmarks.md, "API"). These fields keep no state while rendering, so the
+    threads serving requests may share them."""
+
+    @classmethod
+    def represent(cls, instance) -> dict:
+        fields = cls.__dict__.get("_fields_bound_once")
+        if fields is None:  # a race builds them twice, harmlessly
+            fields = [(name, field) for name, field in cls().fields.items() if not field.write_only]
+            cls._fields_bound_once = fields
+        represented = {}
+        for name, field in fields:
+            value = field.get_attribute(instance)
+            represented[name] = None if value is None else field.to_representation(value)
+        return represented
+
+
+class MailboxSerializer(RenderedOnce, serializers.Serializer):
     id = serializers.UUIDField(read_only=True)
     address = serializers.CharField(read_only=True, max_length=320)
     status = serializers.ChoiceField(choices=MailboxStatus.choices, read_only=True)

@@ -153,7 +153,7 @@ class MailboxCollectionView(APIView):
                                         local_part=body.get("local_part"), domain=body.get("domain"),
                                         ttl_ms=body.get("ttl_ms"),
                                         labels={field: body[field] for field in LABEL_FIELDS if field in body})
-        data = MailboxSerializer(mailbox).data
+        data = MailboxSerializer.represent(mailbox)
         if token:
             data["token"] = token
         return Response(data, status=status.HTTP_201_CREATED)
@@ -163,14 +163,14 @@ class MailboxDetailView(APIView):
     @extend_schema(operation_id="mailboxes_get", summary="Get a mailbox (expired on the spot if past expires_at)", responses=MailboxSerializer)
     def get(self, request, mailbox_id):
         mailbox = access.mailbox_get(caller=request.user, mailbox_id=mailbox_id)
-        return Response(MailboxSerializer(mailbox).data)
+        return Response(MailboxSerializer.represent(mailbox))
 
     @extend_schema(operation_id="mailboxes_update", summary="Set the name, tags or metadata (each given field replaced)",
                    request=MailboxPatchSerializer, responses=MailboxSerializer)
     def patch(self, request, mailbox_id):
         mailbox = access.mailbox_get_active(caller=request.user, mailbox_id=mailbox_id)
         labels = _valid(MailboxPatchSerializer, request.data)
-        return Response(MailboxSerializer(services.mailbox_label(mailbox=mailbox, labels=labels)).data)
+        return Response(MailboxSerializer.represent(services.mailbox_label(mailbox=mailbox, labels=labels)))
 
     @extend_schema(operation_id="mailboxes_delete", summary="Delete a mailbox: it stops receiving and is deprovisioned", responses={204: None})
     def delete(self, request, mailbox_id):
@@ -186,7 +186,7 @@ class MailboxRenewView(APIView):
         mailbox = access.mailbox_get_active(caller=request.user, mailbox_id=mailbox_id)
         body = _valid(MailboxRenewSerializer, request.data)
         mailbox = services.mailbox_renew(mailbox=mailbox, plan=request.user.plan, ttl_ms=body.get("ttl_ms"))
-        return Response(MailboxSerializer(mailbox).data)
+        return Response(MailboxSerializer.represent(mailbox))
 
 
 class MailboxRowsView(APIView):

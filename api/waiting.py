@@ -218,7 +218,7 @@ def _ended(caller, mailbox_id) -> dict:
     from api.serializers import MailboxSerializer
 
     try:
-        return MailboxSerializer(access.mailbox_get(caller=caller, mailbox_id=mailbox_id)).data
+        return MailboxSerializer.represent(access.mailbox_get(caller=caller, mailbox_id=mailbox_id))
     except RelayError:
         return {"id": str(mailbox_id), "status": MailboxStatus.DELETED}
 

@@ -71,7 +71,7 @@ After = Annotated[int | None, Field(description="Only messages received after th
 
 
 def _mailbox_out(mailbox: Mailbox) -> dict:
-    return dict(MailboxSerializer(mailbox).data)
+    return MailboxSerializer.represent(mailbox)
 
 
 # --- mailboxes ----------------------------------------------------------------------------------
