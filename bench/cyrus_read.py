@@ -76,6 +76,7 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=20)
     parser.add_argument("--seconds", type=int, default=60)
     args = parser.parse_args()
+    setup_django()  # tests.cyrus_server's helpers import the models
     from tests.cyrus_server import CyrusServer, installed
 
     if not installed():

@@ -3,7 +3,7 @@
 # PostgreSQL and Redis as for the tests (services.sh); a scratch database relay_bench.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-name=${1:?usage: scripts/bench.sh expiry_burst|expiry_lag|api|smtp_ingest|smtp_peers|mailer|waiting|dashboard|limiter_burst|broker_burst|search|soak|mcp_wait|mcp_cost|cyrus_read|verdicts [ARGS]}
+name=${1:?usage: scripts/bench.sh expiry_burst|expiry_lag|api|smtp_ingest|smtp_peers|store_cost|mailer|waiting|dashboard|limiter_burst|broker_burst|search|soak|mcp_wait|mcp_cost|cyrus_read|verdicts [ARGS]}
 shift
 . scripts/services.sh
 # The HTTP benchmarks drive load with wrk; install it when missing and this user may.
