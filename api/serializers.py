@@ -163,9 +163,6 @@ class EventsQuerySerializer(serializers.Serializer):
     pass
 
 
-# A mailbox as clients see it. A plain serializer with its fields declared, not a
-# ModelSerializer, which introspects the model on every instance, a large part of a
-# GET's time (docs/benchmarks.md, "API").
 class RenderedOnce:
     """For a serializer that only renders plain values (no context, no nested
     serializers): `represent(instance)` is what `Serializer(instance).data` holds, from
@@ -187,6 +184,9 @@ class RenderedOnce:
         return represented
 
 
+# A mailbox as clients see it. A plain serializer with its fields declared, not a
+# ModelSerializer, which introspects the model on every instance, a large part of a
+# GET's time (docs/benchmarks.md, "API").
 class MailboxSerializer(RenderedOnce, serializers.Serializer):
     id = serializers.UUIDField(read_only=True)
     address = serializers.CharField(read_only=True, max_length=320)
