@@ -69,6 +69,9 @@ def api_key_revoke(*, account: Account, key_id: int) -> None:
 KEY_CACHE_MAX_ENTRIES = 10_000
 # digest -> (fresh until, the revocation counter read before its row was, the key)
 _key_cache: dict[str, tuple[float, int, ApiKey]] = {}
+# key id -> when this process last wrote its last_used_at (its own monotonic clock, which
+# only paces its own writes); a request within LAST_USED_RESOLUTION of it writes nothing.
+_touched: dict[int, float] = {}
 
 
 def api_key_for_hash(digest: str) -> ApiKey | None:
@@ -113,11 +116,6 @@ def key_revoked(*, account_id: int) -> None:
 def key_cache_clear() -> None:
     _key_cache.clear()
     _touched.clear()
-
-
-# key id -> when this process last wrote its last_used_at (its own monotonic clock, which
-# only paces its own writes); a request within LAST_USED_RESOLUTION of it writes nothing.
-_touched: dict[int, float] = {}
 
 
 def api_key_touch(*, api_key: ApiKey) -> None:

@@ -45,6 +45,19 @@ def setup_django() -> None:
     django.setup()
 
 
+def bench_addresses(count: int = 50) -> list[str]:
+    """The addresses of `count` hour-long mailboxes of a new pro account, made as the API
+    makes them: the recipients of the SMTP benchmarks."""
+    from accounts.services import account_create_with_key
+    from mailboxes.creation import mailbox_create
+    from mailboxes.keys import Caller
+    from relay.backends import get_backend
+
+    owner, _ = account_create_with_key(login="bench", plan="pro")
+    return [mailbox_create(backend=get_backend(), caller=Caller(owner=owner), local_part=None, domain=None,
+                           ttl_ms=3_600_000)[0].address for _ in range(count)]
+
+
 _spawned: list[subprocess.Popen] = []
 
 

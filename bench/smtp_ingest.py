@@ -29,8 +29,8 @@ from pathlib import Path
 
 import psycopg2
 
-from bench.common import (celery_worker, command_line, cpu_seconds, fresh_database, postgres_cpu_seconds, record,
-                          rss_mb, setup_django, spawn, stop, wait_until)
+from bench.common import (bench_addresses, celery_worker, command_line, cpu_seconds, fresh_database,
+                          postgres_cpu_seconds, record, rss_mb, setup_django, spawn, stop, wait_until)
 
 RELAY_PORT, BARE_PORT = 2626, 2627
 LATENCY_MESSAGES = 500
@@ -174,15 +174,9 @@ def main() -> None:
     args = parser.parse_args()
     fresh_database()
     setup_django()
-    from accounts.services import account_create_with_key
-    from mailboxes.keys import Caller
     from mailboxes.models import Mailbox, Message, MessageContent
-    from mailboxes.creation import mailbox_create
-    from relay.backends import get_backend
 
-    owner, _ = account_create_with_key(login="bench", plan="pro")
-    addresses = [mailbox_create(backend=get_backend(), caller=Caller(owner=owner), local_part=None, domain=None,
-                                ttl_ms=3_600_000)[0].address for _ in range(50)]
+    addresses = bench_addresses()
 
     dns = sender_dns()
     bare = spawn("smtp-bare", [sys.executable, "-c", BARE_SERVER], ready="ready")

@@ -22,8 +22,8 @@ import shutil
 import sys
 import urllib.request
 
-from bench.common import (ROOT, celery_worker, command_line, cpu_seconds, fresh_database, postgres_cpu_seconds,
-                          record, setup_django, spawn, stop, wait_until)
+from bench.common import (ROOT, bench_addresses, celery_worker, command_line, cpu_seconds, fresh_database,
+                          postgres_cpu_seconds, record, setup_django, spawn, stop, wait_until)
 from bench.smtp_ingest import BARE_PORT, BARE_SERVER, RELAY_PORT, _answers, blast, sender_dns
 
 MAILDEV = ROOT / "var" / "maildev" / "node_modules" / ".bin" / "maildev"
@@ -57,15 +57,9 @@ def main() -> None:
         raise SystemExit(f"maildev is not installed at {MAILDEV} (scripts/bench.sh smtp_peers installs it)")
     fresh_database()
     setup_django()
-    from accounts.services import account_create_with_key
-    from mailboxes.creation import mailbox_create
-    from mailboxes.keys import Caller
     from mailboxes.models import Message
-    from relay.backends import get_backend
 
-    owner, _ = account_create_with_key(login="bench", plan="pro")
-    addresses = [mailbox_create(backend=get_backend(), caller=Caller(owner=owner), local_part=None, domain=None,
-                                ttl_ms=3_600_000)[0].address for _ in range(50)]
+    addresses = bench_addresses()
     total = args.messages // args.connections * args.connections
     store = ROOT / "var" / "bench" / "maildev-mail"
     shutil.rmtree(store, ignore_errors=True)

@@ -11,7 +11,7 @@ import argparse
 import threading
 import time
 
-from bench.common import command_line, fresh_database, postgres_cpu_seconds, record, setup_django
+from bench.common import bench_addresses, command_line, fresh_database, postgres_cpu_seconds, record, setup_django
 from bench.smtp_ingest import SENDER, message
 
 
@@ -24,16 +24,10 @@ def main() -> None:
     setup_django()
     from django.db import connection
 
-    from accounts.services import account_create_with_key
-    from mailboxes.creation import mailbox_create
-    from mailboxes.keys import Caller
     from mailboxes.models import Message
-    from relay.backends import get_backend
     from relay.inbound.storing import deliver_message, recipient_mailbox
 
-    owner, _ = account_create_with_key(login="bench", plan="pro")
-    addresses = [mailbox_create(backend=get_backend(), caller=Caller(owner=owner), local_part=None, domain=None,
-                                ttl_ms=3_600_000)[0].address for _ in range(50)]
+    addresses = bench_addresses()
     verdict = {"spf": {"result": "pass", "domain": "bench.test"}, "dkim": [],
                "dmarc": {"result": "pass", "policy": "reject", "domain": "bench.test"}, "verdict": "pass"}
     python_cpu = [0.0] * args.threads

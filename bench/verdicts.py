@@ -18,8 +18,8 @@ import threading
 import time
 from pathlib import Path
 
-from bench.common import (command_line, cpu_seconds, fresh_database, record, setup_django, spawn, stop,
-                          wait_until)
+from bench.common import (bench_addresses, command_line, cpu_seconds, fresh_database, record, setup_django,
+                          spawn, stop, wait_until)
 from tests import dkim_keys, dns_server
 
 PORTS = {"on": 2628, "off": 2629}
@@ -61,11 +61,7 @@ def main() -> None:
         raise SystemExit("needs nsd, opendkim-tools and libmail-dkim-perl (scripts/test.sh installs them)")
     fresh_database()
     setup_django()
-    from accounts.services import account_create_with_key
-    from mailboxes.creation import mailbox_create
-    from mailboxes.keys import Caller
     from mailboxes.models import Message
-    from relay.backends import get_backend
     from tests.helpers import free_port
 
     root = Path(tempfile.mkdtemp(prefix="relay-bench-dns-"))
@@ -75,9 +71,7 @@ def main() -> None:
     dns.publish("bench.test", "TXT", "v=spf1 ip4:127.0.0.1 -all")
     dns.publish("_dmarc.bench.test", "TXT", "v=DMARC1; p=reject")
 
-    owner, _ = account_create_with_key(login="bench", plan="pro")
-    addresses = [mailbox_create(backend=get_backend(), caller=Caller(owner=owner), local_part=None, domain=None,
-                                ttl_ms=3_600_000)[0].address for _ in range(50)]
+    addresses = bench_addresses()
     signed = [(addresses[n % len(addresses)], dkim_keys.sign(message(addresses[n % len(addresses)], n), "bench.test",
                                                              "sel", key_file))
               for n in range(args.messages + 100)]

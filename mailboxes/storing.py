@@ -149,7 +149,7 @@ def _store_in_two_statements(content: MessageContent, messages: list[Message], r
     if not recipients:
         raise _NoneLive()
     id_field = Mailbox._meta.pk
-    content_columns, content_values, content_params = _row(content)
+    content_columns, content_values, content_params = _rows([content], database_now=True)
     recipient_ids = [id_field.get_db_prep_value(r.mailbox_id, connection) for r in recipients]
     with connection.cursor() as cursor:
         execute_prepared(
@@ -231,10 +231,6 @@ def _store_step_by_step(content: MessageContent, messages: list[Message], recipi
 
 def _columns(model) -> list:
     return [field for field in model._meta.concrete_fields if not field.primary_key]
-
-
-def _row(row) -> tuple[str, str, list]:
-    return _rows([row], database_now=True)
 
 
 def _rows(rows: list, *, database_now: bool = False, thread: str | None = None,
