@@ -183,6 +183,11 @@ class RenderedOnce:
             represented[name] = None if value is None else field.to_representation(value)
         return represented
 
+    @classmethod
+    def represent_many(cls, instances) -> list[dict]:
+        """What `Serializer(instances, many=True).data` holds."""
+        return [cls.represent(instance) for instance in instances]
+
 
 # A mailbox as clients see it. A plain serializer with its fields declared, not a
 # ModelSerializer, which introspects the model on every instance, a large part of a
@@ -206,7 +211,9 @@ class MailboxCreatedSerializer(MailboxSerializer):
     token = serializers.CharField(required=False, help_text="Only for anonymous creation, shown once.")
 
 
-class MessageSummarySerializer(serializers.Serializer):
+# A message in a list. Its subclass MessageDetailSerializer renders with a context and
+# nested serializers: it is rendered the DRF way, never through `represent`.
+class MessageSummarySerializer(RenderedOnce, serializers.Serializer):
     id = serializers.IntegerField()
     mailbox_id = serializers.UUIDField()
     # "from" is a Python keyword, so it is declared through the class namespace.

@@ -23,6 +23,7 @@ from api.serializers import (
     MessageDetailSerializer,
     MessageSearchQuerySerializer,
     MessageSummarySerializer,
+    RenderedOnce,
 )
 from mailboxes import access, selectors, services
 from mailboxes.ending import mailbox_delete
@@ -42,6 +43,8 @@ def _paginated(request, view, queryset, serializer_class, *, count_with_page: bo
     if count_with_page:
         paginator.django_paginator_class = CountedWithPage
     page = paginator.paginate_queryset(queryset, request, view=view)
+    if issubclass(serializer_class, RenderedOnce):
+        return paginator.get_paginated_response(serializer_class.represent_many(page))
     return paginator.get_paginated_response(serializer_class(page, many=True).data)
 
 

@@ -58,7 +58,7 @@ def _new_messages(mailbox, after: int, *, ascending: bool, page: int = 1, size: 
     rows = rows.order_by("id") if ascending else rows
     start = (page - 1) * size
     with selectors.words_search_plan(search.get("words", "")):
-        return MessageSummarySerializer(list(rows[start:start + size]), many=True).data
+        return MessageSummarySerializer.represent_many(rows[start:start + size])
 
 
 def _count_after(mailbox, after: int, search: dict) -> int:

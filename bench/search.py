@@ -71,11 +71,11 @@ def fill(messages: int, contents: int) -> tuple:
         cursor.execute("SELECT setval(pg_get_serial_sequence('mailboxes_messagecontent', 'id'), "
                        "(SELECT max(id) FROM mailboxes_messagecontent))")
         cursor.execute(
-            "INSERT INTO mailboxes_message (mailbox_id, content_id, received_at, envelope_from, envelope_to, "
-            " from_header, to_header, subject, size, has_attachments, is_read) "
-            "SELECT x.id, %s + s.i - 1, now() - s.i * interval '1 second', 'sender@example.com', '', "
+            "INSERT INTO mailboxes_message (mailbox_id, owner_id, content_id, received_at, envelope_from, "
+            " envelope_to, from_header, to_header, subject, size, has_attachments, is_read) "
+            "SELECT x.id, %s, %s + s.i - 1, now() - s.i * interval '1 second', 'sender@example.com', '', "
             " 'sender@example.com', '', s.subject, 10240, false, false "
-            "FROM subjects s JOIN boxes x ON x.n = s.i %% %s", [first, MAILBOXES])
+            "FROM subjects s JOIN boxes x ON x.n = s.i %% %s", [owner.id, first, MAILBOXES])
         cursor.execute("UPDATE mailboxes_mailbox SET message_count = %s", [messages // MAILBOXES])
     print(f"filled {messages:,} messages in {time.monotonic() - started:.0f} s", flush=True)
     # The index the migration makes, built over the filled table as a restore would.

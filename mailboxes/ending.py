@@ -16,7 +16,7 @@ from datetime import datetime
 from django.db import transaction
 
 from mailboxes import wakeups
-from mailboxes.models import CleanupState, Mailbox, MailboxStatus, cleanup_owed
+from mailboxes.models import CleanupState, Mailbox, MailboxStatus, Message, cleanup_owed
 from mailboxes.quotas import give_back_mailbox_slots
 from mailboxes.signals import event_happened, mailboxes_ended
 from owed.clock import db_now
@@ -103,6 +103,10 @@ def mailbox_delete(*, mailbox: Mailbox, now: datetime | None = None) -> None:
             owes_cleanup = Mailbox.objects.filter(id=mailbox.id, status=MailboxStatus.EXPIRED).update(
                 status=MailboxStatus.DELETED, deleted_at=now)
         if owes_cleanup:
+            # Its mail leaves the owner's searches (Message.owner). A message stored
+            # before the mailbox row was marked is committed by now (storing holds that
+            # row's lock to its commit), and none is stored after.
+            Message.objects.filter(mailbox_id=mailbox.id).update(owner=None)
             event_happened.send(sender=Mailbox, event="mailbox.deleted", mailbox_ids=[mailbox.id])
             wakeups.publish_on_commit([mailbox.id], "ended")
     logger.info("deleted mailbox %s (%s)", mailbox.id, mailbox.address)

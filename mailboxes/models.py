@@ -276,12 +276,24 @@ class Message(models.Model):
                                  db_default=Direction.IN)
     # Its Message-ID header, without the angle brackets ("" without one).
     message_id = models.CharField(max_length=255, blank=True, default="", db_default="")
+    # The owner of its mailbox while the mailbox is visible (active or expired): set when
+    # the message is stored, cleared when the mailbox is deleted (mailboxes/ending.py);
+    # null for an ownerless mailbox's mail. An owner's search across their mailboxes
+    # filters on it, where filtering on the set of their mailboxes hashed all of them for
+    # every search (docs/benchmarks.md, "Message search"). No foreign key constraint: it
+    # copies the mailbox's owner, whose own constraint holds, and a check would cost every
+    # stored message a look-up and a lock on the account's row.
+    owner = models.ForeignKey("accounts.Account", null=True, blank=True, on_delete=models.DO_NOTHING,
+                              db_constraint=False, related_name="+", db_index=False)
     # Null for mail stored before threads were kept. Indexed by message_thread below.
     thread = models.ForeignKey(Thread, null=True, blank=True, on_delete=models.SET_NULL, related_name="messages",
                                db_index=False)
 
     class Meta:
         indexes = [models.Index(fields=["mailbox", "-received_at"], name="message_mailbox_list"),
-                   models.Index(fields=["thread", "received_at"], name="message_thread")]
+                   models.Index(fields=["thread", "received_at"], name="message_thread"),
+                   # An owner's messages, newest first.
+                   models.Index(fields=["owner", "-received_at"], name="message_owner_list",
+                                condition=Q(owner__isnull=False))]
         constraints = [models.UniqueConstraint(fields=["mailbox", "server_id"], condition=~Q(server_id=""),
                                                name="message_stored_once")]

@@ -153,9 +153,12 @@ def messages_matching(messages: QuerySet, *, words: str = "", sender: str = "", 
 
 def messages_in_scope(*, caller: Caller | None, mailbox: Mailbox | None = None) -> QuerySet:
     """The messages of `mailbox`, or of all the caller's mailboxes (expired ones too,
-    while retained; never another owner's)."""
+    while retained; never another owner's). An owner's are those their messages name
+    (Message.owner), through its index."""
     if mailbox is not None:
         return Message.objects.filter(mailbox=mailbox)
+    if caller.owner is not None:
+        return Message.objects.filter(owner=caller.owner)
     return Message.objects.filter(mailbox__in=mailboxes_visible_to(caller))
 
 

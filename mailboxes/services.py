@@ -238,13 +238,20 @@ def contents_index_words(*, messages: QuerySet | None = None, skip_locked: bool 
     return len(rows)
 
 
+# Written out: every word search asks it, and building it with the ORM cost more than
+# PostgreSQL's answer (docs/benchmarks.md, "Message search").
+_ANY_WORDS_OWED = f"SELECT 1 FROM {MessageContent._meta.db_table} WHERE words IS NULL LIMIT 1"
+
+
 def contents_index_all_words(*, messages: QuerySet) -> int:
     """contents_index_words for every content of `messages` that owes its words, batch
     by batch: what a word search calls first. When nothing is owed anywhere (the worker
     keeps up), one read through the partial index of owed contents says so, without a
     transaction or the scope's join."""
-    if not MessageContent.objects.filter(words__isnull=True).exists():
-        return 0
+    with connection.cursor() as cursor:
+        cursor.execute(_ANY_WORDS_OWED)
+        if cursor.fetchone() is None:
+            return 0
     total = 0
     while indexed := contents_index_words(messages=messages):
         total += indexed

@@ -29,6 +29,7 @@ logger = logging.getLogger(__name__)
 class Recipient:
     mailbox_id: uuid.UUID
     address: str
+    owner_id: int | None  # the mailbox's owner, copied onto its messages (Message.owner)
     stored_bytes: int  # when it was looked up
     quota_bytes: int
 
@@ -42,17 +43,17 @@ class MailboxFull(Exception):
     """No accepted mailbox has room for the message (the plan's storage quota)."""
 
 
-def _recipient(mailbox_id, address: str, stored_bytes: int, plan: str | None,
+def _recipient(mailbox_id, address: str, owner_id: int | None, stored_bytes: int, plan: str | None,
                owner_status: str | None) -> Recipient | None:
     """A suspended account's mailboxes refuse mail while it is suspended (docs/api.md)."""
     if owner_status == AccountStatus.SUSPENDED:
         return None
-    return Recipient(Mailbox._meta.pk.to_python(mailbox_id), address, stored_bytes,
+    return Recipient(Mailbox._meta.pk.to_python(mailbox_id), address, owner_id, stored_bytes,
                      stored_bytes_limit(plan or Plan.FREE))
 
 
 _BY_ADDRESS = (
-    "SELECT m.id, m.stored_bytes, m.expires_at <= {now}, a.plan, a.status FROM " + Mailbox._meta.db_table + " m"
+    "SELECT m.id, m.owner_id, m.stored_bytes, m.expires_at <= {now}, a.plan, a.status FROM " + Mailbox._meta.db_table + " m"
     " LEFT JOIN " + Account._meta.db_table + " a ON a.id = m.owner_id WHERE m.address = %s AND m.status = %s"
 )
 
@@ -76,18 +77,18 @@ def recipient_at(address: str) -> Recipient | None:
         row = cursor.fetchone()
     if row is None:
         return None
-    mailbox_id, stored_bytes, due, plan, owner_status = row
+    mailbox_id, owner_id, stored_bytes, due, plan, owner_status = row
     if due:
         mailboxes_expire_due(mailbox_ids=[Mailbox._meta.pk.to_python(mailbox_id)])
         return None
-    return _recipient(mailbox_id, address, stored_bytes, plan, owner_status)
+    return _recipient(mailbox_id, address, owner_id, stored_bytes, plan, owner_status)
 
 
 def recipient_of(mailbox_id) -> Recipient | None:
     """The mailbox `mailbox_id` for mail it was delivered before its end (the mail
     server's, read later): any not deleted, or None."""
     row = (Mailbox.objects.filter(id=mailbox_id).exclude(status=MailboxStatus.DELETED)
-           .values_list("address", "stored_bytes", "owner__plan", "owner__status").first())
+           .values_list("address", "owner_id", "stored_bytes", "owner__plan", "owner__status").first())
     return _recipient(mailbox_id, *row) if row else None
 
 
@@ -106,7 +107,7 @@ def message_store(*, content: MessageContent, envelope_from: str, from_header: s
     for: waits and webhooks are about mail received."""
     size = len(content.raw)
     messages = [
-        Message(mailbox_id=recipient.mailbox_id, content=content, envelope_from=envelope_from[:320],
+        Message(mailbox_id=recipient.mailbox_id, owner_id=recipient.owner_id, content=content, envelope_from=envelope_from[:320],
                 envelope_to=recipient.address[:320], from_header=from_header, to_header=to_header,
                 cc_header=cc_header, subject=subject, size=size, has_attachments=bool(content.attachments),
                 server_id=server_id, authenticated=(content.authentication or {}).get("verdict") == "pass",

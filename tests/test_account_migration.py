@@ -36,7 +36,7 @@ def test_owners_keys_and_sent_mail_migrate_into_accounts_and_the_outbox():
 
 
 @pytest.mark.django_db(transaction=True)
-def test_rows_from_before_codes_links_and_wire_bytes_get_them_filled():
+def test_rows_from_before_codes_links_wire_bytes_and_message_owners_get_them_filled():
     before = [("mailboxes", "0013_read_from_the_mail_server"), ("relay", "0003_backendcallslot")]
     executor = MigrationExecutor(connection)
     latest = executor.loader.graph.leaf_nodes()
@@ -45,7 +45,13 @@ def test_rows_from_before_codes_links_and_wire_bytes_get_them_filled():
     Mailbox, Content = old.get_model("mailboxes", "Mailbox"), old.get_model("mailboxes", "MessageContent")
     mailbox = Mailbox.objects.create(address="older@relay.localhost", expires_at=timezone.now())
     content = Content.objects.create(raw=b"", text="Your code is 482913. https://shop.example/confirm")
-    old.get_model("mailboxes", "Message").objects.create(mailbox=mailbox, content=content, subject="Sign in", size=1)
+    OldMessage = old.get_model("mailboxes", "Message")
+    OldMessage.objects.create(mailbox=mailbox, content=content, subject="Sign in", size=1)
+    account = old.get_model("accounts", "Account").objects.create(login="older", status="active")
+    owned, deleted = (Mailbox.objects.create(owner=account, address=f"{name}@relay.localhost", expires_at=timezone.now(),
+                                             status=status) for name, status in (("owned", "expired"), ("gone", "deleted")))
+    for box in (owned, deleted):
+        OldMessage.objects.create(mailbox=box, content=content, subject=box.status, size=1)
     Outbox = old.get_model("relay", "OutboxMail")
     owed = Outbox.objects.create(to=["x@example.com"], subject="Hello", text="Hi", from_email="a@relay.localhost")
     sent = Outbox.objects.create(to=["x@example.com"], subject="Gone", text="", status="sent")
@@ -59,3 +65,6 @@ def test_rows_from_before_codes_links_and_wire_bytes_get_them_filled():
     mails = new.get_model("relay", "OutboxMail").objects
     assert b"Subject: Hello" in bytes(mails.get(id=owed.id).message)
     assert bytes(mails.get(id=sent.id).message) == b""
+    # A visible mailbox's mail names its owner; a deleted or ownerless one's names none.
+    owners = dict(new.get_model("mailboxes", "Message").objects.values_list("subject", "owner_id"))
+    assert owners == {"Sign in": None, "expired": account.id, "deleted": None}

@@ -146,7 +146,7 @@ def _listed(*, caller: Principal, mailbox: Mailbox | None, words: str | None, un
     search = MessageSearchQuerySerializer.filters(query)
     messages = access.message_search(caller=caller, mailbox=mailbox, **search)
     with selectors.words_search_plan(search["words"]):
-        return {"messages": MessageSummarySerializer(list(messages[:LISTED_MAX]), many=True).data}
+        return {"messages": MessageSummarySerializer.represent_many(messages[:LISTED_MAX])}
 
 
 def live_mailbox(caller: Principal, mailbox_id: uuid.UUID) -> Mailbox:

@@ -1,10 +1,12 @@
-"""A mailbox rendered from fields bound once (api.serializers.RenderedOnce) is what DRF's
-own rendering of the same serializer gives, for every state and label a mailbox has."""
+"""A mailbox, and a list of messages, rendered from fields bound once
+(api.serializers.RenderedOnce) are what DRF's own rendering of the same serializer gives,
+for every state and label a mailbox has and every kind of message a list shows."""
 from datetime import timedelta
 
-from api.serializers import MailboxSerializer
-from mailboxes.models import Mailbox
-from tests.helpers import create_mailbox, earlier, expire_now
+from api.serializers import MailboxSerializer, MessageSummarySerializer
+from mailboxes.models import Mailbox, Message
+from tests.helpers import create_mailbox, deliver, earlier, expire_now
+from tests.mail_corpus import mail
 
 
 def test_a_mailbox_renders_as_drf_renders_it_whatever_its_state(client_pro):
@@ -17,3 +19,16 @@ def test_a_mailbox_renders_as_drf_renders_it_whatever_its_state(client_pro):
         assert client_pro.get(f"/api/v1/mailboxes/{mailbox.id}").json() == MailboxSerializer(mailbox).data
     statuses = {mailbox.status for mailbox in Mailbox.objects.filter(id__in=[labelled["id"], bare["id"]])}
     assert statuses == {"active", "expired"}
+
+
+def test_messages_render_as_drf_renders_them_in_the_api_list(client_pro):
+    box = create_mailbox(client_pro)
+    deliver(mail(box["address"], "Plain"), box["address"])
+    deliver(mail(box["address"], "Ümlaut and a file", "See attached.", attachments=[(b"x", "text/plain", "a.txt")]),
+            box["address"], mail_from="")
+    Message.objects.filter(subject="Plain").update(thread=None, is_read=True)  # mail kept from before threads
+    messages = list(Message.objects.filter(mailbox_id=box["id"]).order_by("-received_at", "-id"))
+    assert {(m.thread_id is None, m.has_attachments) for m in messages} == {(True, False), (False, True)}
+    assert MessageSummarySerializer.represent_many(messages) == MessageSummarySerializer(messages, many=True).data
+    listed = client_pro.get(f"/api/v1/mailboxes/{box['id']}/messages").json()["results"]
+    assert listed == MessageSummarySerializer(messages, many=True).data

@@ -162,10 +162,11 @@ def test_words_are_found_through_the_gin_index_once_the_table_is_large(client_pr
             " to_tsvector('simple', (SELECT string_agg('w' || floor(power(random(), 3) * 5000)::int, ' ') "
             "  FROM generate_series(1, 15) WHERE i > 0)) FROM generate_series(1, 20000) AS i")
         cursor.execute(
-            "INSERT INTO mailboxes_message (mailbox_id, content_id, received_at, envelope_from, envelope_to, "
-            " from_header, to_header, subject, size, has_attachments, is_read) "
-            "SELECT m.id, c.id, now(), '', '', '', '', 'filler', 10, false, false "
-            "FROM (SELECT id, row_number() OVER () AS n FROM mailboxes_mailbox WHERE address LIKE 'filler%%') m "
+            "INSERT INTO mailboxes_message (mailbox_id, owner_id, content_id, received_at, envelope_from, "
+            " envelope_to, from_header, to_header, subject, size, has_attachments, is_read) "
+            "SELECT m.id, m.owner_id, c.id, now(), '', '', '', '', 'filler', 10, false, false "
+            "FROM (SELECT id, owner_id, row_number() OVER () AS n FROM mailboxes_mailbox"
+            "      WHERE address LIKE 'filler%%') m "
             "JOIN (SELECT id, row_number() OVER () AS n FROM mailboxes_messagecontent WHERE text = '') c "
             " ON (c.n - 1) / 100 = m.n - 1")
         cursor.execute("ANALYZE mailboxes_mailbox")
@@ -359,3 +360,14 @@ def test_after_naming_a_message_of_another_mailbox_is_400_naming_after(client_pr
     stranger = make_client("mallory", "pro")
     response = stranger.get("/api/v1/messages", {"after": in_second})
     assert response.status_code == 400 and "after" in response.json()["fields"]
+
+
+def test_a_deleted_mailboxs_mail_leaves_the_owners_searches_and_new_mail_joins_them(client_pro, inbox):
+    assert client_pro.delete(f"/api/v1/mailboxes/{inbox['second']['id']}").status_code == 204
+    assert subjects(client_pro.get("/api/v1/messages?q=invoice")) == []
+    assert subjects(client_pro.get("/api/v1/messages")) == ["Bestätigung", "Your login code"]
+    # The rows stay until purged; only the owner's searches stop naming them.
+    assert Message.objects.filter(mailbox_id=inbox["second"]["id"]).count() == 2
+    third = create_via_api(client_pro, local_part="third", ttl_ms=3_600_000).json()
+    deliver(shop_mail("Invoice 10", "A new invoice."), third["address"])
+    assert subjects(client_pro.get("/api/v1/messages?q=invoice")) == ["Invoice 10"]
