@@ -53,7 +53,8 @@ def _recipient(mailbox_id, address: str, owner_id: int | None, stored_bytes: int
 
 
 _BY_ADDRESS = (
-    "SELECT m.id, m.owner_id, m.stored_bytes, m.expires_at <= {now}, a.plan, a.status FROM " + Mailbox._meta.db_table + " m"
+    "SELECT m.id, m.owner_id, m.stored_bytes, m.expires_at <= {now}, a.plan, a.status"
+    " FROM " + Mailbox._meta.db_table + " m"
     " LEFT JOIN " + Account._meta.db_table + " a ON a.id = m.owner_id WHERE m.address = %s AND m.status = %s"
 )
 
@@ -107,9 +108,9 @@ def message_store(*, content: MessageContent, envelope_from: str, from_header: s
     for: waits and webhooks are about mail received."""
     size = len(content.raw)
     messages = [
-        Message(mailbox_id=recipient.mailbox_id, owner_id=recipient.owner_id, content=content, envelope_from=envelope_from[:320],
-                envelope_to=recipient.address[:320], from_header=from_header, to_header=to_header,
-                cc_header=cc_header, subject=subject, size=size, has_attachments=bool(content.attachments),
+        Message(mailbox_id=recipient.mailbox_id, owner_id=recipient.owner_id, content=content,
+                envelope_from=envelope_from[:320], envelope_to=recipient.address[:320], from_header=from_header,
+                to_header=to_header, cc_header=cc_header, subject=subject, size=size, has_attachments=bool(content.attachments),
                 server_id=server_id, authenticated=(content.authentication or {}).get("verdict") == "pass",
                 direction=direction, is_read=direction == Direction.OUT, message_id=lineage.message_id)
         for recipient in recipients
