@@ -76,7 +76,9 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=20)
     parser.add_argument("--seconds", type=int, default=60)
     args = parser.parse_args()
-    setup_django()  # tests.cyrus_server's helpers import the models
+    # Django is set up only once the environment points Relay at this Cyrus (run():
+    # fresh_database): set up before, it would read its settings without it, and make
+    # the mailboxes on the default backend, unknown to Cyrus.
     from tests.cyrus_server import CyrusServer, installed
 
     if not installed():

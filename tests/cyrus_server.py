@@ -19,6 +19,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from tests.ports import free_port
+
 MASTER = "/usr/lib/cyrus/bin/master"
 SASLPASSWD = shutil.which("saslpasswd2") or "/usr/sbin/saslpasswd2"
 ADMIN, PASSWORD, REALM = "relayadmin", "relay-admin-secret", "relay-cyrus"
@@ -70,8 +72,6 @@ EVENTS {{
 class CyrusServer:
     def __init__(self, root: Path) -> None:
         self.root = root
-        from tests.helpers import free_port  # which sets Django up: imported when a server is made
-
         self.imap_port, self.lmtp_port, self.http_port = free_port(), free_port(), free_port()
         self.proc: subprocess.Popen | None = None
         self._configure()

@@ -9,7 +9,6 @@ deadline, a free port, and one way to make each thing.
   time); `expire_now` expires a due mailbox as a cleanup task would; `a_delivery` writes a
   webhook delivery owed to `url`.
 """
-import socket
 import threading
 import time
 from contextlib import contextmanager
@@ -20,15 +19,10 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from mailboxes.models import AddressReservation, Mailbox
+from tests.ports import free_port  # noqa: F401  (the suite's tests import it from here)
 
 ROOT = Path(__file__).resolve().parent.parent
 DOMAIN = "relay.localhost"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @contextmanager
