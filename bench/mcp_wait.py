@@ -12,7 +12,7 @@ than Relay's (agents are separate programs on other machines; one Python process
 200 SDK sessions' answers on the server's cores would measure itself).
 Times are CLOCK_MONOTONIC, which every process on the machine shares.
 
-    scripts/bench.sh mcp_wait [--waiters 200] [--client-processes 4] [--rounds 3]
+    scripts/bench.sh mcp_wait [--waiters 200] [--client-processes 4] [--rounds 3] [--mail-rate 0]
 """
 import argparse
 import asyncio
@@ -39,11 +39,15 @@ def open_waits(store) -> int:
     return sum(store.zcard(name) for name in store.scan_iter("relay:open-waits:*"))
 
 
-def send_one_each(addresses: list[str]) -> dict[str, float]:
-    """One mail with a code to each address; the time.monotonic() of each 250."""
+def send_one_each(addresses: list[str], rate: float = 0) -> dict[str, float]:
+    """One mail with a code to each address, `rate` a second (0: as fast as Relay takes
+    them); the time.monotonic() of each 250."""
     accepted = {}
+    started = time.monotonic()
     with smtplib.SMTP("127.0.0.1", SMTP_PORT, timeout=30) as smtp:
         for i, address in enumerate(addresses):
+            if rate:
+                time.sleep(max(0.0, started + i / rate - time.monotonic()))
             smtp.sendmail("bench@example.com", [address],
                           f"Subject: Your code\r\n\r\nYour verification code is {200000 + i}.\r\n".encode())
             accepted[address] = time.monotonic()
@@ -106,7 +110,7 @@ def api_clients(key: str, mailboxes: list[tuple[str, str]], answers, release) ->
         thread.join(120)
 
 
-def run_round(clients, key: str, mailboxes: list, processes: int, store, web) -> dict:
+def run_round(clients, key: str, mailboxes: list, processes: int, store, web, mail_rate: float) -> dict:
     """Start `clients` over `processes` processes, wait until every wait is held, mail each
     mailbox once, collect the answers: their latencies from the 250 (arrived, parsed), and
     the web processes' growth per held wait."""
@@ -120,7 +124,7 @@ def run_round(clients, key: str, mailboxes: list, processes: int, store, web) ->
         worker.start()
     wait_until(lambda: open_waits(store) >= len(mailboxes), 120, f"every wait of {clients.__name__} held")
     during = rss_mb(web.pid)
-    accepted = send_one_each([address for _, address in pairs])
+    accepted = send_one_each([address for _, address in pairs], mail_rate)
     done = {address: (arrived, parsed) for address, arrived, parsed in (answers.get(timeout=60) for _ in pairs)}
     release.set()
     for worker in workers:
@@ -137,6 +141,8 @@ def main() -> None:
     parser.add_argument("--waiters", type=int, default=200)
     parser.add_argument("--client-processes", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3, help="MCP and API rounds, interleaved")
+    parser.add_argument("--mail-rate", type=float, default=0,
+                        help="mails a second to the waiting mailboxes (0: as fast as Relay takes them)")
     args = parser.parse_args()
     fresh_database()
     setup_django()
@@ -165,7 +171,8 @@ def main() -> None:
     try:
         for _ in range(args.rounds):
             for name, clients in (("MCP", mcp_agents), ("API", api_clients)):
-                rounds[name].append(run_round(clients, key, mailboxes(), args.client_processes, store, web))
+                rounds[name].append(run_round(clients, key, mailboxes(), args.client_processes, store, web,
+                                                 args.mail_rate))
     finally:
         stop(web, smtp)
     ms = lambda values, p: percentile(values, p) * 1000  # noqa: E731
@@ -182,8 +189,9 @@ def main() -> None:
 
     memory = {name: sum(done["memory"] for done in done_rounds) / len(done_rounds) * 1024
               for name, done_rounds in rounds.items()}
+    paced = f" sent at {args.mail_rate:g}/s" if args.mail_rate else ""
     figures = (f"{args.waiters} concurrent waits, clients in {args.client_processes} processes, each answered by one "
-               f"mail; from the SMTP 250 to the answer's arrival at the client, {args.rounds} interleaved rounds "
+               f"mail{paced}; from the SMTP 250 to the answer's arrival at the client, {args.rounds} interleaved rounds "
                f"(median, range): MCP wait_for_code p50 {figure('MCP', 'arrived', 0.5)}, p99 "
                f"**{figure('MCP', 'arrived', 0.99)}**; API wait p50 {figure('API', 'arrived', 0.5)}, p99 "
                f"{figure('API', 'arrived', 0.99)}; p99 ratio per round {ratio('arrived')}. Parsed by the client "
