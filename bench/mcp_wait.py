@@ -76,6 +76,11 @@ def mcp_agents(key: str, mailboxes: list[tuple[str, str]], answers, release) -> 
                 streamable_http_client(f"http://127.0.0.1:{PORT}/mcp", http_client=http) as (read, write), \
                 ClientSession(read, write) as session:
             await session.initialize()
+            # As a host does on connecting: the tools and their output schemas, which the
+            # client checks each result against. Without it the client asks for them
+            # right after its first result, and those lists, the costliest answer the
+            # server gives, would queue beside the other sessions' results.
+            await session.list_tools()
             result = await session.call_tool("wait_for_code", {"mailbox_id": mailbox_id, "timeout_seconds": 60})
             parsed = time.monotonic()
             assert not result.is_error and result.structured_content["code"], result
