@@ -76,12 +76,11 @@ def mailbox_find(*, caller: Caller, mailbox_id) -> Mailbox:
         key = Mailbox._meta.pk.get_db_prep_value(Mailbox._meta.pk.to_python(mailbox_id), connection)
     except ValidationError:
         raise NotFound() from None
-    if connection.vendor == "postgresql":
-        mailbox = next(iter(Mailbox.objects.raw(_MAILBOX_BY_ID.format(now="clock_timestamp()"), [key])), None)
-    else:  # SQLite: the one host's clock is the database's
-        mailbox = next(iter(Mailbox.objects.raw(_MAILBOX_BY_ID.format(now="NULL"), [key])), None)
-        if mailbox is not None:
-            mailbox.read_at = db_now()
+    postgresql = connection.vendor == "postgresql"
+    now = "clock_timestamp()" if postgresql else "NULL"
+    mailbox = next(iter(Mailbox.objects.raw(_MAILBOX_BY_ID.format(now=now), [key])), None)
+    if mailbox is not None and not postgresql:  # SQLite: the one host's clock is the database's
+        mailbox.read_at = db_now()
     if mailbox is None or mailbox.status not in _VISIBLE or not _sees(caller, mailbox):
         raise NotFound()
     return mailbox
