@@ -42,6 +42,8 @@ KEYWORD_STEMS = ("code", "otp", "pin", "verif", "vérif", "token", "one", "2fa",
                  "security", "sign", "log", "confirm", "código", "codice", "cod", "kod", "kód", "koodi", "mã", "xác",
                  "код", "κωδικ", "رمز", "كود", "کد", "קוד", "कोड", "รหัส", "인증", "코드", "확인", "コード",
                  "パスコード", "認証", "验证", "驗證", "確認", "校验码", "动态码")
+# The stems an ASCII text can hold: most mail's text is ASCII, and each stem costs a pass.
+ASCII_KEYWORD_STEMS = tuple(stem for stem in KEYWORD_STEMS if stem.isascii())
 # How far (in characters) a keyword may be from a code for it to count.
 NEAR = 80
 URL = re.compile(r"https?://[^\s<>\"'()\[\]{}]+", re.IGNORECASE)
@@ -88,7 +90,8 @@ def find_codes(subject: str, text: str) -> list[str]:
     """One-time codes, most likely first."""
     source = f"{subject}\n{text}"[:MAX_SCAN]
     lowered = source.lower()
-    if not any(word in lowered for word in KEYWORD_STEMS):
+    stems = ASCII_KEYWORD_STEMS if lowered.isascii() else KEYWORD_STEMS
+    if not any(word in lowered for word in stems):
         return []  # most mail: no word announces a code (a substring test, far cheaper than KEYWORDS)
     masked = _masked(source)
     keywords = [match.start() for match in KEYWORDS.finditer(masked)]
@@ -145,7 +148,8 @@ def find_links(text: str, html_body: str) -> list[dict]:
     found: list[tuple[str, str]] = []
     if html_body:
         found += _anchors(html_body[:MAX_SCAN])
-    found += [(match.group(0).rstrip(".,;:!?"), "") for match in URL.finditer(text[:MAX_SCAN])]
+    if "://" in text:  # every URL holds it: a text without one is not scanned
+        found += [(match.group(0).rstrip(".,;:!?"), "") for match in URL.finditer(text[:MAX_SCAN])]
     links, seen = [], set()
     for url, label in found:
         url = html.unescape(url.strip())

@@ -147,7 +147,7 @@ def bounded_bytes(raw: bytes) -> tuple[bytes, bool]:
     cut = False
     if end > MAX_HEADER_SECTION_BYTES:
         raw, cut = raw[:MAX_HEADER_SECTION_BYTES] + b"\r\n\r\n", True
-    else:
+    elif raw.count(b"\n--", end) > MAX_PARTS * 2:  # a byte search; most mail is far below the cap
         for count, boundary in enumerate(BOUNDARY_LINE.finditer(raw, end)):
             if count >= MAX_PARTS * 2:  # an opening and a closing line per part, at most
                 raw, cut = raw[:boundary.start()], True
