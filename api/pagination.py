@@ -3,6 +3,8 @@ from django.db.models import Count, Window
 from rest_framework.exceptions import ValidationError
 from rest_framework.pagination import PageNumberPagination
 
+from mailboxes.selectors import OwnerWordSearch
+
 
 class RelayPagination(PageNumberPagination):
     """Page numbers as docs/api.md lists them. A malformed `page` or `page_size` is a 400
@@ -37,7 +39,10 @@ class CountedWithPage(Paginator):
         if number < 1:
             raise EmptyPage("That page number is less than 1")
         bottom = (number - 1) * self.per_page
-        rows = list(self.object_list.annotate(relay_total=Window(Count("*")))[bottom:bottom + self.per_page])
+        if isinstance(self.object_list, OwnerWordSearch):  # written out (mailboxes.selectors)
+            rows = self.object_list.page_with_total(bottom, self.per_page)
+        else:
+            rows = list(self.object_list.annotate(relay_total=Window(Count("*")))[bottom:bottom + self.per_page])
         if not rows and number > 1:
             raise EmptyPage("That page contains no results")
         self.__dict__["count"] = rows[0].relay_total if rows else 0  # Paginator.count is a cached property

@@ -210,7 +210,7 @@ class MailboxRowsView(APIView):
 
 def _message_search(request, view, mailbox=None) -> Response:
     search = MessageSearchQuerySerializer.filters(_valid(MessageSearchQuerySerializer, request.query_params))
-    messages = access.message_search(caller=request.user, mailbox=mailbox, **search)
+    messages = access.message_search_pages(caller=request.user, mailbox=mailbox, **search)
     with selectors.words_search_plan(search["words"]):
         return _paginated(request, view, messages, MessageSummarySerializer, count_with_page=bool(search["words"]))
 

@@ -9,7 +9,7 @@ from mailboxes.ending import mailbox_lazy_expire, mailboxes_lazy_expire
 from mailboxes.errors import MailboxExpired
 from mailboxes.keys import Caller
 from mailboxes.models import Mailbox, MailboxStatus
-from mailboxes.selectors import (mailbox_find, mailboxes_filtered, mailboxes_visible_to, messages_in_scope,
+from mailboxes.selectors import (OwnerWordSearch, mailbox_find, mailboxes_filtered, mailboxes_visible_to, messages_in_scope,
                                  messages_matching)
 from mailboxes.services import contents_index_all_words
 
@@ -45,3 +45,15 @@ def message_search(*, caller: Caller | None, mailbox: Mailbox | None = None, wor
     if words and connection.vendor == "postgresql":
         contents_index_all_words(messages=messages.filter(id__gt=after) if after else messages)
     return messages_matching(messages, words=words, after=after, **filters)
+
+
+def message_search_pages(*, caller: Caller | None, mailbox: Mailbox | None = None, words: str = "",
+                         after: int | None = None, **filters) -> "QuerySet | OwnerWordSearch":
+    """What a client pages through for message_search: its queryset, or, for an owner's
+    search of words alone across all their mailboxes (the common one, on PostgreSQL),
+    the same rows as a selectors.OwnerWordSearch, with the owed words written first."""
+    if (words and mailbox is None and after is None and caller is not None and caller.owner is not None
+            and not any(filters.values()) and connection.vendor == "postgresql"):
+        contents_index_all_words(messages=messages_in_scope(caller=caller))
+        return OwnerWordSearch(owner_id=caller.owner.id, words=words)
+    return message_search(caller=caller, mailbox=mailbox, words=words, after=after, **filters)

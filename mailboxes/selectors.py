@@ -150,6 +150,27 @@ def messages_matching(messages: QuerySet, *, words: str = "", sender: str = "", 
     return messages.order_by("-received_at", "-id")
 
 
+class OwnerWordSearch:
+    """An owner's search for words alone across all their mailboxes, newest first: the
+    rows of messages_matching(messages_in_scope(caller=<the owner>), words=words), read
+    a page at a time by one written-out statement (PostgreSQL). It is the search most
+    clients make, and building and compiling its queryset with the ORM cost more CPU
+    than PostgreSQL's answer (docs/benchmarks.md, "Message search"). Run it inside
+    words_search_plan, as the queryset."""
+
+    PAGE = (f"SELECT m.*, count(*) OVER () AS relay_total FROM {Message._meta.db_table} m"
+            f" JOIN {MessageContent._meta.db_table} c ON c.id = m.content_id"
+            " WHERE m.owner_id = %s AND c.words @@ websearch_to_tsquery('simple', %s)"
+            " ORDER BY m.received_at DESC, m.id DESC LIMIT %s OFFSET %s")
+
+    def __init__(self, *, owner_id: int, words: str) -> None:
+        self.owner_id, self.words = owner_id, words
+
+    def page_with_total(self, offset: int, limit: int) -> list[Message]:
+        """Messages offset to offset + limit, each with `relay_total`: how many match in all."""
+        return list(Message.objects.raw(self.PAGE, [self.owner_id, self.words, limit, offset]))
+
+
 def messages_in_scope(*, caller: Caller | None, mailbox: Mailbox | None = None) -> QuerySet:
     """The messages of `mailbox`, or of all the caller's mailboxes (expired ones too,
     while retained; never another owner's). An owner's are those their messages name

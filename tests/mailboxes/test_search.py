@@ -10,12 +10,13 @@ from functools import partial
 import psycopg2
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from mailboxes.keys import Caller
 from mailboxes.models import Mailbox, Message, MessageContent
 from mailboxes.access import message_search
-from mailboxes.selectors import words_search_plan
+from mailboxes.selectors import OwnerWordSearch, words_search_plan
 from tests.conftest import _test_database_url
 from tests.helpers import create_via_api, deliver, earlier, listed, row_held, wait_until
 from tests.mail_corpus import mail
@@ -182,6 +183,14 @@ def test_words_are_found_through_the_gin_index_once_the_table_is_large(client_pr
         common = message_search(caller=Caller(owner=owner), words="w1")
         assert "content_words_gin" in common.explain()
         assert common.count() > 1000
+        # The same searches as the API makes them for an owner (OwnerWordSearch): the
+        # written-out statement goes through the index too.
+        for words in ("invoice", "w1"):
+            with connection.cursor() as cursor:
+                cursor.execute("EXPLAIN " + OwnerWordSearch.PAGE, [owner.id, words, 50, 0])
+                assert "content_words_gin" in "\n".join(row[0] for row in cursor.fetchall())
+        assert [message.subject for message in OwnerWordSearch(owner_id=owner.id, words="invoice")
+                .page_with_total(0, 50)] == ["Invoice 7"]
 
 
 def test_waiting_takes_the_search_filters(client_pro, inbox):
@@ -371,3 +380,34 @@ def test_a_deleted_mailboxs_mail_leaves_the_owners_searches_and_new_mail_joins_t
     third = create_via_api(client_pro, local_part="third", ttl_ms=3_600_000).json()
     deliver(shop_mail("Invoice 10", "A new invoice."), third["address"])
     assert subjects(client_pro.get("/api/v1/messages?q=invoice")) == ["Invoice 10"]
+
+
+@pytest.mark.parametrize("words", ["your", "code", '"your code"', "your -invoice", "invoice or welcome", "müller",
+                                   "absent", "' \" & | ! ( :*"])
+def test_an_owners_word_search_is_written_out_with_the_orms_rows_and_count(client_pro, inbox, words):
+    owner = Mailbox.objects.get(id=inbox["first"]["id"]).owner
+    search = OwnerWordSearch(owner_id=owner.id, words=words)
+    expected = [message.id for message in message_search(caller=Caller(owner=owner), words=words)]
+    for size in (1, 2, 50):
+        for offset in range(0, len(expected) + 1, size):
+            page = search.page_with_total(offset, size)
+            assert [message.id for message in page] == expected[offset:offset + size]
+            assert all(message.relay_total == len(expected) for message in page)
+    # The API answers an owner's word search with it, and gives the same page.
+    with CaptureQueriesContext(connection) as queries:
+        response = client_pro.get("/api/v1/messages", {"q": words, "page_size": 2})
+    assert [row["id"] for row in response.json()["results"]] == expected[:2]
+    assert response.json()["count"] == len(expected)
+    assert any("count(*) OVER () AS relay_total" in query["sql"] for query in queries.captured_queries)
+
+
+def test_a_search_with_more_than_words_or_in_one_mailbox_goes_through_the_orm(client_pro, inbox):
+    for query in ({"q": "your", "from": "shop.example"}, {"q": "your", "unread": "true"}):
+        with CaptureQueriesContext(connection) as queries:
+            response = client_pro.get("/api/v1/messages", query)
+        assert response.status_code == 200 and response.json()["count"] >= 1
+        assert not any("count(*) OVER () AS relay_total" in q["sql"] for q in queries.captured_queries)
+    box = inbox["first"]["id"]
+    with CaptureQueriesContext(connection) as queries:
+        assert subjects(client_pro.get(f"/api/v1/mailboxes/{box}/messages", {"q": "your"})) == ["Your login code"]
+    assert not any("count(*) OVER () AS relay_total" in q["sql"] for q in queries.captured_queries)
