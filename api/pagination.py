@@ -28,8 +28,9 @@ class CountedWithPage(Paginator):
     beside each row), for a word search: counting apart would repeat the search's whole
     work, the matching and the owner's mailboxes hashed (docs/benchmarks.md, "Message
     search"). Not for plain lists, where a count alone is an index-only scan and the page
-    a short ordered one. The answers are Paginator's: page 1 of nothing is empty, a page
-    past the end is EmptyPage."""
+    a short ordered one. An OwnerWordSearch reads its page and count in its own written-out
+    statement. The answers are Paginator's: page 1 of nothing is empty, a page past the
+    end is EmptyPage."""
 
     def page(self, number):
         try:
