@@ -9,8 +9,8 @@ from mailboxes.ending import mailbox_lazy_expire, mailboxes_lazy_expire
 from mailboxes.errors import MailboxExpired
 from mailboxes.keys import Caller
 from mailboxes.models import Mailbox, MailboxStatus
-from mailboxes.selectors import (OwnerWordSearch, mailbox_find, mailboxes_filtered, mailboxes_visible_to, messages_in_scope,
-                                 messages_matching)
+from mailboxes.selectors import (OwnerWordSearch, mailbox_find, mailboxes_filtered, mailboxes_visible_to,
+                                 messages_in_scope, messages_matching)
 from mailboxes.services import contents_index_all_words
 
 
