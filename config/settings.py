@@ -615,5 +615,5 @@ CELERY_DB_REUSE_MAX = _int("CELERY_DB_REUSE_MAX", 1000, minimum=0)
 # No task may run forever; the expire task sets tighter limits of its own.
 CELERY_TASK_SOFT_TIME_LIMIT = 60
 CELERY_TASK_TIME_LIMIT = 90
-CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+CELERY_BEAT_SCHEDULER = "expiry.beat:ClockSafeScheduler"
 CELERY_TIMEZONE = "UTC"

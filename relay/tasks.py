@@ -78,11 +78,10 @@ def reconcile_report() -> int:
 
 
 # The poll holds its lock (relay/mailserver/reader.py) for at most POLL_LOCK_SECONDS; the
-# task ends before that. A poll message older than two intervals is dropped: beat has
-# queued a newer one.
+# task ends before that. No `expires`: a worker on a fast clock would drop every poll
+# (SPEC §17); polls that queued up meanwhile find the lock taken or nothing new.
 @shared_task(soft_time_limit=mailserver.reader.POLL_LOCK_SECONDS - 5,
-             time_limit=mailserver.reader.POLL_LOCK_SECONDS - 2,
-             expires=settings.RELAY_MAILSERVER_POLL_SECONDS * 2)
+             time_limit=mailserver.reader.POLL_LOCK_SECONDS - 2)
 def read_mail_server() -> int:
     """Beat, every RELAY_MAILSERVER_POLL_SECONDS, with a mail server as the backend: copy
     what it delivered since the last poll into Relay's store (relay.mailserver.poll).

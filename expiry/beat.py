@@ -1,0 +1,30 @@
+"""Beat's scheduler: django-celery-beat's, with the schedule's last run never taken from
+the future.
+
+The last run is stored in the database by whichever beat ran it, on that beat's clock. A
+beat whose clock is minutes slow (or one started after a beat whose clock ran fast)
+would otherwise wait until its own clock passed that instant, sending no sweep for
+minutes (SPEC §17, "Late is wrong too"). A last run ahead of this beat's clock is taken
+as a run one interval ago, so an interval task is due at once; a crontab task is taken
+as run now and keeps its next slot."""
+from celery import schedules
+from celery.utils.time import maybe_make_aware
+from django_celery_beat.schedulers import DatabaseScheduler, ModelEntry, logger
+
+
+class ClockSafeEntry(ModelEntry):
+
+    def is_due(self):
+        now = maybe_make_aware(self._default_now())
+        if self.last_run_at is not None and maybe_make_aware(self.last_run_at) > now:
+            ahead = maybe_make_aware(self.last_run_at) - now
+            interval = type(self.schedule) is schedules.schedule
+            taken = now - self.schedule.run_every if interval else now
+            self.last_run_at = self.model.last_run_at = taken
+            logger.warning("%s: its last run is stored %.0f s ahead of this beat's clock; taken as %s",
+                           self.name, ahead.total_seconds(), "due now" if interval else "run now")
+        return super().is_due()
+
+
+class ClockSafeScheduler(DatabaseScheduler):
+    Entry = ClockSafeEntry
