@@ -104,6 +104,23 @@ def silent_dns(settings):
     relay_dns.reset()  # settings are restored after this; the next look-up reads them anew
 
 
+@pytest.fixture
+def dns_silent_for(dns_server, settings):
+    """Point Relay at a forwarder in front of the suite's NSD that never answers for
+    names under `silent.test`; the forwarder (its `dropped` counts the queries dropped)."""
+    from domains import dns as relay_dns
+    from tests.dns_server import DroppingForwarder
+
+    if dns_server is None:
+        pytest.skip("NSD is not installed (scripts/test.sh installs Debian's nsd)")
+    forwarder = DroppingForwarder(dns_server.port, "silent.test")
+    settings.RELAY_DNS_RESOLVERS = [("127.0.0.1", forwarder.port)]
+    relay_dns.reset()
+    yield forwarder
+    forwarder.close()
+    relay_dns.reset()
+
+
 @dataclass(frozen=True)
 class Senders:
     """The senders of the verdict tests, published in the suite's DNS server. pass.test:

@@ -11,6 +11,7 @@ package when it is missing.
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -131,3 +132,41 @@ class DnsServer:
             self.records[zone] = [record for record in self.records[zone]
                                   if not (record[0] == name and rtype in (None, record[1]))]
             self._reload(zone)
+
+
+class DroppingForwarder:
+    """A resolver in front of NSD that never answers for names under `silent` (a
+    nameserver gone quiet, for the names a sender chose) and passes every other query
+    to NSD as it is."""
+
+    def __init__(self, upstream_port: int, silent: str) -> None:
+        self.upstream_port, self.silent = upstream_port, silent.rstrip(".").lower()
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.dropped = 0
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                data, client = self.sock.recvfrom(65535)
+            except OSError:
+                return  # closed
+            try:
+                query = dns.message.from_wire(data)
+                name = query.question[0].name.to_text(omit_final_dot=True).lower()
+            except Exception:
+                continue
+            if name == self.silent or name.endswith("." + self.silent):
+                self.dropped += 1
+                continue
+            try:
+                answer = dns.query.udp(query, "127.0.0.1", port=self.upstream_port, timeout=2)
+                self.sock.sendto(answer.to_wire(), client)
+            except Exception:
+                continue
+
+    def close(self) -> None:
+        self.sock.close()

@@ -7,6 +7,7 @@ publicsuffix2 for organizational domains. Every look-up goes through domains.dns
 of one message's share one budget (RELAY_DNS_TIMEOUT_SECONDS): what has no answer in
 time is temperror. The functions block; the SMTP server runs them in threads of their
 own (relay/inbound/server.py), so its event loop never waits on DNS."""
+import base64
 import logging
 import re
 import threading
@@ -14,6 +15,8 @@ from email.utils import getaddresses
 
 import authres
 import dkim
+import dkim.crypto
+import dkim.util
 import spf
 from authheaders.dmarc_lookup import DMARCException, lookup_receiver_record
 from django.conf import settings
@@ -81,33 +84,103 @@ def check_spf(*, ip: str | None, mail_from: str, helo: str, budget: dns.Budget) 
     return {"result": result if result in RESULTS else PERMERROR, "domain": domain}
 
 
+# What one message may make the verdict do, whatever its sender wrote: the first few
+# signatures only (a mail of thousands would cost a look-up each, and dkimpy's time grows
+# with their square), signatures over a bounded list of headers, and RSA keys of a usual
+# size and exponent (a 16k-bit modulus or a huge exponent makes one check run for a
+# minute, holding the GIL). Refused ones are permerror, before any arithmetic.
+MAX_SIGNATURES = 5
+MAX_SIGNED_HEADERS = 64
+MAX_KEY_BITS = 4096
+KEY_EXPONENTS = (3, 65537)
+
+
+class KeyRefused(Exception):
+    """A DKIM key record whose key Relay will not compute with."""
+
+
+def key_refusal(record: bytes) -> str | None:
+    """Why the RSA key in DKIM key `record` is refused (too large, an unusual exponent,
+    not a key at all), or None when it may be used. Ed25519 keys have one size."""
+    try:
+        tags = dkim.util.parse_tag_value(record)
+    except Exception:
+        return None  # dkimpy refuses a malformed record itself
+    if tags.get(b"k", b"rsa") != b"rsa" or not tags.get(b"p"):
+        return None
+    try:
+        key = dkim.crypto.parse_public_key(base64.b64decode(tags[b"p"]))
+    except Exception:
+        return None
+    bits = key["modulus"].bit_length()
+    if bits > MAX_KEY_BITS:
+        return f"an RSA key of {bits} bits (at most {MAX_KEY_BITS} are checked)"
+    if key["publicExponent"] not in KEY_EXPONENTS:
+        return "an RSA key with an unusual public exponent"
+    return None
+
+
+def _signature_refusal(value: bytes) -> str | None:
+    try:
+        tags = dkim.util.parse_tag_value(value)
+    except Exception:
+        return None  # dkimpy says what is wrong with it
+    signed = tags.get(b"h", b"").count(b":") + 1
+    if signed > MAX_SIGNED_HEADERS:
+        return f"it signs {signed} header fields (at most {MAX_SIGNED_HEADERS} are checked)"
+    return None
+
+
 def check_dkim(message: dkim.DKIM, budget: dns.Budget) -> list[dict]:
-    """One result per DKIM-Signature, top first."""
-    count = sum(1 for name, _ in message.headers if name.lower() == b"dkim-signature")
+    """One result per DKIM-Signature, top first, for the first MAX_SIGNATURES of them."""
+    signatures = [value for name, value in message.headers if name.lower() == b"dkim-signature"]
+    if len(signatures) > MAX_SIGNATURES:
+        logger.info("a message carries %d DKIM signatures; the first %d are checked", len(signatures), MAX_SIGNATURES)
     results = []
-    for index in range(count):
+    for index, value in enumerate(signatures[:MAX_SIGNATURES]):
         key_found = []
 
         def key_record(name, timeout=None):
             records = dns.txt(name.decode() if isinstance(name, bytes) else name, budget)
             key_found.append(bool(records))
-            return records[0].encode() if records else None
+            if not records:
+                return None
+            record = records[0].encode()
+            refusal = key_refusal(record)
+            if refusal:
+                raise KeyRefused(refusal)
+            return record
 
         message.signature_fields = {}
+        refusal = _signature_refusal(value)
         try:
+            if refusal:
+                raise KeyRefused(refusal)
+            if budget.left() <= 0:
+                raise dns.LookupFailed("no time left")
             valid = message.verify(idx=index, dnsfunc=key_record)
             result = PASS if valid else (FAIL if all(key_found) else PERMERROR)
         except dns.LookupFailed:
             result = TEMPERROR
+        except KeyRefused as exc:
+            logger.info("DKIM signature %d not checked: %s", index, exc)
+            result = PERMERROR
         except dkim.ValidationError:
             result = FAIL  # the signature does not match the message (body or headers altered)
         except Exception as exc:  # a signature or key too malformed to check
             logger.info("DKIM signature %d could not be checked: %s", index, exc)
             result = PERMERROR
-        fields = message.signature_fields or {}
+        fields = message.signature_fields or _tags(value)
         results.append({"result": result, "domain": fields.get(b"d", b"").decode("ascii", "replace").lower(),
                         "selector": fields.get(b"s", b"").decode("ascii", "replace").lower()})
     return results
+
+
+def _tags(value: bytes) -> dict:
+    try:
+        return dkim.util.parse_tag_value(value)
+    except Exception:
+        return {}
 
 
 _suffixes = None

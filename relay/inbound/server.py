@@ -34,9 +34,12 @@ logger = logging.getLogger(__name__)
 # RCPT commands.
 LOOKUP_THREADS = 8
 STORAGE_THREADS = 4
-# Verdicts mostly wait on DNS, so more threads than storage; one whose answer is slow
-# holds its thread for at most RELAY_DNS_TIMEOUT_SECONDS.
-VERDICT_THREADS = 16
+# Verdicts mostly wait on DNS; one whose answer is slow holds its thread for at most
+# RELAY_DNS_TIMEOUT_SECONDS (relay/inbound/authentication.py bounds the rest). One client
+# group (relay.clients) runs at most a few at once, and the pool has a thread for every
+# connection allowed: a sender whose mail is slow to judge waits for its own slots,
+# never for a thread another's mail needs.
+VERDICTS_PER_CLIENT = 4
 
 
 class DatabasePool:
@@ -90,13 +93,19 @@ class RelayHandler:
         self.idle.set()
         self.lookups = DatabasePool("lookup", LOOKUP_THREADS)
         self.storage = DatabasePool("store", STORAGE_THREADS)
-        self.verdicts = ThreadPoolExecutor(max_workers=VERDICT_THREADS, thread_name_prefix="smtp-verdict")
+        self.verdicts = ThreadPoolExecutor(max_workers=settings.RELAY_SMTP_MAX_CONNECTIONS,
+                                           thread_name_prefix="smtp-verdict")
+        # Per client group: its verdict slots, and how many verdicts hold or wait for one.
+        self.verdict_slots: dict[str, asyncio.Semaphore] = {}
+        self.verdict_users: dict[str, int] = {}
 
-    async def authenticate(self, session: Session, envelope: Envelope, raw: bytes) -> dict:
+    async def authenticate(self, session: Session, envelope: Envelope, raw: bytes, group: str) -> dict:
         """The message's verdict (relay/inbound/authentication.py), worked out in a thread
         of the verdict pool: the event loop, and so every other session, never waits on
-        DNS. The budget starts now, so time spent queued for a thread counts: past
-        RELAY_DNS_TIMEOUT_SECONDS the message is stored with a temperror verdict."""
+        DNS. The budget starts now, so time spent waiting for one of its client group's
+        slots counts: past RELAY_DNS_TIMEOUT_SECONDS the message is stored with a
+        temperror verdict. A slot is given back when the check ends, not when the wait for
+        it does, so a sender's slow checks hold its own slots only."""
         # The look-ups end a little before the reply must go (dnspython may overrun a
         # lifetime by its retry back-off), so their own temperrors, naming the domains,
         # arrive in time; the wait is the hard limit.
@@ -104,17 +113,32 @@ class RelayHandler:
             return nothing_known()
         seconds = settings.RELAY_DNS_TIMEOUT_SECONDS
         deadline = time.monotonic() + seconds
+        slot = self.verdict_slots.setdefault(group, asyncio.Semaphore(VERDICTS_PER_CLIENT))
+        self.verdict_users[group] = self.verdict_users.get(group, 0) + 1
+        try:
+            await asyncio.wait_for(slot.acquire(), timeout=max(0.0, deadline - time.monotonic()))
+        except asyncio.TimeoutError:
+            self._verdict_user_gone(group)
+            logger.warning("no verdict slot for a message from %s (client %s) within %ss: temperror",
+                           envelope.mail_from, group, seconds)
+            return nothing_known(TEMPERROR)
+        lookups = dns.Budget(max(0.0, deadline - time.monotonic() - min(0.25, seconds / 4)))
         job = asyncio.get_running_loop().run_in_executor(self.verdicts, functools.partial(
             authenticate, raw, ip=(session.peer or ("",))[0] or None, mail_from=envelope.mail_from or "",
-            helo=session.host_name or "", budget=dns.Budget(seconds - min(0.25, seconds / 4))))
+            helo=session.host_name or "", budget=lookups))
+        job.add_done_callback(lambda _: (slot.release(), self._verdict_user_gone(group)))
         try:
-            return await asyncio.wait_for(job, timeout=max(0.0, deadline - time.monotonic()))
+            return await asyncio.wait_for(asyncio.shield(job), timeout=max(0.0, deadline - time.monotonic()))
         except asyncio.TimeoutError:
-            logger.info("no verdict for a message from %s within %ss: temperror", envelope.mail_from,
-                        settings.RELAY_DNS_TIMEOUT_SECONDS)
+            logger.info("no verdict for a message from %s within %ss: temperror", envelope.mail_from, seconds)
         except Exception:
             logger.exception("could not work out the verdict of a message from %s", envelope.mail_from)
         return nothing_known(TEMPERROR)
+
+    def _verdict_user_gone(self, group: str) -> None:
+        self.verdict_users[group] -= 1
+        if not self.verdict_users[group]:
+            del self.verdict_users[group], self.verdict_slots[group]
 
     async def handle_RCPT(self, server: SMTP, session: Session, envelope: Envelope, address: str, rcpt_options):
         accepted = getattr(envelope, "relay_recipients", None)
@@ -144,7 +168,7 @@ class RelayHandler:
         server.storing = True
         raw = envelope.original_content or envelope.content or b""
         try:
-            authentication = await self.authenticate(session, envelope, raw)
+            authentication = await self.authenticate(session, envelope, raw, server.peer_host)
             await self.storage.run(
                 deliver_message,
                 raw=raw,
