@@ -73,10 +73,10 @@ def relay_burst(count: int, broker, *, backend: str, latency_ms: float, second: 
     env = {**(env or {}), "RELAY_BACKEND": backend}
     fake = None
     if backend == "stalwart":
-        from tests.stalwart_fake import TOKEN, FakeStalwart
+        from tests.stalwart_fake import MAIL_SERVER_ID, TOKEN, FakeStalwart
 
         fake = FakeStalwart(latency=latency_ms / 1000).start()
-        env |= {"STALWART_URL": fake.url, "STALWART_TOKEN": TOKEN}
+        env |= {"STALWART_URL": fake.url, "STALWART_TOKEN": TOKEN, "RELAY_AUTHSERV_ID": MAIL_SERVER_ID}
     def create_due(first: int, last: int) -> None:
         due_at = timezone.now() - timedelta(seconds=1)
         batch = []

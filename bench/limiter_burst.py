@@ -38,7 +38,7 @@ def burst(count: int, *, per_minute: int, latency_ms: float, limited: bool, brok
                                          backend_id=fake.add_account(f"l{i}")) for i in range(count)], batch_size=5000)
     with connection.cursor() as cursor:
         cursor.execute("VACUUM ANALYZE mailboxes_mailbox")
-    env = {"RELAY_BACKEND": "stalwart", "STALWART_URL": fake.url, "STALWART_TOKEN": TOKEN,
+    env = {"RELAY_BACKEND": "stalwart", "STALWART_URL": fake.url, "STALWART_TOKEN": TOKEN, "RELAY_AUTHSERV_ID": "mx.test",
            # Without the limiter: limits no burst reaches, so every call goes straight out.
            "RELAY_BACKEND_MAX_PER_MINUTE": str(per_minute if limited else 10_000_000),
            "RELAY_BACKEND_MAX_CONCURRENT": str(4 if limited else 10_000),

@@ -341,7 +341,10 @@ RELAY_DKIM_PRIVATE_KEY_FILE = env.str("RELAY_DKIM_PRIVATE_KEY_FILE", default="")
 if RELAY_DKIM_PRIVATE_KEY_FILE and not os.access(RELAY_DKIM_PRIVATE_KEY_FILE, os.R_OK):
     raise ImproperlyConfigured(f"RELAY_DKIM_PRIVATE_KEY_FILE names {RELAY_DKIM_PRIVATE_KEY_FILE!r}, "
                                "which is not a readable file")
-RELAY_AUTHSERV_ID = env.str("RELAY_AUTHSERV_ID", default=RELAY_DOMAINS[0]).strip().lower()
+# The authserv-id the mail server in front of the backend writes in its own
+# Authentication-Results (and strips from incoming mail): required with a mail server as
+# the backend, checked below. No default: a sender could guess one and write the header.
+RELAY_AUTHSERV_ID = env.str("RELAY_AUTHSERV_ID", default="").strip().lower()
 # false: runsmtp stores mail without checking SPF, DKIM and DMARC (verdict none), for mail
 # that only ever comes through a relay that checked it already; and the benchmarks' baseline.
 RELAY_SMTP_VERDICTS = _bool("RELAY_SMTP_VERDICTS", True)
@@ -424,6 +427,10 @@ if RELAY_BACKEND == "cyrus":
                                          ("CYRUS_ADMIN_PASSWORD", CYRUS_ADMIN_PASSWORD)) if not value]
     if _missing:
         raise ImproperlyConfigured(f"{', '.join(_missing)} must be set when RELAY_BACKEND is cyrus")
+if RELAY_BACKEND in ("cyrus", "stalwart") and not RELAY_AUTHSERV_ID:
+    raise ImproperlyConfigured(f"RELAY_AUTHSERV_ID must be set when RELAY_BACKEND is {RELAY_BACKEND}: the authserv-id "
+                               "your mail server writes in its Authentication-Results (and strips from mail it "
+                               "receives), e.g. its host name")
 if CYRUS_IMAP_URL and not CYRUS_IMAP_URL.startswith(("imap://", "imaps://")):
     raise ImproperlyConfigured(f"CYRUS_IMAP_URL must be imap://host:port or imaps://host:port, got {CYRUS_IMAP_URL!r}")
 if CYRUS_JMAP_URL and not CYRUS_JMAP_URL.startswith(("http://", "https://")):

@@ -25,7 +25,7 @@ from rest_framework.test import APIClient
 from accounts.keys import key_cache_clear
 from accounts.services import account_create_with_key
 from tests.helpers import ROOT, create_mailbox, free_port, wait_until
-from tests.stalwart_fake import TOKEN, FakeStalwart
+from tests.stalwart_fake import MAIL_SERVER_ID, TOKEN, FakeStalwart
 
 
 def pytest_configure(config):
@@ -218,6 +218,7 @@ def stalwart(stalwart_server, settings):
     settings.RELAY_BACKEND = "stalwart"
     settings.STALWART_URL = stalwart_server.url
     settings.STALWART_TOKEN = TOKEN
+    settings.RELAY_AUTHSERV_ID = MAIL_SERVER_ID
     yield stalwart_server
     stalwart_server.reset()
 
@@ -457,7 +458,8 @@ def module_processes(django_db_setup, tmp_path_factory):
 
 @pytest.fixture
 def processes(transactional_db, stalwart, broker, tmp_path):
-    env = _process_env(RELAY_BACKEND="stalwart", STALWART_URL=stalwart.url, STALWART_TOKEN=TOKEN)
+    env = _process_env(RELAY_BACKEND="stalwart", STALWART_URL=stalwart.url, STALWART_TOKEN=TOKEN,
+                       RELAY_AUTHSERV_ID=MAIL_SERVER_ID)
     from expiry.schedules import install_schedules
 
     install_schedules()  # beat reads the sweeps' schedules from the test database

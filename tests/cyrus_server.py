@@ -24,6 +24,8 @@ from tests.ports import free_port
 MASTER = "/usr/lib/cyrus/bin/master"
 SASLPASSWD = shutil.which("saslpasswd2") or "/usr/sbin/saslpasswd2"
 ADMIN, PASSWORD, REALM = "relayadmin", "relay-admin-secret", "relay-cyrus"
+# The authserv-id Relay is told the mail server writes (RELAY_AUTHSERV_ID).
+AUTHSERV_ID = "mx.cyrus.test"
 
 
 def installed() -> bool:
@@ -87,7 +89,7 @@ class CyrusServer:
     def relay_settings(self) -> dict[str, str]:
         """The environment that points Relay at this server."""
         return {"RELAY_BACKEND": "cyrus", "CYRUS_IMAP_URL": self.imap_url, "CYRUS_JMAP_URL": self.jmap_url,
-                "CYRUS_ADMIN_USER": ADMIN, "CYRUS_ADMIN_PASSWORD": PASSWORD}
+                "CYRUS_ADMIN_USER": ADMIN, "CYRUS_ADMIN_PASSWORD": PASSWORD, "RELAY_AUTHSERV_ID": AUTHSERV_ID}
 
     def _configure(self) -> None:
         for folder in ("conf", "spool", "proc", "lock", "sieve", "socket"):

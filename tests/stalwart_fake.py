@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 TOKEN = "test-token"
+# The authserv-id Relay is told the mail server writes (RELAY_AUTHSERV_ID).
+MAIL_SERVER_ID = "mx.mailserver.test"
 MAX_CONCURRENT = 4
 
 # Failure kinds a test can switch on.

@@ -263,23 +263,38 @@ def authenticate(raw: bytes, *, ip: str | None, mail_from: str, helo: str, spf_r
     return {"spf": spf_found, "dkim": dkim_found, "dmarc": dmarc_found, "verdict": verdict}
 
 
-def spf_of_mail_server(headers: list[list[str]]) -> dict | None:
-    """SPF as the mail server that received the message found it: its
-    Authentication-Results header whose authserv-id is RELAY_AUTHSERV_ID (a header
-    under any other name may have been written by the sender). None when there is none."""
-    for name, value in headers:
-        if name.lower() != "authentication-results":
+def spf_of_mail_server(headers: list[list[str]], envelope_from: str) -> dict | None:
+    """SPF as the mail server that received the message found it, from the topmost
+    Authentication-Results header alone, and only when its authserv-id is the one the
+    operator named (RELAY_AUTHSERV_ID) and the sender it judged is the envelope sender the
+    server recorded (`envelope_from`, its Return-Path). A header lower down, or under any
+    other name, may have been written by the sender. None when nothing can be trusted."""
+    if not settings.RELAY_AUTHSERV_ID:
+        return None
+    topmost = next((value for name, value in headers if name.lower() == "authentication-results"), None)
+    if topmost is None:
+        return None
+    try:
+        parsed = authres.AuthenticationResultsHeader.parse_value(topmost)
+    except Exception:
+        logger.info("the topmost Authentication-Results does not parse; SPF taken as none")
+        return None
+    if (parsed.authserv_id or "").lower() != settings.RELAY_AUTHSERV_ID:
+        logger.info("the topmost Authentication-Results is %r's, not the mail server's (%s); SPF taken as none",
+                    parsed.authserv_id, settings.RELAY_AUTHSERV_ID)
+        return None
+    for result in parsed.results:
+        if result.method != "spf":
             continue
-        try:
-            parsed = authres.AuthenticationResultsHeader.parse_value(value)
-        except Exception:
-            continue
-        if parsed.authserv_id != settings.RELAY_AUTHSERV_ID:
-            continue
-        for result in parsed.results:
-            if result.method == "spf":
-                found = {f"{prop.type}.{prop.name}": prop.value for prop in result.properties}
-                sender = found.get("smtp.mailfrom") or found.get("smtp.helo") or ""
-                return {"result": result.result if result.result in RESULTS else PERMERROR,
-                        "domain": _domain_of(sender) if "@" in sender else sender.lower()}
+        found = {f"{prop.type}.{prop.name}": prop.value for prop in result.properties}
+        judged = found.get("smtp.mailfrom") or ""
+        if judged and "@" not in judged:
+            judged = f"postmaster@{judged}"  # RFC 8601 allows the domain alone
+        if envelope_from and _domain_of(judged) != _domain_of(envelope_from):
+            logger.info("the mail server's SPF result judged %r, not the envelope sender %r; SPF taken as none",
+                        judged, envelope_from)
+            return None
+        sender = judged or found.get("smtp.helo") or ""
+        return {"result": result.result if result.result in RESULTS else PERMERROR,
+                "domain": _domain_of(sender) if "@" in sender else sender.lower()}
     return None

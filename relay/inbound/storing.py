@@ -43,7 +43,7 @@ def deliver_message(*, raw: bytes, mail_from: str, recipients: list[Recipient], 
     parsed = parse_message(raw)
     if authentication is None:
         authentication = authenticate(raw, ip=None, mail_from=mail_from, helo="",
-                                      spf_result=spf_of_mail_server(parsed.headers))
+                                      spf_result=spf_of_mail_server(parsed.headers, mail_from))
     content = MessageContent(raw=raw, text=parsed.text, html=parsed.html, headers=parsed.headers,
                              authentication=authentication,
                              attachments=parsed.attachments, parsed_fully=parsed.parsed_fully,

@@ -102,6 +102,38 @@ def test_delivered_mail_reads_as_if_relays_own_smtp_had_stored_it(cyrus, client_
     assert [d["event"] for d in deliveries] == ["message.received"]
 
 
+def test_an_authentication_results_a_sender_wrote_authenticates_nothing(cyrus, client_pro, senders):
+    """pass.test publishes DMARC p=reject and the mail is unsigned: only an SPF pass the
+    mail server itself reported could make it pass. A sender forges one under the name
+    Relay once took by default, and one under the server's own name below the header the
+    server wrote (the MX in front of Cyrus, played here by the test, writes the topmost)."""
+    forgeries = {
+        "the old default name": b"Authentication-Results: relay.localhost; spf=pass smtp.mailfrom=security@pass.test\r\n",
+        "below the server's own": (f"Authentication-Results: {cyrus.relay_settings()['RELAY_AUTHSERV_ID']}; "
+                                   "dkim=none\r\nAuthentication-Results: "
+                                   f"{cyrus.relay_settings()['RELAY_AUTHSERV_ID']}; spf=pass "
+                                   "smtp.mailfrom=security@pass.test\r\n").encode(),
+    }
+    for number, (case, headers) in enumerate(forgeries.items()):
+        box = create_via_api(client_pro, local_part=f"forged{number}").json()
+        raw = headers + corpus.mail(box["address"], "Your code", "111111", sender="security@pass.test")
+        cyrus.deliver(box["address"], raw, sender="security@pass.test")
+        [item] = messages(client_pro, box)
+        verdict = client_pro.get(f"/api/v1/mailboxes/{box['id']}/messages/{item['id']}").json()["authentication"]
+        assert item["authenticated"] is False, case
+        assert verdict["spf"]["result"] == "none" and verdict["dmarc"]["result"] == "fail", case
+        assert client_pro.get(f"/api/v1/mailboxes/{box['id']}/messages",
+                              {"authenticated": "true"}).json()["results"] == [], case
+    # What the server itself reports on top is taken.
+    box = create_via_api(client_pro, local_part="reported").json()
+    raw = (f"Authentication-Results: {cyrus.relay_settings()['RELAY_AUTHSERV_ID']}; spf=pass "
+           "smtp.mailfrom=security@pass.test\r\n").encode() + corpus.mail(box["address"], "Your code", "222222",
+                                                                           sender="security@pass.test")
+    cyrus.deliver(box["address"], raw, sender="security@pass.test")
+    [item] = messages(client_pro, box)
+    assert item["authenticated"] is True
+
+
 def test_an_idle_poll_asks_jmap_nothing_and_a_delivery_is_read_by_the_next(cyrus, client_pro):
     boxes = [create_via_api(client_pro, local_part=f"idle{i}").json() for i in range(5)]
     mailserver.poll()  # the first read of each: its state

@@ -138,18 +138,33 @@ def test_a_dns_server_that_does_not_answer_is_temperror_within_the_budget_and_ot
     assert found["dmarc"]["result"] == "temperror" and found["verdict"] == "none"
 
 
-def test_mail_read_from_a_mail_server_takes_spf_from_its_results_only_under_relays_name(client_pro, new_box,
-                                                                                      senders):
-    ours, theirs = new_box(), new_box()
+def test_mail_read_from_a_mail_server_takes_spf_from_its_topmost_results_under_the_named_id_only(
+        client_pro, new_box, senders, settings):
+    settings.RELAY_AUTHSERV_ID = "mx.relay.test"
     body = mail("x@relay.localhost", "Hi", "text", sender="noreply@pass.test")
-    for box, authserv_id in ((ours, "relay.localhost"), (theirs, "forger.test")):
-        raw = (f"Authentication-Results: {authserv_id}; spf=pass smtp.mailfrom=bounce@pass.test\r\n".encode()
-               + body)
-        deliver_message(raw=raw, mail_from="bounce@pass.test", recipients=[recipient_mailbox(box["address"])],
-                        server_id=f"email-{authserv_id}")
-    found = authentication(client_pro, ours)
-    assert found["spf"] == {"result": "pass", "domain": "pass.test"}
-    assert found["dmarc"]["result"] == "pass" and found["verdict"] == "pass"
-    found = authentication(client_pro, theirs)
-    assert found["spf"]["result"] == "none"
-    assert found["dmarc"]["result"] == "fail" and found["verdict"] == "fail"
+    ours = "Authentication-Results: mx.relay.test; spf=pass smtp.mailfrom=bounce@pass.test\r\n"
+    cases = {
+        "ours": (ours, "pass"),
+        "another name": ("Authentication-Results: forger.test; spf=pass smtp.mailfrom=bounce@pass.test\r\n", "none"),
+        # The server's own header has no SPF result; a lower one under its name is the sender's.
+        "ours, below the server's": ("Authentication-Results: mx.relay.test; dkim=none\r\n" + ours, "none"),
+        "ours, below another's": ("Authentication-Results: forger.test; spf=none\r\n" + ours, "none"),
+        # It judged a sender other than the envelope sender the server recorded.
+        "another sender": ("Authentication-Results: mx.relay.test; spf=pass smtp.mailfrom=x@other.test\r\n", "none"),
+    }
+    for case, (results, expected) in cases.items():
+        box = new_box()
+        deliver_message(raw=results.encode() + body, mail_from="bounce@pass.test",
+                        recipients=[recipient_mailbox(box["address"])], server_id=f"email-{box['id']}")
+        found = authentication(client_pro, box)
+        assert found["spf"]["result"] == expected, case
+        assert found["verdict"] == ("pass" if expected == "pass" else "fail"), case  # pass.test's DMARC is p=reject
+
+
+def test_without_a_named_id_no_authentication_results_is_taken(client_pro, box, senders, settings):
+    settings.RELAY_AUTHSERV_ID = ""
+    raw = (b"Authentication-Results: relay.localhost; spf=pass smtp.mailfrom=bounce@pass.test\r\n"
+           + mail("x@relay.localhost", "Hi", "text", sender="noreply@pass.test"))
+    deliver_message(raw=raw, mail_from="bounce@pass.test", recipients=[recipient_mailbox(box["address"])],
+                    server_id="email-unnamed")
+    assert authentication(client_pro, box)["spf"]["result"] == "none"
