@@ -19,6 +19,7 @@ from mailboxes.storing import MailboxFull, recipient_of
 from owed.clock import db_now
 from relay.inbound.storing import deliver_message
 from relay.models import OutboxKind, OutboxMail
+from relay.outbox import header_lines
 from relay.outbox.sending import mail_build
 
 DAY = timedelta(days=1)
@@ -71,6 +72,8 @@ def outbound_queue(*, mailbox: Mailbox, to: list[str], subject: str, text: str, 
     forward's original, with `verbatim`: mail_build's)."""
     if mailbox.owner_id is None:
         raise Forbidden("Sending mail needs an API key: anonymous mailbox tokens cannot send.")
+    for attachment in attachments:
+        header_lines.one_line(attachment.filename, "attachments")
     if sum(len(attachment.content) for attachment in attachments) > settings.RELAY_MAX_MESSAGE_BYTES:
         raise MessageTooLarge()
     with transaction.atomic():

@@ -6,28 +6,27 @@ import uuid
 from email.mime.base import MIMEBase
 from email.utils import getaddresses
 
-from django.core.exceptions import ValidationError
-from django.core.validators import validate_email
 
 from mailboxes import selectors
 from mailboxes.errors import InvalidRequest
 from mailboxes.models import Direction, Mailbox, Message
 from mailboxes.threads import FORWARD_PREFIX, REPLY_PREFIX, header, lineage_of
 from relay.models import OutboxMail
+from relay.outbox import header_lines
 from relay.outbox.outbound import Attachment, outbound_queue
 
 MAX_SUBJECT = 998
 
 
 def addresses(*values: str) -> list[str]:
-    """The valid addresses in headers' values, each once (compared without case), in order."""
+    """The addresses in headers' values that Relay can write back as they are (a plain
+    local@domain, relay.outbox.header_lines), each once (compared without case), in
+    order. A header a stranger wrote may hold anything: a quoted local part with control
+    characters in it is skipped, not answered."""
     found: dict[str, str] = {}
     for _, address in getaddresses([value for value in values if value]):
-        try:
-            validate_email(address)
-        except ValidationError:
-            continue  # a header may hold anything; only addresses are answered
-        found.setdefault(address.lower(), address)
+        if header_lines.strict_address(address):
+            found.setdefault(address.lower(), address)
     return list(found.values())
 
 

@@ -31,6 +31,7 @@ from accounts.services import token_usable
 from owed import OwedWork
 from owed.clock import db_now
 from relay.models import KIND_PRIORITY, OutboxMail, OutboxStatus
+from relay.outbox import header_lines
 from relay.outbox.signing import dkim_signed
 
 logger = logging.getLogger(__name__)
@@ -47,6 +48,7 @@ def mail_build(*, kind: str, to: list[str], subject: str, text: str, html: str =
     (relay/outbox/signing.py). Bcc is in the envelope only, never in the headers.
     `verbatim`: placeholders in the attachments' payloads, each swapped for its bytes as
     they are once the message is written (a forwarded message, relay/outbox/replies.py)."""
+    _check_header_lines(to=to, cc=cc, bcc=bcc, reply_to=reply_to, subject=subject, headers=headers or {})
     mail = OutboxMail(kind=kind, priority=KIND_PRIORITY[kind], to=to, cc=list(cc), bcc=list(bcc), subject=subject,
                       text=text, html=html, from_email=from_email or settings.DEFAULT_FROM_EMAIL, mailbox=mailbox,
                       token=token)
@@ -63,6 +65,19 @@ def mail_build(*, kind: str, to: list[str], subject: str, text: str, html: str =
         raw = raw.replace(placeholder.encode(), data, 1)
     mail.message = dkim_signed(raw, mail.from_email)
     return mail
+
+
+def _check_header_lines(*, to, cc, bcc, reply_to: str, subject: str, headers: dict) -> None:
+    """The one rule for header lines (relay/outbox/header_lines.py), whichever door the
+    values came through: InvalidRequest naming the field, never a message with a header
+    line its sender wrote, nor a 500 from the email package."""
+    for field, addresses in (("to", to), ("cc", cc), ("bcc", bcc), ("reply_to", [reply_to] if reply_to else [])):
+        for value in addresses:
+            header_lines.address(value, field)
+    header_lines.one_line(subject, "subject")
+    for name, value in headers.items():
+        header_lines.one_line(name, "headers")
+        header_lines.one_line(value, "headers")
 
 
 def mail_queue(**fields) -> OutboxMail:
