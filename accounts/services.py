@@ -104,6 +104,16 @@ class IssuedToken:
     code: str
 
 
+@dataclass(frozen=True)
+class LoginTaken:
+    """A sign-up for a new email whose login another account has: the caller answers as
+    for any sign-up, and tells the email's owner by mail, so nobody learns from the
+    answer whether an email has an account."""
+
+    email: str
+    login: str
+
+
 def token_issue(*, account: Account, action: str) -> IssuedToken:
     secret, code = tokens.new_secret(), tokens.new_code()
     digest = tokens.secret_hash(secret)
@@ -251,16 +261,17 @@ def _email_taken(email: str) -> Account | None:
     return Account.objects.filter(email__iexact=email).first()
 
 
-def account_sign_up(*, email: str, login: str) -> IssuedToken | None:
+def account_sign_up(*, email: str, login: str) -> IssuedToken | LoginTaken | None:
     """A new provisioned account and its activation token; call inside the transaction
     that queues the mail. An email that already has an account gets no second one: if
     that account is still waiting for activation it gets a fresh token (the first mail
-    may be lost), otherwise None, and the caller answers the same either way."""
+    may be lost), otherwise None. A new email with a login already taken is LoginTaken.
+    The caller answers the same in every case."""
     login = _valid_login(login)
     existing = _email_taken(email)
     if existing is None:
         if Account.objects.filter(login=login).exists():
-            raise Conflict("That login is taken.")
+            return LoginTaken(email=email, login=login)
         try:
             with transaction.atomic():
                 account = Account.objects.create(email=email, login=login)
@@ -271,7 +282,7 @@ def account_sign_up(*, email: str, login: str) -> IssuedToken | None:
             # A concurrent sign-up took the email or the login first.
             existing = _email_taken(email)
             if existing is None:
-                raise Conflict("That login is taken.") from None
+                return LoginTaken(email=email, login=login)
     if existing.status == AccountStatus.PROVISIONED:
         return token_issue(account=existing, action=TokenAction.ACTIVATION)
     return None

@@ -43,11 +43,16 @@ def _queue_token_mail(issued: services.IssuedToken) -> None:
 
 
 def account_sign_up(*, email: str, login: str) -> None:
-    """POST /accounts. Says nothing back: whether the email had an account stays unknown
-    to the caller (a taken login is a Conflict, raised before anything is written)."""
+    """POST /accounts. Says nothing back: whether the email had an account, or the login
+    was taken, stays unknown to the caller; the email's owner is told by mail."""
     with transaction.atomic():
         issued = services.account_sign_up(email=email, login=login)
-        if issued is not None:
+        if isinstance(issued, services.LoginTaken):
+            context = {"login": issued.login, "link": settings.RELAY_PUBLIC_URL}
+            mail_queue(kind=OutboxKind.ACTIVATION, to=[issued.email], subject="Your Relay sign-up: that login is taken",
+                       text=render_to_string("relay/mail/login_taken.txt", context),
+                       html=render_to_string("relay/mail/login_taken.html", context))
+        elif issued is not None:
             _queue_token_mail(issued)
 
 

@@ -153,10 +153,17 @@ def test_sign_up_is_202_and_queues_a_real_activation_mail(api):
     assert code not in (token.secret_hash, token.code_hash) and link not in token.code_hash
 
 
-def test_a_taken_login_is_409(api):
-    sign_up(api)
-    response = sign_up(api, email="other@example.com")
-    assert response.status_code == 409 and response.json()["code"] == "conflict"
+def test_a_taken_login_answers_as_any_sign_up_whether_the_email_has_an_account_or_not(api, active):
+    """With the login `ann` taken, an unknown email and the email of an account get the
+    same answer (it was 409 and 202: an email's account could be found out)."""
+    unknown = sign_up(api, email="other@example.com", login="ann")
+    known = sign_up(api, email="ann@example.com", login="ann")
+    fresh = sign_up(api, email="new@example.com", login="newbie")
+    assert (unknown.status_code, unknown.json()) == (known.status_code, known.json()) == (202, fresh.json())
+    assert not Account.objects.filter(email="other@example.com").exists()
+    # The unknown email's owner is told by mail; the answer told nobody.
+    [told] = OutboxMail.objects.filter(to=["other@example.com"])
+    assert "login" in told.subject and '"ann"' in told.text and told.token_id is None
 
 
 def test_a_taken_email_gets_the_same_202_and_no_second_account(api, active):
