@@ -8,6 +8,7 @@ paid for a new PostgreSQL connection: 135 req/s for a trivial authenticated view
 thread pool instead, whose few threads keep their connections from request to request,
 as WSGI workers do."""
 import os
+from concurrent.futures import ThreadPoolExecutor
 from functools import wraps
 
 from asgiref.sync import sync_to_async
@@ -19,6 +20,11 @@ from django.views.decorators.csrf import csrf_exempt
 # connection, and running it elsewhere would move it off the thread whose connection
 # holds the caller's transaction.
 SERVING_ASGI = os.environ.get("RELAY_SERVING_ASGI") == "1"
+
+# A domain's verification waits on DNS the caller published (up to
+# RELAY_DNS_TIMEOUT_SECONDS, uncached): it runs in these threads of its own, so a silent
+# nameserver holds them and never the shared ones that serve every other request.
+DNS_CHECKS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="dns-checks")
 
 
 def usable_connections() -> None:
@@ -34,24 +40,25 @@ def usable_connections() -> None:
         connection.errors_occurred = False
 
 
-def in_pool(function):
-    """`function` as a coroutine running in the shared thread pool, with usable connections."""
-    if not SERVING_ASGI:
+def in_pool(function, executor: ThreadPoolExecutor | None = None):
+    """`function` as a coroutine running in the shared thread pool (or `executor`), with
+    usable connections."""
+    if not SERVING_ASGI and executor is None:
         return sync_to_async(function)
 
     def call(*args, **kwargs):
         usable_connections()
         return function(*args, **kwargs)
 
-    return sync_to_async(call, thread_sensitive=False)
+    return sync_to_async(call, thread_sensitive=False, executor=executor)
 
 
-def pooled(view):
-    """An async view running the sync `view` in the shared pool; drf-spectacular still
-    documents the DRF view behind it."""
+def pooled(view, executor: ThreadPoolExecutor | None = None):
+    """An async view running the sync `view` in the shared pool (or `executor`);
+    drf-spectacular still documents the DRF view behind it."""
     if not SERVING_ASGI:
         return view
-    run = in_pool(view)
+    run = in_pool(view, executor)
 
     @csrf_exempt
     @wraps(view)

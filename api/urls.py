@@ -2,7 +2,7 @@ from django.urls import path, register_converter
 from django.views.decorators.csrf import csrf_exempt
 
 from api import account_views, conversation_views, domain_views, views, waiting, webhook_views
-from api.pooling import in_pool, pooled
+from api.pooling import DNS_CHECKS, in_pool, pooled
 
 
 class RowIdConverter:
@@ -51,7 +51,7 @@ urlpatterns = [
          name="webhook-deliveries"),
     path("domains", pooled(domain_views.DomainCollectionView.as_view()), name="domain-list"),
     path("domains/<uuid:domain_id>", pooled(domain_views.DomainDetailView.as_view()), name="domain-detail"),
-    path("domains/<uuid:domain_id>/verify", pooled(domain_views.DomainVerifyView.as_view()), name="domain-verify"),
+    path("domains/<uuid:domain_id>/verify", pooled(domain_views.DomainVerifyView.as_view(), DNS_CHECKS), name="domain-verify"),
     path("mailboxes", pooled(views.MailboxCollectionView.as_view()), name="mailbox-list"),
     path("messages", pooled(views.MessageSearchView.as_view()), name="message-search"),
     path("mailboxes/<uuid:mailbox_id>", pooled(views.MailboxDetailView.as_view()), name="mailbox-detail"),

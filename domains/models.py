@@ -14,8 +14,9 @@ class DomainStatus(models.TextChoices):
 class Domain(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     owner = models.ForeignKey("accounts.Account", on_delete=models.CASCADE, related_name="domains")
-    # One account per name, lowercase, without the final dot.
-    name = models.CharField(max_length=253, unique=True)
+    # Lowercase, without the final dot. Several accounts may claim a name while it is
+    # pending; the first to publish its records wins it, and only one holds it verified.
+    name = models.CharField(max_length=253)
     status = models.CharField(max_length=8, choices=DomainStatus.choices, default=DomainStatus.PENDING)
     created_at = models.DateTimeField(auto_now_add=True)
     verified_at = models.DateTimeField(null=True, blank=True)
@@ -31,7 +32,12 @@ class Domain(models.Model):
     checked_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
-        indexes = [models.Index(fields=["owner", "-created_at"], name="domain_owner_list")]
+        indexes = [models.Index(fields=["owner", "-created_at"], name="domain_owner_list"),
+                   models.Index(fields=["name"], name="domain_name")]
+        constraints = [
+            models.UniqueConstraint(fields=["name"], condition=models.Q(status="verified"), name="domain_verified_once"),
+            models.UniqueConstraint(fields=["owner", "name"], name="domain_claimed_once_per_account"),
+        ]
 
     def __str__(self) -> str:
         return self.name

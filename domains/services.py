@@ -3,10 +3,12 @@ by DNS. Removing one is mailboxes.domain_use.domain_delete, since it may not go 
 mailboxes live on it."""
 import logging
 import re
+from datetime import timedelta
 
 from django.conf import settings
+from django.core.cache import cache
 from django.db import IntegrityError, transaction
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 from accounts.errors import Conflict, InvalidRequest, NotFound, QuotaExceeded
 from accounts.models import Account
@@ -34,13 +36,37 @@ def name_check(name: str) -> str:
     return name
 
 
+# A pending claim lapses after this long unverified: a name is never held by a claim
+# nobody proves.
+CLAIM_LIFETIME = timedelta(days=7)
+
+
+def claims_lapsed(now) -> QuerySet:
+    return Domain.objects.filter(status=DomainStatus.PENDING, created_at__lte=now - CLAIM_LIFETIME)
+
+
+def claims_purge_lapsed() -> int:
+    """Daily (with the retention purge): remove the claims that lapsed unverified."""
+    removed = claims_lapsed(db_now()).delete()[0]
+    if removed:
+        logger.info("removed %d domain claim(s) left unverified for %d days", removed, CLAIM_LIFETIME.days)
+    return removed
+
+
 def domain_create(*, owner: Account, name: str) -> Domain:
-    """Add `name` for `owner`, pending until verified. At most RELAY_MAX_DOMAINS of the
-    owner's plan (QuotaExceeded); a name already added, by anyone, is Conflict."""
+    """Claim `name` for `owner`, pending until verified. Other accounts may claim the
+    same name meanwhile, each with its own key: the first to publish its records and
+    verify wins it, and the other claims go (domain_verify). A name another account has
+    verified, or that this one already claimed, is Conflict; a pending claim says
+    nothing to anyone else. At most RELAY_MAX_DOMAINS of the owner's plan
+    (QuotaExceeded), lapsed claims not counted."""
     name = name_check(name)
     limit = settings.RELAY_MAX_DOMAINS[owner.plan]
+    lapsed = claims_lapsed(db_now()).filter(Q(owner=owner) | Q(name=name)).delete()[0]
+    if lapsed:
+        logger.info("%d lapsed domain claim(s) removed", lapsed)
     _quota_check(owner, limit)  # before the key, which costs a tenth of a second of CPU
-    if Domain.objects.filter(name=name).exists():
+    if Domain.objects.filter(name=name).filter(Q(owner=owner) | Q(status=DomainStatus.VERIFIED)).exists():
         raise Conflict(f"{name} has already been added.")
     private_pem, public_key = keys.new_key_pair()
     try:
@@ -73,17 +99,47 @@ def domain_get(*, owner: Account, domain_id) -> Domain:
     return domain
 
 
+# Verifications one account may start a minute: each is up to RELAY_DNS_TIMEOUT_SECONDS
+# of uncached look-ups at names the caller chose.
+VERIFIES_PER_MINUTE = 6
+
+
+def _verify_budget_spend(owner: Account) -> None:
+    """Count one verification against the account's minute (by the database's clock, in
+    the shared cache); QuotaExceeded once the minute's are spent."""
+    now = db_now().timestamp()
+    minute = int(now // 60)
+    key = f"relay:domain-verifies:{owner.id}:{minute}"
+    cache.add(key, 0, timeout=120)
+    try:
+        spent = cache.incr(key)
+    except ValueError:  # expired between the two calls
+        cache.add(key, 1, timeout=120)
+        spent = 1
+    if spent > VERIFIES_PER_MINUTE:
+        raise QuotaExceeded(f"At most {VERIFIES_PER_MINUTE} domain checks a minute per account; DNS changes take "
+                            "a while to show anyway.", retry_after=60 - int(now % 60))
+
+
 def domain_verify(*, owner: Account, domain_id) -> Domain:
     """Look the domain's records up and keep what was found. Verified once its MX and
     DKIM records match; a verified domain stays verified (its mailboxes live on), and a
-    new check only reports."""
+    new check only reports. At most VERIFIES_PER_MINUTE an account (QuotaExceeded)."""
     domain = domain_get(owner=owner, domain_id=domain_id)
+    _verify_budget_spend(owner)
     found = records.check(domain)
     now = db_now()
     fields = {"record_status": found, "checked_at": now}
     if domain.status == DomainStatus.PENDING and all(found[kind] == records.OK for kind in records.REQUIRED):
         fields.update(status=DomainStatus.VERIFIED, verified_at=now)
-    Domain.objects.filter(id=domain.id).update(**fields)
+    try:
+        with transaction.atomic():
+            Domain.objects.filter(id=domain.id).update(**fields)
+            if fields.get("status") == DomainStatus.VERIFIED:
+                # Won: the records published are this claim's key, so the others cannot be proved.
+                Domain.objects.filter(name=domain.name, status=DomainStatus.PENDING).exclude(id=domain.id).delete()
+    except IntegrityError:  # another account's claim verified a moment earlier
+        raise Conflict(f"{domain.name} was verified by another account.") from None
     for field, value in fields.items():
         setattr(domain, field, value)
     logger.info("verified domain %s for %s: %s (%s)", domain.name, owner.login, domain.status,
@@ -103,7 +159,8 @@ def verified_domain(*, owner: Account | None, name: str, lock: bool = False) -> 
 def signing_key(name: str) -> tuple[str, bytes] | None:
     """The selector and private key (PEM) that sign mail from `name`: its domain's, or the
     one of RELAY_DKIM_PRIVATE_KEY_FILE for RELAY_DOMAINS; None when nothing signs it."""
-    domain = Domain.objects.filter(name=name).values_list("selector", "dkim_private_key").first()
+    domain = (Domain.objects.filter(name=name, status=DomainStatus.VERIFIED)
+              .values_list("selector", "dkim_private_key").first())
     if domain is not None:
         return domain[0], keys.unseal(domain[1])
     if name in settings.RELAY_DOMAINS and settings.RELAY_DKIM_PRIVATE_KEY_FILE:

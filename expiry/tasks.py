@@ -4,6 +4,7 @@ import uuid
 from celery import shared_task
 from django.conf import settings
 
+from domains.services import claims_purge_lapsed
 from expiry import cleanup, purge, sweep as sweeping
 from mailboxes.models import CLEANUPS
 from relay.backends import NoBackendSlot, TransientBackendError
@@ -67,5 +68,7 @@ def sweep() -> dict:
 
 @shared_task(acks_late=True)
 def purge_retained() -> int:
-    """Daily: delete mailboxes past RELAY_RETENTION_DAYS, keeping their addresses reserved."""
+    """Daily: delete mailboxes past RELAY_RETENTION_DAYS, keeping their addresses reserved,
+    and domain claims that lapsed unverified."""
+    claims_purge_lapsed()
     return purge.mailboxes_purge()

@@ -51,14 +51,14 @@ def minutes_to_ms(ttl_minutes: int | None) -> int | None:
 
 
 def tool(*, output: type[Result], read_only: bool = False, destructive: bool = False, idempotent: bool = False,
-         open_world: bool = False, mail: bool = False):
+         open_world: bool = False, mail: bool = False, pool=None):
     """Declare a tool: its result's model (its outputSchema), its annotations, and, with
     `mail`, the warning that what it returns was written by strangers. A sync function
-    runs in the shared thread pool; an async one (a wait: the event loop's, not a
+    runs in the shared thread pool (or `pool`); an async one (a wait: the event loop's, not a
     thread's) runs as it is, and ends when its MCP client hangs up. An error a caller
     caused becomes a tool error."""
     def declare(fn):
-        call = fn if inspect.iscoroutinefunction(fn) else in_pool(fn)
+        call = fn if inspect.iscoroutinefunction(fn) else in_pool(fn, pool)
 
         async def run(**arguments):
             if "from" in arguments:

@@ -8,6 +8,7 @@ from pydantic import Field
 
 from api.agents.declare import arguments_valid, calling_owner, tool
 from api.agents.results import Deleted, DomainList, DomainOut, result
+from api.pooling import DNS_CHECKS
 from api.domain_serializers import DomainCreateSerializer, DomainSerializer
 from domains.services import domain_create, domain_verify, domains_of
 from mailboxes.domain_use import domain_delete
@@ -41,11 +42,12 @@ def list_domains() -> CallToolResult:
     return result({"domains": [_out(domain) for domain in domains]})
 
 
-@tool(output=DomainOut, idempotent=True, open_world=True)
+@tool(output=DomainOut, idempotent=True, open_world=True, pool=DNS_CHECKS)
 def verify_domain(domain_id: DomainId) -> CallToolResult:
     """Look the domain's DNS records up now: each record's status (ok, missing, wrong,
     unchecked); the domain becomes verified once MX and DKIM are ok, and then
-    create_mailbox takes it as `domain`. Errors: not_found."""
+    create_mailbox takes it as `domain`. Errors: not_found, quota_exceeded (a few checks
+    a minute per account)."""
     return result(_out(domain_verify(owner=calling_owner(DOING).owner, domain_id=domain_id)))
 
 

@@ -88,16 +88,48 @@ def test_a_dns_server_that_does_not_answer_leaves_every_record_unchecked(client_
 def test_a_name_belongs_to_one_account_and_is_not_found_by_another(make_client, dns):
     alice, bob = make_client("alice"), make_client("bob")
     domain = add(alice, "owned.test").json()
-    taken = add(bob, "OWNED.test")
-    assert taken.status_code == 409 and taken.json()["code"] == "conflict"
+    assert add(alice, "owned.test").status_code == 409  # her own claim, twice
     for method, path in (("get", ""), ("post", "/verify"), ("delete", "")):
         answer = getattr(bob, method)(f"/api/v1/domains/{domain['id']}{path}")
         assert answer.status_code == 404, (method, path)
     assert listed(bob.get("/api/v1/domains"), "name") == []
     publish(dns, domain)
     alice.post(f"/api/v1/domains/{domain['id']}/verify")
+    taken = add(bob, "OWNED.test")  # verified: it is Alice's
+    assert taken.status_code == 409 and taken.json()["code"] == "conflict"
     on_theirs = bob.post("/api/v1/mailboxes", {"domain": "owned.test", "ttl_ms": 600_000}, format="json")
     assert on_theirs.status_code == 400 and "domain" in on_theirs.json()["fields"]
+
+
+def test_a_pending_claim_holds_no_name_and_the_owner_who_verifies_wins(make_client, dns):
+    squatter, owner = make_client("squatter"), make_client("owner")
+    squatted = add(squatter, "claimed.test")
+    assert squatted.status_code == 201
+    # The squatter's pending claim tells the owner nothing and keeps nothing from them.
+    claimed = add(owner, "claimed.test")
+    assert claimed.status_code == 201, claimed.json()
+    publish(dns, claimed.json())  # the owner controls the DNS: their key is the one published
+    assert squatter.post(f"/api/v1/domains/{squatted.json()['id']}/verify").json()["status"] == "pending"
+    assert owner.post(f"/api/v1/domains/{claimed.json()['id']}/verify").json()["status"] == "verified"
+    assert squatter.get(f"/api/v1/domains/{squatted.json()['id']}").status_code == 404  # the lost claim is gone
+    assert add(squatter, "claimed.test").status_code == 409
+    box = owner.post("/api/v1/mailboxes", {"domain": "claimed.test", "ttl_ms": 600_000}, format="json")
+    assert box.status_code == 201
+
+
+def test_a_claim_left_unverified_lapses(make_client, dns):
+    from datetime import timedelta
+
+    from domains.services import CLAIM_LIFETIME, claims_purge_lapsed
+
+    holder, later_one = make_client("holder", plan="pro"), make_client("later", plan="pro")
+    kept = add(holder, "kept.test").json()
+    old = add(holder, "old.test").json()
+    Domain.objects.filter(id=old["id"]).update(created_at=Domain.objects.get(id=old["id"]).created_at
+                                               - CLAIM_LIFETIME - timedelta(minutes=1))
+    assert claims_purge_lapsed() == 1
+    assert listed(holder.get("/api/v1/domains"), "name") == [kept["name"]]
+    assert add(later_one, "old.test").status_code == 201
 
 
 @pytest.mark.parametrize("name", ["relay.localhost", "sub.relay.localhost", "no_dots", "-bad.test", "a..test",
