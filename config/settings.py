@@ -80,6 +80,15 @@ if not DEBUG and (SECRET_KEY == DEV_SECRET_KEY or len(SECRET_KEY) < 50 or len(se
 # decrypt the domains' DKIM keys (domains/keys.py) after a rotation.
 SECRET_KEY_FALLBACKS = [key for key in env.list("DJANGO_SECRET_KEY_FALLBACKS", default=[]) if key]
 ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]", "testserver"])
+# Debug pages show code, settings and requests: never where anything but this machine
+# can reach them.
+_LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "[::1]", "::1", "testserver"}
+if DEBUG and set(ALLOWED_HOSTS) - _LOOPBACK_HOSTS:
+    raise ImproperlyConfigured("DJANGO_DEBUG may be true only while DJANGO_ALLOWED_HOSTS names this machine alone "
+                               f"(127.0.0.1, localhost, [::1]); it names {sorted(set(ALLOWED_HOSTS) - _LOOPBACK_HOSTS)}")
+# An error page or report (debug, or mailed to admins) shows no frame's local variables:
+# a key being used (a domain's DKIM key, a token) would be one of them.
+DEFAULT_EXCEPTION_REPORTER_FILTER = "config.reporting.NoLocalsFilter"
 
 INSTALLED_APPS = [
     # django.contrib.admin, with the operator's first screen as its index (api/admin_site.py).

@@ -25,12 +25,13 @@ export PROMETHEUS_MULTIPROC_DIR=$(cd "$VAR" && pwd)/metrics
 
 # This checkout's random secret key, kept in a file so that `.venv/bin/python manage.py ...`
 # in another terminal starts with the same one (config/settings.py reads only that key
-# from it). Debug is on for the processes started here, and only for them.
+# from it). Debug is off; DJANGO_DEBUG=true make run turns it on for the processes started
+# here, which listen on 127.0.0.1 only (config/settings.py refuses debug for other hosts).
 if ! grep -q '^DJANGO_SECRET_KEY=' "$VAR/relay.env" 2>/dev/null; then
   (umask 077; printf 'DJANGO_SECRET_KEY=%s\n' \
     "$($BIN/python -c 'import secrets; print(secrets.token_urlsafe(50))')" > "$VAR/relay.env")
 fi
-export DJANGO_DEBUG=${DJANGO_DEBUG:-true}
+export DJANGO_DEBUG=${DJANGO_DEBUG:-false}
 
 port_free() {  # port_free PORT VARIABLE
   if ! $BIN/python -c "import socket,sys; s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(('127.0.0.1', int(sys.argv[1])))" "$1" 2>/dev/null; then

@@ -1,5 +1,6 @@
 """A bad setting stops start-up with a message naming the variable."""
 import os
+import secrets
 import subprocess
 import sys
 
@@ -114,3 +115,34 @@ def test_docker_compose_demands_a_secret_key():
     compose = (ROOT / "docker-compose.yml").read_text()
     assert "${DJANGO_SECRET_KEY:?" in compose
     assert "change-me" not in compose
+
+
+def test_debug_is_refused_where_hosts_other_than_this_machine_reach_it():
+    result = start_django({"DJANGO_DEBUG": "true", "DJANGO_ALLOWED_HOSTS": "127.0.0.1,relay.example.com"})
+    assert result.returncode != 0 and "DJANGO_DEBUG" in result.stderr.strip().splitlines()[-1]
+    assert start_django({"DJANGO_DEBUG": "true", "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost"}).returncode == 0
+
+
+def test_an_error_page_shows_no_local_variable_such_as_a_key_being_used(rf, settings):
+    from django.views.debug import ExceptionReporter
+
+    from relay.outbox import signing
+
+    settings.DEBUG = True
+    marker = secrets.token_hex(16)  # made here, so no source line the page quotes holds it
+    secret = f"-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcw{marker}\n"
+
+    def fails(*args, **kwargs):
+        raise ValueError("header folding failed")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(signing, "signing_key", lambda domain: ("relay", secret.encode()))
+        patch.setattr(signing.dkim, "sign", fails)
+        try:
+            signing.dkim_signed(b"From: a@brand.test\r\nSubject: a\x0bb\r\n\r\nhi\r\n", "a@brand.test")
+        except ValueError:
+            import sys
+
+            page = ExceptionReporter(rf.post("/api/v1/mailboxes/x/messages"), *sys.exc_info()).get_traceback_html()
+    assert "header folding failed" in page  # the page is there, with its traceback
+    assert marker not in page
