@@ -17,6 +17,7 @@ tool error naming it, and the tool does not run."""
 import asyncio
 import json
 import logging
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from mcp.server.mcpserver import MCPServer
@@ -137,6 +138,43 @@ def _credentials_for(authorization: str, links: Links) -> Credentials | tuple[in
         return refused
 
 
+FOREIGN_ORIGIN = (b'{"code":"forbidden","message":"Requests from a web page of another origin are refused: the Origin '
+                  b'must be the address this server was reached at."}')
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _origin(value: str) -> tuple[str, str, int] | None:
+    """(scheme, host, port) of a serialized origin (RFC 6454): http(s), a host, an
+    optional port, nothing else (no user, no path). None for anything else ("null")."""
+    try:
+        parts = urlsplit(value.strip())
+        port = parts.port
+    except ValueError:
+        return None
+    if (parts.scheme not in _DEFAULT_PORTS or not parts.hostname or "@" in parts.netloc or parts.path not in ("", "/")
+            or parts.query or parts.fragment):
+        return None
+    return parts.scheme, parts.hostname.lower(), port or _DEFAULT_PORTS[parts.scheme]
+
+
+def origin_allowed(scope) -> bool:
+    """A browser's request is served only from the origin it was sent to (its scheme,
+    Host and port, exactly) or RELAY_PUBLIC_URL's; a request without Origin is no
+    browser's. ALLOWED_HOSTS plays no part: `*` there does not turn this off."""
+    headers = dict(scope["headers"])
+    sent = headers.get(b"origin")
+    if sent is None:
+        return True
+    origin = _origin(sent.decode("latin-1"))
+    if origin is None:
+        return False
+    own = {_origin(settings.RELAY_PUBLIC_URL)}
+    host = headers.get(b"host", b"").decode("latin-1")
+    if host:
+        own.add(_origin(f"{scope.get('scheme', 'http')}://{host}"))
+    return origin in own - {None}
+
+
 def _links(scope) -> Links:
     """Where this request reached Relay, for the download URLs in its answers."""
     host = dict(scope["headers"]).get(b"host", b"").decode("latin-1") or settings.RELAY_PUBLIC_URL.split("//", 1)[1]
@@ -161,8 +199,9 @@ async def _refuse(send, status: int, body: bytes, headers: list) -> None:
 
 
 class CredentialsGate:
-    """The API's refusal (405 for anything but POST, 401 without a valid key or mailbox
-    token, 403 for a suspended account) for an HTTP request to `/mcp`; everything else
+    """The API's refusal (403 from a web page of another origin, 405 for anything but
+    POST, 401 without a valid key or mailbox token, 403 for a suspended account) for an
+    HTTP request to `/mcp`; everything else
     (the lifespan, POSTs with valid credentials) goes to the SDK."""
 
     def __init__(self, app) -> None:
@@ -171,6 +210,9 @@ class CredentialsGate:
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "http":
+            if not origin_allowed(scope):
+                await _refuse(send, 403, FOREIGN_ORIGIN, [])
+                return
             if scope["method"] != "POST":
                 await _refuse(send, 405, NOT_ALLOWED, [(b"allow", b"POST")])
                 return

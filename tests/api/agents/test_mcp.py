@@ -8,6 +8,7 @@ import sys
 import threading
 import time
 import uuid
+from urllib.parse import urlsplit
 
 import httpx2
 import pytest
@@ -483,6 +484,44 @@ def test_get_and_other_methods_are_405_and_hold_no_stream(mcp_http, owner):
     assert sum(store.zcard(name) for name in store.scan_iter("relay:open-waits:*")) == 0
     for answer in answers:
         answer.close()
+
+
+INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+              "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                         "clientInfo": {"name": "origin-test", "version": "1"}}}
+
+
+def _origin_forms(url: str) -> tuple[list[str], list[str]]:
+    """(served, refused) Origin values for a server reached at `url`."""
+    port = urlsplit(url).port
+    served = [f"http://127.0.0.1:{port}"]
+    refused = [f"http://127.0.0.1:{port + 1}", f"https://127.0.0.1:{port}", f"http://localhost:{port}",
+               f"http://127.0.0.1:{port}@evil.example", f"http://127.0.0.1:{port}.evil.example", "http://evil.example",
+               "null", f"http://127.0.0.1:{port}/path", "file://", "http://127.0.0.1:notaport"]
+    return served, refused
+
+
+def _assert_origins_judged_exactly(url: str, key: str) -> None:
+    served, refused = _origin_forms(url)
+    headers = {"Authorization": f"Bearer {key}", "Accept": "application/json, text/event-stream"}
+    for origin in served:
+        answer = requests.post(url, json=INITIALIZE, headers={**headers, "Origin": origin}, timeout=10)
+        assert answer.status_code == 200, (origin, answer.status_code, answer.text)
+    for origin in refused:
+        answer = requests.post(url, json=INITIALIZE, headers={**headers, "Origin": origin}, timeout=10)
+        assert answer.status_code == 403, (origin, answer.status_code, answer.text)
+        assert answer.json()["code"] == "forbidden"
+    # A client that is no browser sends no Origin.
+    assert requests.post(url, json=INITIALIZE, headers=headers, timeout=10).status_code == 200
+
+
+def test_an_origin_is_served_only_when_it_is_exactly_the_servers_own(mcp_http, owner):
+    _assert_origins_judged_exactly(mcp_http.url, owner)
+
+
+def test_a_wildcard_in_allowed_hosts_leaves_the_origin_check_on(processes, owner):
+    base = processes.start_web(env={"DJANGO_ALLOWED_HOSTS": "*"})
+    _assert_origins_judged_exactly(f"{base}/mcp", owner)
 
 
 def test_a_refused_key_is_told_invalid_token_and_a_missing_one_is_not(mcp_http):
