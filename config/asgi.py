@@ -12,6 +12,7 @@ os.environ["RELAY_SERVING_ASGI"] = "1"
 django_app = get_asgi_application()
 
 from api.agents.server import http_app  # noqa: E402 (needs Django set up)
+from config.body_limits import with_body_limits  # noqa: E402
 
 mcp_app = http_app()
 
@@ -24,10 +25,23 @@ gc.collect()
 gc.freeze()
 
 
-async def application(scope, receive, send):
+async def refuse_websocket(scope, receive, send):
+    """Relay serves no WebSocket: an upgrade is closed before it is accepted, which the
+    server answers with 403 (it reached Django before, whose refusal was a 500)."""
+    if (await receive())["type"] == "websocket.connect":
+        await send({"type": "websocket.close", "code": 1008})
+
+
+async def routed(scope, receive, send):
     """`/mcp` is the MCP server (api/agents/server.py), which also owns the lifespan (its
-    session manager runs for as long as the process); everything else is Django's."""
-    if scope["type"] == "lifespan" or scope.get("path", "").rstrip("/") == "/mcp":
+    session manager runs for as long as the process); everything else is Django's, but
+    for WebSocket upgrades, which nothing serves."""
+    if scope["type"] == "websocket":
+        await refuse_websocket(scope, receive, send)
+    elif scope["type"] == "lifespan" or scope.get("path", "").rstrip("/") == "/mcp":
         await mcp_app(scope, receive, send)
     else:
         await django_app(scope, receive, send)
+
+
+application = with_body_limits(routed)
