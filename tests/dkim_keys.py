@@ -25,8 +25,9 @@ def new_key(directory: Path, domain: str, selector: str) -> tuple[Path, str]:
     return directory / f"{selector}.private", record
 
 
-def sign(raw: bytes, domain: str, selector: str, key_file: Path) -> bytes:
-    return subprocess.run(["perl", str(TOOL), "sign", domain, selector, str(key_file)], input=raw,
+def sign(raw: bytes, domain: str, selector: str, key_file: Path, method: str = "relaxed") -> bytes:
+    """`raw` with a DKIM-Signature on top; `method`: its c= (relaxed is relaxed/simple)."""
+    return subprocess.run(["perl", str(TOOL), "sign", domain, selector, str(key_file), method], input=raw,
                           capture_output=True, check=True, timeout=30).stdout
 
 

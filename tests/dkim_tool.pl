@@ -1,7 +1,8 @@
 #!/usr/bin/perl
 # An independent DKIM signer and verifier for the suite (Perl's Mail::DKIM, Debian's
 # libmail-dkim-perl), so Relay's dkimpy is checked against another implementation.
-#   dkim_tool.pl sign DOMAIN SELECTOR KEYFILE < message      prints the message signed
+#   dkim_tool.pl sign DOMAIN SELECTOR KEYFILE [METHOD] < message   prints the message signed
+#                                                            (METHOD: relaxed, the default, or relaxed/relaxed...)
 #   dkim_tool.pl verify DNS_PORT < message                   prints "result domain selector" per signature,
 #                                                            looking keys up at 127.0.0.1:DNS_PORT
 use strict;
@@ -21,9 +22,9 @@ while (my $line = <STDIN>) {
 }
 
 if ($mode eq "sign") {
-    my ($domain, $selector, $keyfile) = @ARGV;
+    my ($domain, $selector, $keyfile, $method) = @ARGV;
     my $signer = Mail::DKIM::Signer->new(
-        Algorithm => "rsa-sha256", Method => "relaxed", Domain => $domain, Selector => $selector,
+        Algorithm => "rsa-sha256", Method => $method // "relaxed", Domain => $domain, Selector => $selector,
         KeyFile => $keyfile, Headers => "from:to:subject:date:message-id");
     $signer->PRINT("$_\015\012") for @lines;
     $signer->CLOSE;

@@ -10,6 +10,7 @@ import dkim
 
 from domains.keys import KeyUnreadable
 from domains.services import signing_key
+from relay import dkim_linear  # noqa: F401 (dkimpy's body canonicalization made linear)
 
 logger = logging.getLogger(__name__)
 

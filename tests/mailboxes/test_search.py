@@ -331,9 +331,9 @@ def test_a_worker_writes_the_words_of_mail_received_over_smtp(processes, smtp_se
 def test_a_query_of_only_whitespace_filters_nothing_and_a_line_break_is_refused(client_pro, inbox):
     everything = subjects(client_pro.get("/api/v1/messages"))
     assert len(everything) == 4
-    for blank in ("\x0b", "  ", "\t"):
+    for blank in ("  ", "\t"):
         assert subjects(client_pro.get("/api/v1/messages", {"q": blank, "subject": blank})) == everything, repr(blank)
-    for broken in ("\n", "a\rb"):
+    for broken in ("\n", "a\rb", "\x0b", "a\u2028b"):  # every character a line breaker splits on
         response = client_pro.get("/api/v1/messages", {"q": broken})
         assert response.status_code == 400 and "q" in response.json()["fields"], repr(broken)
 
