@@ -47,12 +47,20 @@ _HEADER_END = re.compile(rb"\r?\n\r?\n")
 _SIGNED = re.compile(rb"^dkim-signature\s*:", re.IGNORECASE | re.MULTILINE)
 
 
+# dkimpy finds each signed header field by walking the header block from the bottom:
+# a block of a million lines made each signature cost seconds. Real mail has a few dozen.
+MAX_HEADER_LINES = 5000
+
+
 def _parsed(raw: bytes) -> dkim.DKIM | None:
     """The message as dkimpy splits it (its headers serve DMARC's From too); None when
-    its header block cannot be split, so nothing can be checked. A message without a
-    DKIM-Signature is split as its header block alone: only a signature needs the body,
-    and splitting it was a tenth of a verdict's time."""
+    its header block cannot be split, or is over MAX_HEADER_LINES lines, so nothing can
+    be checked. A message without a DKIM-Signature is split as its header block alone:
+    only a signature needs the body, and splitting it was a tenth of a verdict's time."""
     end = _HEADER_END.search(raw)
+    if raw.count(b"\n", 0, end.start() if end is not None else len(raw)) > MAX_HEADER_LINES:
+        logger.info("a message's header block is over %d lines: its DKIM and DMARC are not checked", MAX_HEADER_LINES)
+        return None
     if end is not None and not _SIGNED.search(raw, 0, end.start()):
         raw = raw[:end.end()]
     try:
