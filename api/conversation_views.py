@@ -14,10 +14,8 @@ from api.conversation_serializers import (
 from api.pagination import RelayPagination
 from api.schema import PAGE_PARAMETERS, paginated
 from api.views import _valid, queued
-from mailboxes import access
-from mailboxes.models import Mailbox
 from mailboxes.threads import thread_get, thread_list, thread_messages, thread_participants
-from relay import mailserver
+from relay import reading
 from relay.outbox.replies import forward_queue, reply_queue
 
 
@@ -25,7 +23,7 @@ class ReplyView(APIView):
     @extend_schema(operation_id="messages_reply", summary="Reply to a message (needs an API key)",
                    request=ReplySerializer, responses={202: SendAcceptedSerializer})
     def post(self, request, mailbox_id, message_id):
-        mailbox = access.mailbox_get_active(caller=request.user, mailbox_id=mailbox_id)
+        mailbox = reading.mailbox_open(caller=request.user, mailbox_id=mailbox_id)
         return queued(reply_queue(mailbox=mailbox, message_id=message_id, **_valid(ReplySerializer, request.data)))
 
 
@@ -33,21 +31,15 @@ class ForwardView(APIView):
     @extend_schema(operation_id="messages_forward", summary="Forward a message, attached whole (needs an API key)",
                    request=ForwardSerializer, responses={202: SendAcceptedSerializer})
     def post(self, request, mailbox_id, message_id):
-        mailbox = access.mailbox_get_active(caller=request.user, mailbox_id=mailbox_id)
+        mailbox = reading.mailbox_open(caller=request.user, mailbox_id=mailbox_id)
         return queued(forward_queue(mailbox=mailbox, message_id=message_id, **_valid(ForwardSerializer, request.data)))
-
-
-def _live_mailbox(request, mailbox_id) -> Mailbox:
-    mailbox = access.mailbox_get_active(caller=request.user, mailbox_id=mailbox_id)
-    mailserver.read_now(Mailbox.objects.filter(id=mailbox.id))
-    return mailbox
 
 
 class ThreadCollectionView(APIView):
     @extend_schema(operation_id="threads_list", summary="List the conversations, newest activity first",
                    parameters=PAGE_PARAMETERS, responses=paginated(ThreadSerializer))
     def get(self, request, mailbox_id):
-        mailbox = _live_mailbox(request, mailbox_id)
+        mailbox = reading.mailbox_open(caller=request.user, mailbox_id=mailbox_id, fresh=True)
         paginator = RelayPagination()
         page = paginator.paginate_queryset(thread_list(mailbox_id=mailbox.id), request, view=self)
         participants = thread_participants([thread.id for thread in page])
@@ -59,7 +51,7 @@ class ThreadDetailView(APIView):
     @extend_schema(operation_id="threads_get", summary="A conversation with its messages, oldest first",
                    responses=ThreadDetailSerializer)
     def get(self, request, mailbox_id, thread_id):
-        mailbox = _live_mailbox(request, mailbox_id)
+        mailbox = reading.mailbox_open(caller=request.user, mailbox_id=mailbox_id, fresh=True)
         thread = thread_get(mailbox_id=mailbox.id, thread_id=thread_id)
         context = {"participants": thread_participants([thread.id]), "messages": thread_messages([thread])}
         return Response(ThreadDetailSerializer(thread, context=context).data)

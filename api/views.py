@@ -28,13 +28,12 @@ from api.serializers import (
 from mailboxes import access, selectors, services
 from mailboxes.ending import mailbox_delete
 from mailboxes.errors import NotFound
-from mailboxes.models import Mailbox
 from mailboxes.services import LABEL_FIELDS
 from relay.inbound.attachments import SAFETY_HEADERS, attachment_of, safe_filename, served_content_type
 from relay.models import OutboxMail
 from relay.outbox.outbound import outbound_get, outbound_list, outbound_queue
 from mailboxes.creation import mailbox_create
-from relay import mailserver
+from relay import reading
 from relay.backends import get_backend
 
 
@@ -165,19 +164,19 @@ class MailboxCollectionView(APIView):
 class MailboxDetailView(APIView):
     @extend_schema(operation_id="mailboxes_get", summary="Get a mailbox (expired on the spot if past expires_at)", responses=MailboxSerializer)
     def get(self, request, mailbox_id):
-        mailbox = access.mailbox_get(caller=request.user, mailbox_id=mailbox_id)
+        mailbox = reading.mailbox_open(caller=request.user, mailbox_id=mailbox_id, live=False)
         return Response(MailboxSerializer.represent(mailbox))
 
     @extend_schema(operation_id="mailboxes_update", summary="Set the name, tags or metadata (each given field replaced)",
                    request=MailboxPatchSerializer, responses=MailboxSerializer)
     def patch(self, request, mailbox_id):
-        mailbox = access.mailbox_get_active(caller=request.user, mailbox_id=mailbox_id)
+        mailbox = reading.mailbox_open(caller=request.user, mailbox_id=mailbox_id)
         labels = _valid(MailboxPatchSerializer, request.data)
         return Response(MailboxSerializer.represent(services.mailbox_label(mailbox=mailbox, labels=labels)))
 
     @extend_schema(operation_id="mailboxes_delete", summary="Delete a mailbox: it stops receiving and is deprovisioned", responses={204: None})
     def delete(self, request, mailbox_id):
-        mailbox = access.mailbox_get(caller=request.user, mailbox_id=mailbox_id)
+        mailbox = reading.mailbox_open(caller=request.user, mailbox_id=mailbox_id, live=False)
         mailbox_delete(mailbox=mailbox)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
@@ -186,7 +185,7 @@ class MailboxRenewView(APIView):
     @extend_schema(operation_id="mailboxes_renew", summary="Renew: expires_at = now + ttl_ms", request=MailboxRenewSerializer,
                    responses=MailboxSerializer)
     def post(self, request, mailbox_id):
-        mailbox = access.mailbox_get_active(caller=request.user, mailbox_id=mailbox_id)
+        mailbox = reading.mailbox_open(caller=request.user, mailbox_id=mailbox_id)
         body = _valid(MailboxRenewSerializer, request.data)
         mailbox = services.mailbox_renew(mailbox=mailbox, plan=request.user.plan, ttl_ms=body.get("ttl_ms"))
         return Response(MailboxSerializer.represent(mailbox))
@@ -203,8 +202,7 @@ class MailboxRowsView(APIView):
         raise NotImplementedError
 
     def get(self, request, mailbox_id):
-        find = access.mailbox_get_active if self.live_only else access.mailbox_get
-        mailbox = find(caller=request.user, mailbox_id=mailbox_id)
+        mailbox = reading.mailbox_open(caller=request.user, mailbox_id=mailbox_id, live=self.live_only)
         return _paginated(request, self, self.rows(mailbox), self.serializer_class)
 
 
@@ -221,7 +219,7 @@ class MessageSearchView(APIView):
                    parameters=[MessageSearchQuerySerializer, *PAGE_PARAMETERS],
                    responses=paginated(MessageSummarySerializer))
     def get(self, request):
-        mailserver.read_now(selectors.mailboxes_visible_to(request.user))
+        reading.mailboxes_freshen(request.user)
         return _message_search(request, self)
 
 
@@ -234,14 +232,13 @@ class MessageSearchView(APIView):
 class MessageCollectionView(APIView):
 
     def get(self, request, mailbox_id):
-        mailbox = access.mailbox_get_active(caller=request.user, mailbox_id=mailbox_id)
-        mailserver.read_now(Mailbox.objects.filter(id=mailbox.id))
+        mailbox = reading.mailbox_open(caller=request.user, mailbox_id=mailbox_id, fresh=True)
         return _message_search(request, self, mailbox)
 
     @extend_schema(operation_id="messages_send", summary="Send a message from this mailbox (needs an API key)",
                    request=SendSerializer, responses={202: SendAcceptedSerializer})
     def post(self, request, mailbox_id):
-        mailbox = access.mailbox_get_active(caller=request.user, mailbox_id=mailbox_id)
+        mailbox = reading.mailbox_open(caller=request.user, mailbox_id=mailbox_id)
         # Where to follow the send: its outbox entry (the id is not a received message's).
         return queued(outbound_queue(mailbox=mailbox, **_valid(SendSerializer, request.data)))
 
@@ -250,14 +247,14 @@ class MessageDetailView(APIView):
     @extend_schema(operation_id="messages_get", summary="Get a message with its bodies and headers; marks it read",
                    responses=MessageDetailSerializer)
     def get(self, request, mailbox_id, message_id):
-        mailbox = access.mailbox_get_active(caller=request.user, mailbox_id=mailbox_id)
+        mailbox = reading.mailbox_open(caller=request.user, mailbox_id=mailbox_id)
         message = selectors.message_get(mailbox=mailbox, message_id=message_id)
         services.message_mark_read(message=message)
         return Response(MessageDetailSerializer(message, context={"request": request}).data)
 
     @extend_schema(operation_id="messages_delete", summary="Delete a message", responses={204: None})
     def delete(self, request, mailbox_id, message_id):
-        mailbox = access.mailbox_get_active(caller=request.user, mailbox_id=mailbox_id)
+        mailbox = reading.mailbox_open(caller=request.user, mailbox_id=mailbox_id)
         if not services.message_delete(mailbox=mailbox, message_id=message_id):
             raise NotFound()
         return Response(status=status.HTTP_204_NO_CONTENT)
@@ -266,7 +263,7 @@ class MessageDetailView(APIView):
 class MessageRawView(APIView):
     @extend_schema(operation_id="messages_raw", summary="The exact bytes received", responses={(200, "message/rfc822"): OpenApiTypes.BINARY})
     def get(self, request, mailbox_id, message_id):
-        mailbox = access.mailbox_get_active(caller=request.user, mailbox_id=mailbox_id)
+        mailbox = reading.mailbox_open(caller=request.user, mailbox_id=mailbox_id)
         raw = selectors.message_raw(mailbox=mailbox, message_id=message_id)
         return HttpResponse(raw, content_type="message/rfc822")
 
@@ -275,7 +272,7 @@ class AttachmentView(APIView):
     @extend_schema(operation_id="attachments_get", summary="Download an attachment (always as a download, sandboxed)",
                    responses={(200, "*/*"): OpenApiTypes.BINARY})
     def get(self, request, mailbox_id, message_id, attachment_id):
-        mailbox = access.mailbox_get_active(caller=request.user, mailbox_id=mailbox_id)
+        mailbox = reading.mailbox_open(caller=request.user, mailbox_id=mailbox_id)
         found = attachment_of(selectors.message_raw(mailbox=mailbox, message_id=message_id), attachment_id)
         if found is None:
             raise NotFound("No such attachment.")
@@ -300,5 +297,5 @@ class OutboundCollectionView(MailboxRowsView):
 class OutboundDetailView(APIView):
     @extend_schema(operation_id="outbox_get", summary="A sent message's status, attempts and last error", responses=OutboundSerializer)
     def get(self, request, mailbox_id, outbound_id):
-        mailbox = access.mailbox_get(caller=request.user, mailbox_id=mailbox_id)
+        mailbox = reading.mailbox_open(caller=request.user, mailbox_id=mailbox_id, live=False)
         return Response(OutboundSerializer(outbound_get(mailbox=mailbox, outbound_id=outbound_id)).data)

@@ -22,7 +22,7 @@ from mailboxes import access, selectors, services
 from mailboxes.errors import Forbidden, RelayError
 from mailboxes.models import Direction, Mailbox, MailboxStatus
 from owed.clock import db_now
-from relay import mailserver
+from relay import reading
 
 logger = logging.getLogger(__name__)
 
@@ -72,11 +72,7 @@ def _open(caller, mailbox_id, after: int = 0) -> Mailbox:
     where a mail server holds the mail, what it delivered a moment ago is read
     (relay/mailserver/); later news comes by the poll's wake-up. Ownership comes first, so
     a stranger's wait never makes the mail server read someone else's mailbox."""
-    mailbox = access.mailbox_get_active(caller=caller, mailbox_id=mailbox_id)
-    if after:
-        selectors.message_cursor_check(messages=selectors.message_list(mailbox=mailbox), after=after)
-    mailserver.read_now(Mailbox.objects.filter(id=mailbox.id))
-    return mailbox
+    return reading.mailbox_open(caller=caller, mailbox_id=mailbox_id, after=after, fresh=True)
 
 
 def _look(authenticate, mailbox_id, after: int, *, ascending: bool, page: int = 1, size: int = MAX_RESULTS,
@@ -88,7 +84,7 @@ def _look(authenticate, mailbox_id, after: int, *, ascending: bool, page: int = 
     while its request is held is refused (401/403) at the next look (docs/api.md, "Keys
     and revocation")."""
     caller = caller or authenticate()
-    mailbox = access.mailbox_get_active(caller=caller, mailbox_id=mailbox_id)
+    mailbox = reading.mailbox_open(caller=caller, mailbox_id=mailbox_id)
     return mailbox, _new_messages(mailbox, after, ascending=ascending, page=page, size=size, search=search)
 
 
@@ -167,7 +163,7 @@ def _look_first(authenticate, links, mailbox_id, cursor: list[int], search: dict
     absolute), marked read; None if there is none yet. Messages without a code are passed
     over for good: the cursor moves past them. The caller is authenticated as by _look."""
     caller = caller or authenticate()
-    mailbox = access.mailbox_get_active(caller=caller, mailbox_id=mailbox_id)
+    mailbox = reading.mailbox_open(caller=caller, mailbox_id=mailbox_id)
     rows = (_messages_after(mailbox, cursor[0], search).order_by("id").select_related("content")
             .defer("content__raw"))
     with selectors.words_search_plan(search.get("words", "")):
@@ -209,7 +205,7 @@ def _sse(event: str, data: dict, event_id: int | None = None) -> str:
 
 
 def _latest_id(caller, mailbox_id) -> int:
-    mailbox = access.mailbox_get_active(caller=caller, mailbox_id=mailbox_id)
+    mailbox = reading.mailbox_open(caller=caller, mailbox_id=mailbox_id)
     return selectors.message_list(mailbox=mailbox).values_list("id", flat=True).first() or 0
 
 
@@ -218,7 +214,7 @@ def _ended(caller, mailbox_id) -> dict:
     from api.serializers import MailboxSerializer
 
     try:
-        return MailboxSerializer.represent(access.mailbox_get(caller=caller, mailbox_id=mailbox_id))
+        return MailboxSerializer.represent(reading.mailbox_open(caller=caller, mailbox_id=mailbox_id, live=False))
     except RelayError:
         return {"id": str(mailbox_id), "status": MailboxStatus.DELETED}
 

@@ -49,3 +49,33 @@ def test_an_import_circle_inside_an_app_breaks_the_contract(tmp_path):
     result = lint_imports(tmp_path)
     assert result.returncode != 0
     assert "No cycles are allowed in relay" in result.stdout
+
+
+# --- one entry for reading a mailbox (relay/reading.py) ------------------------------------------
+# What a door must not do on its own: each is a step of relay.reading.mailbox_open (ownership,
+# lazy expiry, the live check, the cursor's check, the mail server's newest deliveries).
+READING_STEPS = ("read_now(", "mailbox_get_active(", "mailbox_get(", "message_cursor_check(", "mailboxes_visible_to(")
+DOORS = ("api",)
+
+
+def reading_restated(tree: Path) -> list[str]:
+    """Lines of the doors that take a step of opening a mailbox themselves."""
+    found = []
+    for door in DOORS:
+        for path in sorted((tree / door).rglob("*.py")):
+            for number, line in enumerate(path.read_text().splitlines(), 1):
+                code = line.split("#", 1)[0]
+                if any(step in code for step in READING_STEPS) and "def " not in code:
+                    found.append(f"{path.relative_to(tree)}:{number}: {line.strip()}")
+    return found
+
+
+def test_every_door_opens_a_mailbox_through_the_one_entry():
+    assert reading_restated(ROOT) == []
+
+
+def test_a_door_that_reads_the_mail_server_itself_is_found(tmp_path):
+    copy_of_the_tree(tmp_path)
+    (tmp_path / "api" / "restated.py").write_text(
+        "from relay import mailserver\n\n\ndef look(mailboxes):\n    mailserver.read_now(mailboxes)\n")
+    assert reading_restated(tmp_path) == ["api/restated.py:5: mailserver.read_now(mailboxes)"]

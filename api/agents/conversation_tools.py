@@ -8,11 +8,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from api.agents.declare import arguments_valid, calling, tool
 from api.agents.results import Queued, ThreadList, ThreadWhole, result
-from api.agents.tools import MailboxId, MessageId, live_mailbox
+from api.agents.tools import MailboxId, MessageId
 from api.conversation_serializers import (ForwardSerializer, ReplySerializer, SendSerializer, ThreadDetailSerializer,
                                           ThreadSerializer)
-from mailboxes import access
 from mailboxes.threads import thread_get, thread_list, thread_messages, thread_participants
+from relay import reading
 from relay.models import OutboxMail
 from relay.outbox.outbound import outbound_queue
 from relay.outbox.replies import forward_queue, reply_queue
@@ -58,7 +58,7 @@ def send_message(mailbox_id: MailboxId,
     key (a mailbox token cannot send: forbidden). Errors: quota_exceeded (the plan's
     sends per day, or recipients per send: To, Cc and Bcc together), too_large, expired,
     invalid_request."""
-    mailbox = access.mailbox_get_active(caller=calling(), mailbox_id=mailbox_id)
+    mailbox = reading.mailbox_open(caller=calling(), mailbox_id=mailbox_id)
     return _queued(outbound_queue(mailbox=mailbox, **arguments_valid(SendSerializer, {
         "to": to, "subject": subject, "text": text, "cc": cc, "bcc": bcc, "reply_to": reply_to, "html": html,
         "attachments": _files(attachments)})))
@@ -72,7 +72,7 @@ def reply_to_message(mailbox_id: MailboxId, message_id: MessageId, text: Text, h
     """Answer a message of the mailbox: to its Reply-To or From, subject "Re: …", with the
     headers that keep it in the conversation's thread. Returns {"id", "status",
     "message_id"} like send_message, with its errors, and not_found."""
-    mailbox = access.mailbox_get_active(caller=calling(), mailbox_id=mailbox_id)
+    mailbox = reading.mailbox_open(caller=calling(), mailbox_id=mailbox_id)
     return _queued(reply_queue(mailbox=mailbox, message_id=message_id, **arguments_valid(ReplySerializer, {
         "text": text, "html": html, "reply_all": reply_all, "attachments": _files(attachments)})))
 
@@ -85,7 +85,7 @@ def forward_message(mailbox_id: MailboxId, message_id: MessageId,
     """Forward a message of the mailbox: subject "Fwd: …", the original attached whole,
     exactly as it was received. Returns {"id", "status", "message_id"} like send_message.
     """
-    mailbox = access.mailbox_get_active(caller=calling(), mailbox_id=mailbox_id)
+    mailbox = reading.mailbox_open(caller=calling(), mailbox_id=mailbox_id)
     return _queued(forward_queue(mailbox=mailbox, message_id=message_id,
                                  **arguments_valid(ForwardSerializer, {"to": to, "text": text})))
 
@@ -95,7 +95,7 @@ def list_threads(mailbox_id: MailboxId) -> CallToolResult:
     """The mailbox's conversations, newest activity first (the 50 latest): {"threads":
     [{id, subject, participants, message_count, unread_count, last_message_at}, ...]}.
     Use get_thread for its messages. Errors: expired, not_found."""
-    mailbox = live_mailbox(calling(), mailbox_id)
+    mailbox = reading.mailbox_open(caller=calling(), mailbox_id=mailbox_id, fresh=True)
     threads = list(thread_list(mailbox_id=mailbox.id)[:LISTED_MAX])
     participants = thread_participants([thread.id for thread in threads])
     return result({"threads": ThreadSerializer(threads, many=True, context={"participants": participants}).data})
@@ -105,7 +105,7 @@ def list_threads(mailbox_id: MailboxId) -> CallToolResult:
 def get_thread(mailbox_id: MailboxId, thread_id: ThreadId) -> CallToolResult:
     """One conversation with its messages, oldest first, received (direction "in") and
     sent ("out") alike; get_message reads one whole. Errors: not_found, expired."""
-    mailbox = live_mailbox(calling(), mailbox_id)
+    mailbox = reading.mailbox_open(caller=calling(), mailbox_id=mailbox_id, fresh=True)
     thread = thread_get(mailbox_id=mailbox.id, thread_id=thread_id)
     context = {"participants": thread_participants([thread.id]), "messages": thread_messages([thread])}
     return result(dict(ThreadDetailSerializer(thread, context=context).data))

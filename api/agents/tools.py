@@ -39,7 +39,7 @@ from mailboxes.creation import mailbox_create
 from mailboxes.ending import mailbox_delete
 from mailboxes.errors import NotFound
 from mailboxes.models import Mailbox
-from relay import mailserver
+from relay import reading
 from relay.backends import get_backend
 from relay.inbound.attachments import attachment_of, safe_charset, served_content_type, without_format_characters
 
@@ -113,7 +113,7 @@ def list_mailboxes(include_expired: Annotated[bool, Field(
 def get_mailbox(mailbox_id: MailboxId) -> CallToolResult:
     """One mailbox: its address, status (active or expired), expires_at and message_count.
     Errors: not_found (no such mailbox of yours, or deleted)."""
-    return result(_mailbox_out(access.mailbox_get(caller=calling(), mailbox_id=mailbox_id)))
+    return result(_mailbox_out(reading.mailbox_open(caller=calling(), mailbox_id=mailbox_id, live=False)))
 
 
 @tool(output=MailboxOut, idempotent=True)
@@ -122,7 +122,7 @@ def renew_mailbox(mailbox_id: MailboxId, ttl_minutes: TtlMinutes = None) -> Call
     Errors: expired (too late: an expired mailbox cannot be renewed), not_found,
     invalid_request (ttl_minutes over the plan's cap)."""
     principal = calling()
-    mailbox = access.mailbox_get_active(caller=principal, mailbox_id=mailbox_id)
+    mailbox = reading.mailbox_open(caller=principal, mailbox_id=mailbox_id)
     return result(_mailbox_out(services.mailbox_renew(mailbox=mailbox, plan=principal.plan,
                                                       ttl_ms=minutes_to_ms(ttl_minutes))))
 
@@ -131,7 +131,7 @@ def renew_mailbox(mailbox_id: MailboxId, ttl_minutes: TtlMinutes = None) -> Call
 def delete_mailbox(mailbox_id: MailboxId) -> CallToolResult:
     """Delete a mailbox now: it stops receiving, its mail is gone, and it cannot be
     undone. Returns {"deleted": true}. Errors: not_found."""
-    mailbox_delete(mailbox=access.mailbox_get(caller=calling(), mailbox_id=mailbox_id))
+    mailbox_delete(mailbox=reading.mailbox_open(caller=calling(), mailbox_id=mailbox_id, live=False))
     return result({"deleted": True})
 
 
@@ -149,14 +149,6 @@ def _listed(*, caller: Principal, mailbox: Mailbox | None, words: str | None, un
         return {"messages": MessageSummarySerializer.represent_many(messages[:LISTED_MAX])}
 
 
-def live_mailbox(caller: Principal, mailbox_id: uuid.UUID) -> Mailbox:
-    """The caller's live mailbox, with what its mail server delivered a moment ago read
-    (after the ownership check: nothing is read for a mailbox the caller may not see)."""
-    mailbox = access.mailbox_get_active(caller=caller, mailbox_id=mailbox_id)
-    mailserver.read_now(Mailbox.objects.filter(id=mailbox.id))
-    return mailbox
-
-
 @tool(output=MessageList, read_only=True, idempotent=True, mail=True)
 def list_messages(mailbox_id: MailboxId,
                   query: Annotated[str | None, Field(description="Words that must all be in the subject or "
@@ -172,7 +164,7 @@ def list_messages(mailbox_id: MailboxId,
     thread_id}, ...]}. Use get_message for a body. Errors: expired (the mailbox ended),
     not_found."""
     caller = calling()
-    return result(_listed(caller=caller, mailbox=live_mailbox(caller, mailbox_id), words=query, unread=unread,
+    return result(_listed(caller=caller, mailbox=reading.mailbox_open(caller=caller, mailbox_id=mailbox_id, fresh=True), words=query, unread=unread,
                           authenticated=authenticated, direction=direction))
 
 
@@ -183,7 +175,7 @@ def get_message(mailbox_id: MailboxId, message_id: MessageId) -> CallToolResult:
     content_type, size, download_url), and its place in the conversation: direction (in
     or out), thread_id, message_id, in_reply_to, references, cc, reply_to; sent mail
     also has outbox_status. Errors: not_found, expired."""
-    mailbox = access.mailbox_get_active(caller=calling(), mailbox_id=mailbox_id)
+    mailbox = reading.mailbox_open(caller=calling(), mailbox_id=mailbox_id)
     message = selectors.message_get(mailbox=mailbox, message_id=message_id)
     services.message_mark_read(message=message)
     return result(MessageDetailSerializer(message, context={"request": credentials().links}).data)
@@ -248,8 +240,8 @@ def search_messages(query: Annotated[str, Field(description="Words that must all
     while kept): {"messages": [list items, each with mailbox_id]}, the 50 best."""
     caller = calling()
     if mailbox_id is not None:
-        return result(_listed(caller=caller, mailbox=live_mailbox(caller, mailbox_id), words=query))
-    mailserver.read_now(selectors.mailboxes_visible_to(caller))
+        return result(_listed(caller=caller, mailbox=reading.mailbox_open(caller=caller, mailbox_id=mailbox_id, fresh=True), words=query))
+    reading.mailboxes_freshen(caller)
     return result(_listed(caller=caller, mailbox=None, words=query))
 
 
@@ -261,7 +253,7 @@ def get_attachment(mailbox_id: MailboxId, message_id: MessageId,
     attachment (decoded), else {"filename", "content_type", "size", "content_base64"}.
     Over 1 MiB: a too_large error naming its download_url (fetch it over HTTP with your
     key). Errors: not_found, expired."""
-    mailbox = access.mailbox_get_active(caller=calling(), mailbox_id=mailbox_id)
+    mailbox = reading.mailbox_open(caller=calling(), mailbox_id=mailbox_id)
     found = attachment_of(selectors.message_raw(mailbox=mailbox, message_id=message_id), attachment_id)
     if found is None:
         raise NotFound(f"The message has no attachment {attachment_id}.")
