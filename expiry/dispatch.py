@@ -9,8 +9,9 @@ import time
 from datetime import datetime, timedelta
 
 from celery import current_app
-from django.conf import settings
 from django.db import transaction
+
+from relay.backends import keeps_accounts
 
 logger = logging.getLogger(__name__)
 
@@ -28,7 +29,7 @@ def cleanups_per_task() -> int:
     """A batch where deprovisioning calls no server (the local backend's mailboxes are
     Relay's rows alone); else one per task, each call with its own slot under the
     backend's limit, its own retries and its own dead letter."""
-    return CLEANUP_BATCH if settings.RELAY_BACKEND == "local" else 1
+    return 1 if keeps_accounts() else CLEANUP_BATCH
 
 
 def publish_cleanups(mailbox_ids: list, *, etas: list[datetime] | None = None, batch: int | None = None) -> None:

@@ -7,6 +7,8 @@ with the settings after every `migrate` (a changed RELAY_SWEEP_INTERVAL_SECONDS 
 effect on the next deploy)."""
 from django.conf import settings
 
+from relay.backends import keeps_accounts
+
 SWEEP_TASK_NAME = "relay: expiry sweep"
 WEBHOOK_SWEEP_TASK_NAME = "relay: requeue lapsed webhook deliveries"
 PURGE_TASK_NAME = "relay: retention purge"
@@ -28,7 +30,7 @@ def every_few_seconds() -> list[tuple[str, str, int, bool]]:
         (SWEEP_TASK_NAME, "expiry.tasks.sweep", sweep, True),
         (WEBHOOK_SWEEP_TASK_NAME, "webhooks.tasks.sweep_deliveries", sweep, True),
         (WORDS_TASK_NAME, "relay.tasks.index_owed_words", WORDS_BACKSTOP_SECONDS, True),
-        (MAILSERVER_TASK_NAME, "relay.tasks.read_mail_server", poll, settings.RELAY_BACKEND in ("cyrus", "stalwart")),
+        (MAILSERVER_TASK_NAME, "relay.tasks.read_mail_server", poll, keeps_accounts()),
     ]
 
 

@@ -79,3 +79,36 @@ def test_a_door_that_reads_the_mail_server_itself_is_found(tmp_path):
     (tmp_path / "api" / "restated.py").write_text(
         "from relay import mailserver\n\n\ndef look(mailboxes):\n    mailserver.read_now(mailboxes)\n")
     assert reading_restated(tmp_path) == ["api/restated.py:5: mailserver.read_now(mailboxes)"]
+
+
+# --- each rule, one definition ----------------------------------------------------------------
+# (what restates the rule, the one place allowed to say it, what the rule is)
+RULES = [
+    ('settings.RELAY_BACKEND ==', "config/settings.py", 'which backend calls a server: relay.backends.keeps_accounts()'),
+    ('settings.RELAY_BACKEND in', "config/settings.py", 'which backend calls a server: relay.backends.keeps_accounts()'),
+    ('getattr(backend, "jmap"', "", 'which backend holds the mail: relay.backends.mail_store()'),
+]
+
+
+def rules_restated(tree: Path) -> list[str]:
+    found = []
+    for app in APPS:
+        for path in sorted((tree / app).rglob("*.py")):
+            relative = str(path.relative_to(tree))
+            for number, line in enumerate(path.read_text().splitlines(), 1):
+                for pattern, home, rule in RULES:
+                    if pattern in line.split("#", 1)[0] and relative != home:
+                        found.append(f"{relative}:{number}: {rule}")
+    return found
+
+
+def test_each_rule_has_one_definition():
+    assert rules_restated(ROOT) == []
+
+
+def test_a_restated_rule_is_found(tmp_path):
+    copy_of_the_tree(tmp_path)
+    (tmp_path / "expiry" / "restated.py").write_text(
+        "from django.conf import settings\n\n\ndef batch():\n    return 200 if settings.RELAY_BACKEND == 'local' else 1\n")
+    assert rules_restated(tmp_path) == [
+        "expiry/restated.py:5: which backend calls a server: relay.backends.keeps_accounts()"]

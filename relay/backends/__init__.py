@@ -83,8 +83,15 @@ def get_backend() -> MailBackend:
                     settings.CYRUS_JMAP_URL, settings.CYRUS_ADMIN_USER, settings.CYRUS_ADMIN_PASSWORD)
 
 
+def keeps_accounts() -> bool:
+    """Whether the configured backend is a mail server with accounts of its own (Cyrus,
+    Stalwart): each deprovision calls it, and it holds the mail (the one answer to "does
+    this backend call a server"). The local backend's mailboxes are Relay's rows alone."""
+    return get_backend().keeps_accounts
+
+
 def mail_store():
     """The configured backend if it holds the mail (Cyrus, Stalwart: relay/mailserver/
     reads it over JMAP), else None (the local backend: Relay's own SMTP stores it)."""
     backend = get_backend()
-    return backend if getattr(backend, "jmap", None) is not None else None
+    return backend if backend.keeps_accounts else None
