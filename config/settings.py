@@ -14,6 +14,8 @@ import environ
 from kombu import Exchange, Queue
 from django.core.exceptions import ImproperlyConfigured
 
+from relay import task_names  # names only: it imports nothing
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
@@ -609,10 +611,9 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # mail server's poll shares it, for the same reason.
 CELERY_TASK_QUEUES = [Queue("celery", Exchange(""), routing_key="celery"), Queue("sweep", Exchange(""), routing_key="sweep")]
 CELERY_TASK_DEFAULT_QUEUE = "celery"
-CELERY_TASK_ROUTES = {"expiry.tasks.sweep": {"queue": "sweep"}, "expiry.tasks.purge_retained": {"queue": "sweep"},
-                      "relay.tasks.reconcile_report": {"queue": "sweep"},
-                      "relay.tasks.read_mail_server": {"queue": "sweep"},
-                      "webhooks.tasks.sweep_deliveries": {"queue": "sweep"}}
+CELERY_TASK_ROUTES = {name: {"queue": "sweep"} for name in (
+    task_names.SWEEP, task_names.PURGE_RETAINED, task_names.RECONCILE_REPORT, task_names.READ_MAIL_SERVER,
+    task_names.SWEEP_WEBHOOK_DELIVERIES)}
 # Relay keeps every outcome in its own tables; Celery results would only pile up.
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_RESULT_BACKEND = None

@@ -11,13 +11,14 @@ from datetime import datetime, timedelta
 from celery import current_app
 from django.db import transaction
 
+from relay import task_names
 from relay.backends import keeps_accounts
 
 logger = logging.getLogger(__name__)
 
 # expiry/tasks.py imports the modules that import this one: its tasks are sent by name.
-EXPIRE_TASK = "expiry.tasks.expire_mailbox"
-EXPIRE_BATCH_TASK = "expiry.tasks.expire_mailboxes"
+EXPIRE_TASK = task_names.EXPIRE_MAILBOX
+EXPIRE_BATCH_TASK = task_names.EXPIRE_MAILBOXES
 # Cleanups one batch task runs where a deprovision calls no server.
 CLEANUP_BATCH = 200
 # Scheduled cleanups due within this span of the first share one task, run at the last

@@ -1,12 +1,14 @@
 """Every beat schedule Relay needs, kept in django-celery-beat's tables: the expiry and
 webhook sweeps, the search words' backstop, and the daily tasks. One table, one
-installer, the tasks named by string (this module imports none of them).
+installer, the tasks named by their names (relay/task_names.py; this module imports
+none of them).
 
 Installed by a migration so a fresh deployment needs no manual step, and brought in line
 with the settings after every `migrate` (a changed RELAY_SWEEP_INTERVAL_SECONDS takes
 effect on the next deploy)."""
 from django.conf import settings
 
+from relay import task_names
 from relay.backends import keeps_accounts
 
 SWEEP_TASK_NAME = "relay: expiry sweep"
@@ -27,17 +29,17 @@ def every_few_seconds() -> list[tuple[str, str, int, bool]]:
     mail server is read only where it holds the mail."""
     sweep, poll = settings.RELAY_SWEEP_INTERVAL_SECONDS, settings.RELAY_MAILSERVER_POLL_SECONDS
     return [
-        (SWEEP_TASK_NAME, "expiry.tasks.sweep", sweep, True),
-        (WEBHOOK_SWEEP_TASK_NAME, "webhooks.tasks.sweep_deliveries", sweep, True),
-        (WORDS_TASK_NAME, "relay.tasks.index_owed_words", WORDS_BACKSTOP_SECONDS, True),
-        (MAILSERVER_TASK_NAME, "relay.tasks.read_mail_server", poll, keeps_accounts()),
+        (SWEEP_TASK_NAME, task_names.SWEEP, sweep, True),
+        (WEBHOOK_SWEEP_TASK_NAME, task_names.SWEEP_WEBHOOK_DELIVERIES, sweep, True),
+        (WORDS_TASK_NAME, task_names.INDEX_OWED_WORDS, WORDS_BACKSTOP_SECONDS, True),
+        (MAILSERVER_TASK_NAME, task_names.READ_MAIL_SERVER, poll, keeps_accounts()),
     ]
 
 
 # (name, task, hour, minute) of the daily tasks, in UTC, spread apart.
 DAILY = [
-    (PURGE_TASK_NAME, "expiry.tasks.purge_retained", "3", "17"),
-    (RECONCILE_TASK_NAME, "relay.tasks.reconcile_report", "4", "47"),
+    (PURGE_TASK_NAME, task_names.PURGE_RETAINED, "3", "17"),
+    (RECONCILE_TASK_NAME, task_names.RECONCILE_REPORT, "4", "47"),
 ]
 
 

@@ -112,3 +112,16 @@ def test_a_restated_rule_is_found(tmp_path):
         "from django.conf import settings\n\n\ndef batch():\n    return 200 if settings.RELAY_BACKEND == 'local' else 1\n")
     assert rules_restated(tmp_path) == [
         "expiry/restated.py:5: which backend calls a server: relay.backends.keeps_accounts()"]
+
+
+def test_every_task_name_is_a_task_of_the_celery_app_and_spelt_out_once():
+    from config.celery import app
+    from relay import task_names
+
+    app.loader.import_default_modules()
+    assert set(task_names.ALL) <= set(app.tasks), set(task_names.ALL) - set(app.tasks)
+    spelt = [f"{path.relative_to(ROOT)}:{number}" for app_name in APPS for path in sorted((ROOT / app_name).rglob("*.py"))
+             if path.name != "task_names.py"
+             for number, line in enumerate(path.read_text().splitlines(), 1)
+             for name in task_names.ALL if f'"{name}"' in line or f"'{name}'" in line]
+    assert spelt == []

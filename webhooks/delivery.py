@@ -24,6 +24,7 @@ from django.db.models.functions import Now
 
 from owed import OwedWork
 from owed.clock import db_now
+from relay import task_names
 from webhooks import signing
 from webhooks.models import DeliveryStatus, Webhook, WebhookDelivery
 from webhooks.transport import DeliveryTimedOut, PrivateAddress, TransportFailed, post
@@ -66,7 +67,7 @@ def deliver(*, delivery_id: int) -> str:
 
 # Deliveries one batch task carries at most (deliver_many).
 BATCH = 50
-DELIVER_TASK = "webhooks.tasks.deliver_webhook"
+DELIVER_TASK = task_names.DELIVER_WEBHOOK
 
 
 def deliver_many(*, delivery_ids: list[int]) -> dict[str, int]:

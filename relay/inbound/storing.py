@@ -16,6 +16,7 @@ from mailboxes.models import Direction, MessageContent
 from mailboxes.storing import MailboxFull, Recipient, message_store, recipient_at
 from mailboxes.text import text_of_html
 from mailboxes.threads import header, lineage_of
+from relay import task_names
 from relay.inbound.authentication import authenticate, spf_of_mail_server
 from relay.inbound.extraction import find_codes, find_links
 from relay.inbound.parsing import parse_message
@@ -59,7 +60,7 @@ def deliver_message(*, raw: bytes, mail_from: str, recipients: list[Recipient], 
 
 
 # Sent by name: relay/tasks.py imports the flows (this one among them), not the reverse.
-WORDS_TASK = "relay.tasks.index_owed_words"
+WORDS_TASK = task_names.INDEX_OWED_WORDS
 # A worker is asked to write owed words at most this often per process, and that long
 # after the first message that owes them: one task for every message a second brings.
 WORDS_DELAY_SECONDS = 1.0

@@ -20,12 +20,13 @@ from django.conf import settings
 from django.db import DatabaseError, connection, connections
 
 from owed.clock import db_now
+from relay import task_names
 from relay.outbox.sending import batch_claim
 
 logger = logging.getLogger(__name__)
 # Sent by name: relay/tasks.py imports this package (the batch's sending), so an import
 # of the task would close a circle.
-SEND_TASK = "relay.tasks.send_outbox_batch"
+SEND_TASK = task_names.SEND_OUTBOX_BATCH
 
 CHANNEL = "relay_outbox"
 # The longest a wait lasts before the loop looks at its stop flag again.
