@@ -5,12 +5,16 @@ from rest_framework.pagination import PageNumberPagination
 
 from mailboxes.selectors import OwnerWordSearch
 
+# A page of a list, unless the client asks for another size: also how many a wait's
+# answer and an MCP list tool return.
+PAGE_SIZE = 50
+
 
 class RelayPagination(PageNumberPagination):
     """Page numbers as docs/api.md lists them. A malformed `page` or `page_size` is a 400
     saying what is wrong, not DRF's 404 "Invalid page"; a page past the end is a 404."""
 
-    page_size = 50
+    page_size = PAGE_SIZE
     page_size_query_param = "page_size"
     max_page_size = 200
 

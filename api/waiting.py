@@ -15,6 +15,7 @@ from api.authentication import BearerAuthentication, Principal
 from api.errors import error_body, json_error_response
 from api.hub import hub
 from api.open_waits import OpenWait, caller_key
+from api.pagination import PAGE_SIZE
 from api.pooling import in_pool
 from api.serializers import (EventsQuerySerializer, MessageDetailSerializer, MessageSummarySerializer,
                              WaitQuerySerializer, message_codes)
@@ -28,7 +29,7 @@ logger = logging.getLogger(__name__)
 
 
 HEARTBEAT_SECONDS = 15.0
-MAX_RESULTS = 50
+MAX_RESULTS = PAGE_SIZE
 
 
 # --- the shared steps -------------------------------------------------------------------------

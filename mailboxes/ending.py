@@ -19,6 +19,7 @@ from mailboxes import wakeups
 from mailboxes.models import CleanupState, Mailbox, MailboxStatus, Message, cleanup_owed
 from mailboxes.quotas import give_back_mailbox_slots
 from mailboxes.signals import event_happened, mailboxes_ended
+from owed import ERROR_MAX_CHARS
 from owed.clock import db_now
 
 logger = logging.getLogger(__name__)
@@ -127,7 +128,7 @@ def provisioning_refused(*, mailbox_id, reason: str, now: datetime | None = None
     with transaction.atomic():
         refused = Mailbox.objects.filter(id=mailbox_id, status=MailboxStatus.PROVISIONING).update(
             status=MailboxStatus.DELETED, deleted_at=now, provision_lease_until=None,
-            cleanup_state=CleanupState.DONE, cleanup_done_at=now, cleanup_last_error=reason[:1000])
+            cleanup_state=CleanupState.DONE, cleanup_done_at=now, cleanup_last_error=reason[:ERROR_MAX_CHARS])
         if refused:
             give_back_mailbox_slots([mailbox_id])
     logger.warning("refused mailbox %s: %s", mailbox_id, reason)

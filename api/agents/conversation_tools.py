@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from api.agents.declare import arguments_valid, calling, tool
 from api.agents.results import Queued, ThreadList, ThreadWhole, result
-from api.agents.tools import MailboxId, MessageId
+from api.agents.tools import LISTED_MAX, MailboxId, MessageId
 from api.conversation_serializers import (ForwardSerializer, ReplySerializer, SendSerializer, ThreadDetailSerializer,
                                           ThreadSerializer)
 from mailboxes.threads import thread_get, thread_list, thread_messages, thread_participants
@@ -16,8 +16,6 @@ from relay import reading
 from relay.models import OutboxMail
 from relay.outbox.outbound import outbound_queue
 from relay.outbox.replies import forward_queue, reply_queue
-
-LISTED_MAX = 50
 
 
 class AttachmentIn(BaseModel):

@@ -26,6 +26,7 @@ from api.agents.results import (MINUTE_MS, Attachment, Code, Deleted, MailboxLis
                                 Waited, failure, result)
 from api.agents.session import until_client_gone
 from api.authentication import Principal
+from api.pagination import PAGE_SIZE
 from api.pooling import in_pool
 from api.serializers import (
     MailboxCreateSerializer,
@@ -48,7 +49,7 @@ from relay.inbound.attachments import attachment_of, safe_charset, served_conten
 ATTACHMENT_INLINE_BYTES = 1024 * 1024
 WAIT_DEFAULT_SECONDS = 30
 WAIT_MAX_SECONDS = 60
-LISTED_MAX = 50
+LISTED_MAX = PAGE_SIZE
 TTL_MIN_MINUTES = math.ceil(settings.RELAY_MIN_TTL_MS / MINUTE_MS)
 
 # --- arguments ------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from django.db.models.functions import Now
 
 from accounts.models import TokenAction
 from accounts.services import token_usable
-from owed import OwedWork
+from owed import ERROR_MAX_CHARS, OwedWork
 from owed.clock import db_now
 from relay.models import KIND_PRIORITY, OutboxMail, OutboxStatus
 from relay.outbox import header_lines
@@ -284,7 +284,7 @@ def batch_send(*, claim: uuid.UUID, mail_ids: list[int], again: bool = False) ->
                     smtp.open()
                 _transmit(mail, smtp)
             except Exception as exc:
-                error = f"{type(exc).__name__}: {exc}"[:2000]
+                error = f"{type(exc).__name__}: {exc}"[:ERROR_MAX_CHARS]
                 retry = _retryable(exc) and OUTBOX.has_retry_left(mail.attempts)
                 settle(mail, Outcome("retry" if retry else OutboxStatus.FAILED, error))
                 if isinstance(exc, (smtplib.SMTPServerDisconnected, OSError)) and smtp is not None:
