@@ -55,8 +55,8 @@ def mailbox_cleanup(*, mailbox_id, retries: int = 0) -> CleanupOutcome:
     if taken is None:
         now = db_now()
         logger.debug("cleanup of %s: nothing to take (not due, done, dead, or running elsewhere)", mailbox_id)
-        if Mailbox.objects.filter(id=mailbox_id, status=MailboxStatus.ACTIVE, expires_at__gt=now,
-                                  expiry_scheduled_for=F("expires_at"), expires_at__lte=now + EARLY_WINDOW).exists():
+        if Mailbox.objects.receiving(now).filter(id=mailbox_id, expiry_scheduled_for=F("expires_at"),
+                                                 expires_at__lte=now + EARLY_WINDOW).exists():
             return CleanupOutcome.EARLY
         return CleanupOutcome.SKIPPED
     claim, mailbox = taken

@@ -163,8 +163,8 @@ def schedule_upcoming(*, batch_size: int | None = None, now: datetime | None = N
 
 def _schedule_batch(batch_size: int, *, now: datetime, horizon: datetime) -> tuple[int, int]:
     upcoming = list(
-        Mailbox.objects.select_for_update(skip_locked=True)
-        .filter(status=MailboxStatus.ACTIVE, expires_at__gt=now, expires_at__lte=horizon)
+        Mailbox.objects.receiving(now).select_for_update(skip_locked=True)
+        .filter(expires_at__lte=horizon)
         .exclude(expiry_scheduled_for=F("expires_at"))
         .order_by("expires_at")
         .values_list("id", "expires_at")[:batch_size]

@@ -140,8 +140,7 @@ def mailbox_renew(*, mailbox: Mailbox, plan: str, ttl_ms: int | None) -> Mailbox
     expires_at = now + timedelta(milliseconds=ttl_ms)
     # Conditional on still being active and not yet due, so a renew can never revive a
     # mailbox that a sweep or an SMTP RCPT has just expired.
-    renewed = Mailbox.objects.filter(id=mailbox.id, status=MailboxStatus.ACTIVE, expires_at__gt=now).update(
-        expires_at=expires_at)
+    renewed = Mailbox.objects.receiving(now).filter(id=mailbox.id).update(expires_at=expires_at)
     if not renewed:
         raise MailboxExpired()
     mailbox.expires_at = expires_at

@@ -87,6 +87,8 @@ RULES = [
     ('settings.RELAY_BACKEND ==', "config/settings.py", 'which backend calls a server: relay.backends.keeps_accounts()'),
     ('settings.RELAY_BACKEND in', "config/settings.py", 'which backend calls a server: relay.backends.keeps_accounts()'),
     ('getattr(backend, "jmap"', "", 'which backend holds the mail: relay.backends.mail_store()'),
+    ("status=MailboxStatus.ACTIVE, expires_at__", "mailboxes/models.py",
+     "due and receiving: Mailbox.objects.due(now) and .receiving(now)"),
     ("[:1000]", "", "how much of an error is kept: owed.ERROR_MAX_CHARS"),
     ("[:2000]", "", "how much of an error is kept: owed.ERROR_MAX_CHARS"),
     ("MAX = 50", "", "how many a page, a wait or a list tool returns: api.pagination.PAGE_SIZE"),
