@@ -18,14 +18,24 @@ class Principal(Caller):
     is_authenticated = True
 
 
+def bearer_secret(header: str) -> str | None:
+    """The secret of an `Authorization: Bearer <secret>` header (an API key or a mailbox
+    token), or None when the header is no usable bearer credential: the one parser of
+    the API and /mcp."""
+    scheme, _, secret = header.partition(" ")
+    secret = secret.strip()
+    if scheme.lower() != "bearer" or not secret or len(secret) > MAX_KEY_LENGTH:
+        return None
+    return secret
+
+
 class BearerAuthentication(authentication.BaseAuthentication):
     def authenticate(self, request):
         header = request.META.get("HTTP_AUTHORIZATION", "")
         if not header:
             return None
-        scheme, _, key = header.partition(" ")
-        key = key.strip()
-        if scheme.lower() != "bearer" or not key or len(key) > MAX_KEY_LENGTH:
+        key = bearer_secret(header)
+        if key is None:
             raise exceptions.AuthenticationFailed("Use the header 'Authorization: Bearer <key>'.")
         caller = caller_for_secret(key)
         if caller is None:

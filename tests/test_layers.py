@@ -89,6 +89,7 @@ RULES = [
     ('getattr(backend, "jmap"', "", 'which backend holds the mail: relay.backends.mail_store()'),
     ("status=MailboxStatus.ACTIVE, expires_at__", "mailboxes/models.py",
      "due and receiving: Mailbox.objects.due(now) and .receiving(now)"),
+    ('partition(" ")', "api/authentication.py", "reading a bearer credential: api.authentication.bearer_secret"),
     ("[:1000]", "", "how much of an error is kept: owed.ERROR_MAX_CHARS"),
     ("[:2000]", "", "how much of an error is kept: owed.ERROR_MAX_CHARS"),
     ("MAX = 50", "", "how many a page, a wait or a list tool returns: api.pagination.PAGE_SIZE"),

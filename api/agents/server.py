@@ -31,7 +31,7 @@ from api.agents.results import failure
 from api.agents.conversation_tools import CONVERSATION_TOOLS
 from api.agents.domain_tools import DOMAIN_TOOLS
 from api.agents.tools import TOOLS
-from api.authentication import MAX_KEY_LENGTH, challenge
+from api.authentication import bearer_secret, challenge
 from api.errors import json_error_response
 from api.pooling import in_pool
 from mailboxes.errors import RelayError
@@ -121,12 +121,11 @@ NOT_ALLOWED = (b'{"code":"method_not_allowed","message":"Relay\'s MCP endpoint a
 def _credentials_for(authorization: str, links: Links) -> Credentials | tuple[int, bytes, list]:
     """Who these credentials are, as the API sees them, or why the API would refuse them
     (status, body and headers)."""
-    scheme, _, secret = authorization.partition(" ")
-    secret = secret.strip()
     if not authorization:
         return 401, UNAUTHORIZED, [(b"www-authenticate", challenge(credentials_sent=False).encode())]
     refused = 401, REFUSED, [(b"www-authenticate", challenge(credentials_sent=True).encode())]
-    if scheme.lower() != "bearer" or not secret or len(secret) > MAX_KEY_LENGTH:
+    secret = bearer_secret(authorization)
+    if secret is None:
         return refused
     try:
         principal = Credentials(secret=secret, links=links).authenticate()
