@@ -52,7 +52,7 @@ class CleanupStateFilter(admin.SimpleListFilter):
 
     def queryset(self, request, queryset):
         if self.value() == self.OWED:
-            return queryset.filter(cleanup_state__in=(CleanupState.PENDING, CleanupState.RUNNING))
+            return queryset.filter(CLEANUPS.still_owed())
         return queryset.filter(cleanup_state=self.value()) if self.value() else queryset
 
 

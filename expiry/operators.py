@@ -48,7 +48,7 @@ def expiry_stats() -> dict:
 def cleanup_oldest_owed_since() -> datetime | None:
     """When the longest-waiting owed cleanup was last queued (None when none is owed):
     read off the partial index of owed cleanups, however many have settled."""
-    owed = Mailbox.objects.filter(cleanup_state__in=(CleanupState.PENDING, CleanupState.RUNNING))
+    owed = Mailbox.objects.filter(CLEANUPS.still_owed())
     return owed.aggregate(oldest=Min("cleanup_queued_at"))["oldest"]
 
 

@@ -8,7 +8,7 @@ from accounts.errors import Conflict
 from accounts.models import Account
 from domains.models import Domain
 from domains.services import domain_get
-from mailboxes.models import Mailbox, MailboxStatus
+from mailboxes.models import Mailbox
 
 logger = logging.getLogger(__name__)
 
@@ -22,8 +22,7 @@ def domain_delete(*, owner: Account, domain_id) -> None:
     with transaction.atomic():
         if not Domain.objects.select_for_update().filter(id=domain.id).exists():
             return
-        live = Mailbox.objects.filter(owner=owner, address__endswith=f"@{domain.name}",
-                                      status__in=(MailboxStatus.ACTIVE, MailboxStatus.PROVISIONING)).count()
+        live = Mailbox.objects.live().filter(owner=owner, address__endswith=f"@{domain.name}").count()
         if live:
             raise Conflict(f"{live} active mailbox(es) use {domain.name}; delete them or let them expire first.")
         Domain.objects.filter(id=domain.id).delete()

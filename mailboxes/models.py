@@ -51,8 +51,12 @@ class CleanupState(models.TextChoices):
     DEAD = "dead"
 
 
+# Live: being provisioned or active (MailboxQuerySet.live).
+LIVE = Q(status__in=(MailboxStatus.PROVISIONING, MailboxStatus.ACTIVE))
+
+
 class MailboxQuerySet(models.QuerySet):
-    # "Due" and "receiving" are defined here and in Mailbox.is_due/receives, nowhere else.
+    # "Due", "receiving" and "live" are defined here (and in Mailbox.is_due/receives), nowhere else.
     def due(self, now):
         """Active mailboxes whose lifetime has ended."""
         return self.filter(status=MailboxStatus.ACTIVE, expires_at__lte=now)
@@ -60,6 +64,11 @@ class MailboxQuerySet(models.QuerySet):
     def receiving(self, now):
         """Mailboxes that may receive mail now: active and not yet due."""
         return self.filter(status=MailboxStatus.ACTIVE, expires_at__gt=now)
+
+    def live(self):
+        """Mailboxes that count against their owner's plan and hold their domain: being
+        provisioned or active."""
+        return self.filter(LIVE)
 
     def visible(self):
         """What a caller may ever see: not deleted, not still being provisioned."""

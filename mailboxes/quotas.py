@@ -13,7 +13,7 @@ from django.db.models.functions import Greatest
 
 from accounts.models import Account
 from mailboxes.errors import QuotaExceeded
-from mailboxes.models import Mailbox, MailboxStatus
+from mailboxes.models import Mailbox
 from owed.clock import db_now
 
 
@@ -28,7 +28,7 @@ def take_mailbox_slot(owner: Account) -> None:
     limit = quota(owner.plan, "active_mailboxes")
     if Account.objects.filter(id=owner.id, live_mailboxes__lt=limit).update(live_mailboxes=F("live_mailboxes") + 1):
         return
-    live = Mailbox.objects.filter(owner=owner, status__in=(MailboxStatus.PROVISIONING, MailboxStatus.ACTIVE))
+    live = Mailbox.objects.live().filter(owner=owner)
     soonest = live.order_by("expires_at").values_list("expires_at", flat=True).first()
     wait = (soonest - db_now()).total_seconds() if soonest else 60
     raise QuotaExceeded(f"The {owner.plan} plan allows {limit} active mailboxes; delete one or wait for one "

@@ -98,11 +98,14 @@ class OwedWork:
             return owed & Q(**{self.claim: None}) | Q(**{self.state: self.owed}) & lapsed
         return owed | (Q(**{self.state: self.running}) & lapsed)
 
+    def still_owed(self) -> Q:
+        """Rows whose work is not settled: waiting for a run, or held by one."""
+        return Q(**{f"{self.state}__in": sorted({self.owed, self.running})})
+
     def lapsed(self, now: datetime) -> Q:
         """Rows owed or held whose lease lapsed: a task the broker lost, or a run lost with
         its worker. The sweeps queue these again."""
-        states = {self.owed, self.running}
-        return Q(**{f"{self.state}__in": states, f"{self.lease_until}__lte": now})
+        return self.still_owed() & Q(**{f"{self.lease_until}__lte": now})
 
     def held_by(self, claim: uuid.UUID) -> Q:
         return Q(**{self.state: self.running, self.claim: claim})

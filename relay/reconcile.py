@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from django.db.models import Q
 
-from mailboxes.models import CLEANUPS, AddressReservation, CleanupState, Mailbox, MailboxStatus
+from mailboxes.models import CLEANUPS, LIVE, AddressReservation, CleanupState, Mailbox
 from relay.backends import TransientBackendError, get_backend
 
 logger = logging.getLogger(__name__)
@@ -35,9 +35,9 @@ class ReconcileResult:
 
 
 def _owned(addresses: list[str]) -> set[str]:
-    live = Q(status__in=(MailboxStatus.PROVISIONING, MailboxStatus.ACTIVE)) | Q(
-        cleanup_state__in=(CleanupState.PENDING, CleanupState.RUNNING, CleanupState.DEAD))
-    return set(Mailbox.objects.filter(live, address__in=addresses).values_list("address", flat=True))
+    # Live, or ended with its cleanup still owed or given up: its account is Relay's still.
+    owning = LIVE | CLEANUPS.still_owed() | Q(cleanup_state=CleanupState.DEAD)
+    return set(Mailbox.objects.filter(owning, address__in=addresses).values_list("address", flat=True))
 
 
 def orphans_find(*, domains: list[str]) -> list[Orphan]:
