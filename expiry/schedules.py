@@ -25,7 +25,7 @@ WORDS_BACKSTOP_SECONDS = 60
 def every_few_seconds() -> list[tuple[str, str, int, bool]]:
     """(name, task, every so many seconds, enabled) of the interval tasks. Their messages
     never expire: an expiry is judged by the clock of the worker that receives it, and
-    a worker minutes fast would drop every sweep (SPEC §17, "Late is wrong too"). The
+    a worker minutes fast would drop every sweep (docs/architecture.md, "One clock"). The
     mail server is read only where it holds the mail."""
     sweep, poll = settings.RELAY_SWEEP_INTERVAL_SECONDS, settings.RELAY_MAILSERVER_POLL_SECONDS
     return [

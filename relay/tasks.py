@@ -79,7 +79,8 @@ def reconcile_report() -> int:
 
 # The poll holds its lock (relay/mailserver/reader.py) for at most POLL_LOCK_SECONDS; the
 # task ends before that. No `expires`: a worker on a fast clock would drop every poll
-# (SPEC §17); polls that queued up meanwhile find the lock taken or nothing new.
+# (docs/architecture.md, "One clock"); polls that queued up meanwhile find the lock
+# taken or nothing new.
 @shared_task(soft_time_limit=mailserver.reader.POLL_LOCK_SECONDS - 5,
              time_limit=mailserver.reader.POLL_LOCK_SECONDS - 2)
 def read_mail_server() -> int:
