@@ -1,9 +1,8 @@
 """Late is wrong too (docs/architecture.md, "One clock"): with beat's clock five minutes
 slow, one worker's five minutes fast and another's five minutes slow (libfaketime, as
 tests/test_hosts.py runs them), every mailbox is still deprovisioned within seconds of
-its end, by the
-database's clock. With a mail server as the backend a mailbox not yet deprovisioned
-still receives mail there, so a cleanup minutes late is a wrong cleanup."""
+its end, by the database's clock. With a mail server as the backend a mailbox not yet
+deprovisioned still receives mail there, so a cleanup minutes late is a wrong cleanup."""
 import shutil
 import statistics
 
