@@ -99,8 +99,9 @@ def domain_get(*, owner: Account, domain_id) -> Domain:
     return domain
 
 
-# Verifications one account may start a minute: each is up to RELAY_DNS_TIMEOUT_SECONDS
-# of uncached look-ups at names the caller chose.
+# Verifications one account may start in a minute of the database's clock (a fixed
+# window: across a minute's end, twice as many may come close together): each is up to
+# RELAY_DNS_TIMEOUT_SECONDS of uncached look-ups at names the caller chose.
 VERIFIES_PER_MINUTE = 6
 
 
