@@ -29,7 +29,8 @@ from api.account_serializers import (
     RecoveredSerializer,
     SignUpSerializer,
 )
-from api.views import _paginated, _valid
+from api.fields import validated
+from api.pagination import page_response
 from relay.outbox.account_mail import account_sign_up
 from relay.tasks import mail_key_recovery
 
@@ -51,7 +52,7 @@ class SignUpView(PublicAccountView):
     @extend_schema(operation_id="accounts_create", summary="Sign up: mails an activation link and code",
                    request=SignUpSerializer, responses={202: AcceptedSerializer}, auth=[])
     def post(self, request):
-        account_sign_up(**_valid(SignUpSerializer, request.data))
+        account_sign_up(**validated(SignUpSerializer, request.data))
         return Response(ACCEPTED, status=status.HTTP_202_ACCEPTED)
 
 
@@ -65,7 +66,7 @@ class ActivateView(PublicAccountView):
                        serializers=[ActivateByLinkSerializer, ActivateByCodeSerializer]),
                    responses={200: ActivatedSerializer}, auth=[])
     def post(self, request):
-        body = _valid(ActivateSerializer, request.data)
+        body = validated(ActivateSerializer, request.data)
         if "token" in body:
             account, key = services.account_activate_by_link(link_token=body["token"])
         else:
@@ -79,7 +80,7 @@ class RecoverView(PublicAccountView):
     @extend_schema(operation_id="accounts_recover", summary="Ask for a key recovery mail (always 202)",
                    request=RecoverSerializer, responses={202: AcceptedSerializer}, auth=[])
     def post(self, request):
-        email = _valid(RecoverSerializer, request.data)["email"]
+        email = validated(RecoverSerializer, request.data)["email"]
         # Queued, never looked up here: the answer's timing must not tell whether the
         # email has an account (relay.tasks.mail_key_recovery).
         try:
@@ -96,7 +97,7 @@ class RecoverConfirmView(PublicAccountView):
                    summary="Confirm a recovery: a new key, every other key of the account revoked",
                    request=RecoverConfirmSerializer, responses={200: RecoveredSerializer}, auth=[])
     def post(self, request):
-        body = _valid(RecoverConfirmSerializer, request.data)
+        body = validated(RecoverConfirmSerializer, request.data)
         _, key = services.recovery_confirm(link_token=body["token"], code=body["code"])
         return Response({"api_key": key})
 
@@ -116,12 +117,12 @@ class KeyCollectionView(APIView):
                    parameters=PAGE_PARAMETERS, responses=paginated(ApiKeySerializer))
     def get(self, request):
         api_keys = ApiKey.objects.filter(account=request.user.owner).order_by("-created_at", "-id")
-        return _paginated(request, self, api_keys, ApiKeySerializer)
+        return page_response(request, self, api_keys, ApiKeySerializer)
 
     @extend_schema(operation_id="keys_create", summary="A new API key, shown once", request=EmptySerializer,
                    responses={201: ApiKeyCreatedSerializer})
     def post(self, request):
-        _valid(EmptySerializer, request.data)
+        validated(EmptySerializer, request.data)
         api_key, key = keys.api_key_create(account=request.user.owner)
         return Response({**ApiKeySerializer(api_key).data, "api_key": key}, status=status.HTTP_201_CREATED)
 

@@ -13,7 +13,8 @@ from api.conversation_serializers import (
 )
 from api.pagination import RelayPagination
 from api.schema import PAGE_PARAMETERS, paginated
-from api.views import _valid, queued
+from api.fields import validated
+from api.views import queued
 from mailboxes.threads import thread_get, thread_list, thread_messages, thread_participants
 from relay import reading
 from relay.outbox.replies import forward_queue, reply_queue
@@ -24,7 +25,7 @@ class ReplyView(APIView):
                    request=ReplySerializer, responses={202: SendAcceptedSerializer})
     def post(self, request, mailbox_id, message_id):
         mailbox = reading.mailbox_open(caller=request.user, mailbox_id=mailbox_id)
-        return queued(reply_queue(mailbox=mailbox, message_id=message_id, **_valid(ReplySerializer, request.data)))
+        return queued(reply_queue(mailbox=mailbox, message_id=message_id, **validated(ReplySerializer, request.data)))
 
 
 class ForwardView(APIView):
@@ -32,7 +33,7 @@ class ForwardView(APIView):
                    request=ForwardSerializer, responses={202: SendAcceptedSerializer})
     def post(self, request, mailbox_id, message_id):
         mailbox = reading.mailbox_open(caller=request.user, mailbox_id=mailbox_id)
-        return queued(forward_queue(mailbox=mailbox, message_id=message_id, **_valid(ForwardSerializer, request.data)))
+        return queued(forward_queue(mailbox=mailbox, message_id=message_id, **validated(ForwardSerializer, request.data)))
 
 
 class ThreadCollectionView(APIView):

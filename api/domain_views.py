@@ -8,7 +8,8 @@ from rest_framework.views import APIView
 from api.authentication import IsAccount
 from api.domain_serializers import DomainCreateSerializer, DomainSerializer
 from api.schema import PAGE_PARAMETERS, paginated
-from api.views import _paginated, _valid
+from api.fields import validated
+from api.pagination import page_response
 from domains.services import domain_create, domain_get, domain_verify, domains_of
 from mailboxes.domain_use import domain_delete
 
@@ -19,12 +20,12 @@ class DomainCollectionView(APIView):
     @extend_schema(operation_id="domains_list", summary="Your domains, newest first", parameters=PAGE_PARAMETERS,
                    responses=paginated(DomainSerializer))
     def get(self, request):
-        return _paginated(request, self, domains_of(request.user.owner), DomainSerializer)
+        return page_response(request, self, domains_of(request.user.owner), DomainSerializer)
 
     @extend_schema(operation_id="domains_create", summary="Add a domain of your own; returns the records to publish",
                    request=DomainCreateSerializer, responses={201: DomainSerializer})
     def post(self, request):
-        body = _valid(DomainCreateSerializer, request.data)
+        body = validated(DomainCreateSerializer, request.data)
         domain = domain_create(owner=request.user.owner, name=body["name"])
         return Response(DomainSerializer(domain).data, status=status.HTTP_201_CREATED)
 

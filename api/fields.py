@@ -12,6 +12,14 @@ from relay.outbox import header_lines
 LOCAL_PART_RE = re.compile(r"[a-z0-9_-]+(\.[a-z0-9_-]+)*")
 
 
+def validated(serializer_class, data) -> dict:
+    """`data` read by `serializer_class`, or its 400 naming each field that is wrong: the
+    one way a route or a tool reads its input."""
+    serializer = serializer_class(data=data)
+    serializer.is_valid(raise_exception=True)
+    return serializer.validated_data
+
+
 # Refuses fields it does not know, naming them: a typo such as "ttl" must not silently
 # make a mailbox with the default lifetime. (A comment, not a docstring: the schema
 # would show a docstring as the description of every request body.)

@@ -2,7 +2,9 @@ from django.core.paginator import EmptyPage, PageNotAnInteger, Paginator
 from django.db.models import Count, Window
 from rest_framework.exceptions import ValidationError
 from rest_framework.pagination import PageNumberPagination
+from rest_framework.response import Response
 
+from api.serializers import RenderedOnce
 from mailboxes.selectors import OwnerWordSearch
 
 # A page of a list, unless the client asks for another size: also how many a wait's
@@ -52,3 +54,16 @@ class CountedWithPage(Paginator):
             raise EmptyPage("That page contains no results")
         self.__dict__["count"] = rows[0].relay_total if rows else 0  # Paginator.count is a cached property
         return self._get_page(rows, number, self)
+
+
+def page_response(request, view, rows, serializer_class, *, count_with_page: bool = False) -> Response:
+    """One page of `rows` as a list route answers it, each rendered by `serializer_class`
+    (at once, where it renders many together). `count_with_page`: the total is read with
+    the page, in one statement (a word search)."""
+    paginator = RelayPagination()
+    if count_with_page:
+        paginator.django_paginator_class = CountedWithPage
+    page = paginator.paginate_queryset(rows, request, view=view)
+    if issubclass(serializer_class, RenderedOnce):
+        return paginator.get_paginated_response(serializer_class.represent_many(page))
+    return paginator.get_paginated_response(serializer_class(page, many=True).data)

@@ -11,7 +11,8 @@ from rest_framework.views import APIView
 
 from api.authentication import AnonymousCreateThrottle, caller_of
 from api.conversation_serializers import OutboundSerializer, SendAcceptedSerializer, SendSerializer
-from api.pagination import CountedWithPage, RelayPagination
+from api.fields import validated
+from api.pagination import page_response
 from api.schema import PAGE_PARAMETERS, WAIT_PARAMETERS, paginated
 from api.serializers import (
     MailboxCreateSerializer,
@@ -23,7 +24,6 @@ from api.serializers import (
     MessageDetailSerializer,
     MessageSearchQuerySerializer,
     MessageSummarySerializer,
-    RenderedOnce,
 )
 from mailboxes import access, selectors, services
 from mailboxes.ending import mailbox_delete
@@ -35,22 +35,6 @@ from relay.outbox.outbound import outbound_get, outbound_list, outbound_queue
 from mailboxes.creation import mailbox_create
 from relay import reading
 from relay.backends import get_backend
-
-
-def _paginated(request, view, queryset, serializer_class, *, count_with_page: bool = False) -> Response:
-    paginator = RelayPagination()
-    if count_with_page:
-        paginator.django_paginator_class = CountedWithPage
-    page = paginator.paginate_queryset(queryset, request, view=view)
-    if issubclass(serializer_class, RenderedOnce):
-        return paginator.get_paginated_response(serializer_class.represent_many(page))
-    return paginator.get_paginated_response(serializer_class(page, many=True).data)
-
-
-def _valid(serializer_class, data) -> dict:
-    serializer = serializer_class(data=data)
-    serializer.is_valid(raise_exception=True)
-    return serializer.validated_data
 
 
 def queued(mail: OutboxMail) -> Response:
@@ -137,17 +121,17 @@ class MailboxCollectionView(APIView):
         responses=paginated(MailboxSerializer),
     )
     def get(self, request):
-        query = _valid(MailboxListQuerySerializer, request.query_params)
+        query = validated(MailboxListQuerySerializer, request.query_params)
         mailboxes = access.mailbox_list(
             caller=request.user, include_expired=query["include_expired"], status=query.get("status"),
             tags=query.get("tag", []), text=query.get("q", ""), created_after=query.get("created_after"),
             created_before=query.get("created_before"), ordering=query["ordering"])
-        return _paginated(request, self, mailboxes, MailboxSerializer)
+        return page_response(request, self, mailboxes, MailboxSerializer)
 
     @extend_schema(operation_id="mailboxes_create", summary="Create a mailbox (anonymously: free plan, returns a token)",
                    request=MailboxCreateSerializer, responses={201: MailboxCreatedSerializer})
     def post(self, request):
-        body = _valid(MailboxCreateSerializer, request.data)
+        body = validated(MailboxCreateSerializer, request.data)
         caller = caller_of(request)
         # A mailbox token does not make its holder an owner: it creates anonymously.
         mailbox, token = mailbox_create(backend=get_backend(),
@@ -171,7 +155,7 @@ class MailboxDetailView(APIView):
                    request=MailboxPatchSerializer, responses=MailboxSerializer)
     def patch(self, request, mailbox_id):
         mailbox = reading.mailbox_open(caller=request.user, mailbox_id=mailbox_id)
-        labels = _valid(MailboxPatchSerializer, request.data)
+        labels = validated(MailboxPatchSerializer, request.data)
         return Response(MailboxSerializer.represent(services.mailbox_label(mailbox=mailbox, labels=labels)))
 
     @extend_schema(operation_id="mailboxes_delete", summary="Delete a mailbox: it stops receiving and is deprovisioned", responses={204: None})
@@ -186,7 +170,7 @@ class MailboxRenewView(APIView):
                    responses=MailboxSerializer)
     def post(self, request, mailbox_id):
         mailbox = reading.mailbox_open(caller=request.user, mailbox_id=mailbox_id)
-        body = _valid(MailboxRenewSerializer, request.data)
+        body = validated(MailboxRenewSerializer, request.data)
         mailbox = services.mailbox_renew(mailbox=mailbox, plan=request.user.plan, ttl_ms=body.get("ttl_ms"))
         return Response(MailboxSerializer.represent(mailbox))
 
@@ -203,14 +187,14 @@ class MailboxRowsView(APIView):
 
     def get(self, request, mailbox_id):
         mailbox = reading.mailbox_open(caller=request.user, mailbox_id=mailbox_id, live=self.live_only)
-        return _paginated(request, self, self.rows(mailbox), self.serializer_class)
+        return page_response(request, self, self.rows(mailbox), self.serializer_class)
 
 
 def _message_search(request, view, mailbox=None) -> Response:
-    search = MessageSearchQuerySerializer.filters(_valid(MessageSearchQuerySerializer, request.query_params))
+    search = MessageSearchQuerySerializer.filters(validated(MessageSearchQuerySerializer, request.query_params))
     messages = access.message_search_pages(caller=request.user, mailbox=mailbox, **search)
     with selectors.words_search_plan(search["words"]):
-        return _paginated(request, view, messages, MessageSummarySerializer, count_with_page=bool(search["words"]))
+        return page_response(request, view, messages, MessageSummarySerializer, count_with_page=bool(search["words"]))
 
 
 class MessageSearchView(APIView):
@@ -240,7 +224,7 @@ class MessageCollectionView(APIView):
     def post(self, request, mailbox_id):
         mailbox = reading.mailbox_open(caller=request.user, mailbox_id=mailbox_id)
         # Where to follow the send: its outbox entry (the id is not a received message's).
-        return queued(outbound_queue(mailbox=mailbox, **_valid(SendSerializer, request.data)))
+        return queued(outbound_queue(mailbox=mailbox, **validated(SendSerializer, request.data)))
 
 
 class MessageDetailView(APIView):

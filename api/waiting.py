@@ -13,6 +13,7 @@ from rest_framework import exceptions
 
 from api.authentication import BearerAuthentication, Principal
 from api.errors import error_body, json_error_response
+from api.fields import validated
 from api.hub import hub
 from api.open_waits import OpenWait, caller_key
 from api.pagination import PAGE_SIZE
@@ -91,9 +92,7 @@ def _look(authenticate, mailbox_id, after: int, *, ascending: bool, page: int = 
 
 async def _start(request, mailbox_id, query_serializer) -> tuple[Principal, dict]:
     caller = await in_pool(_principal_of)(request)
-    query = query_serializer(data=request.GET)
-    query.is_valid(raise_exception=True)
-    return caller, query.validated_data
+    return caller, validated(query_serializer, request.GET)
 
 
 def error_response(exc: Exception, request) -> JsonResponse:
@@ -188,9 +187,7 @@ async def first_message(*, caller: Principal, authenticate, links, mailbox_id, s
     authenticates them again after each wait; `links` (anything with
     build_absolute_uri) makes the message's download URLs absolute. The MCP tools'
     wait_for_message and wait_for_code."""
-    query = WaitQuerySerializer(data={**filters, "wait": 0})
-    query.is_valid(raise_exception=True)
-    search = WaitQuerySerializer.filters(query.validated_data)
+    search = WaitQuerySerializer.filters(validated(WaitQuerySerializer, {**filters, "wait": 0}))
     after = search.pop("after") or 0
     await in_pool(_open)(caller, mailbox_id, after)
     cursor = [after]

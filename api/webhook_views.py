@@ -12,7 +12,8 @@ from api.webhook_serializers import (
     WebhookDeliverySerializer,
     WebhookSerializer,
 )
-from api.views import _paginated, _valid
+from api.fields import validated
+from api.pagination import page_response
 from webhooks.models import Webhook
 from webhooks.services import webhook_create, webhook_delete, webhook_get
 
@@ -24,13 +25,13 @@ class WebhookCollectionView(APIView):
                    responses=paginated(WebhookSerializer))
     def get(self, request):
         webhooks = Webhook.objects.filter(owner=request.user.owner).order_by("-created_at", "-id")
-        return _paginated(request, self, webhooks, WebhookSerializer)
+        return page_response(request, self, webhooks, WebhookSerializer)
 
     @extend_schema(operation_id="webhooks_create",
                    summary="Subscribe a URL to events; returns the signing secret once",
                    request=WebhookCreateSerializer, responses={201: WebhookCreatedSerializer})
     def post(self, request):
-        body = _valid(WebhookCreateSerializer, request.data)
+        body = validated(WebhookCreateSerializer, request.data)
         webhook = webhook_create(owner=request.user.owner, url=body["url"], events=body["events"],
                                  mailbox_id=body.get("mailbox_id"))
         return Response({**WebhookSerializer(webhook).data, "secret": webhook.secret}, status=status.HTTP_201_CREATED)
@@ -53,4 +54,4 @@ class WebhookDeliveriesView(APIView):
                    parameters=PAGE_PARAMETERS, responses=paginated(WebhookDeliverySerializer))
     def get(self, request, webhook_id):
         webhook = webhook_get(owner=request.user.owner, webhook_id=webhook_id)
-        return _paginated(request, self, webhook.deliveries.order_by("-created_at", "-id"), WebhookDeliverySerializer)
+        return page_response(request, self, webhook.deliveries.order_by("-created_at", "-id"), WebhookDeliverySerializer)

@@ -10,6 +10,7 @@ from rest_framework import exceptions
 from api.agents.results import MINUTE_MS, Result, failure, failure_of
 from api.agents.session import CREDENTIALS, ClientGone, Credentials
 from api.authentication import Principal
+from api.fields import validated
 from api.pooling import in_pool
 from mailboxes.errors import Forbidden, RelayError
 
@@ -41,9 +42,9 @@ def calling_owner(doing: str = "creating mailboxes") -> Principal:
 
 
 def arguments_valid(serializer_class, data: dict) -> dict:
-    serializer = serializer_class(data={name: value for name, value in data.items() if value is not None})
-    serializer.is_valid(raise_exception=True)
-    return serializer.validated_data
+    """A tool's arguments read as the route reads its body (api.fields.validated); an
+    argument left out (None) is absent, not null."""
+    return validated(serializer_class, {name: value for name, value in data.items() if value is not None})
 
 
 def minutes_to_ms(ttl_minutes: int | None) -> int | None:
