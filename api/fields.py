@@ -6,10 +6,11 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from api.schema import domain_schema, local_part_schema
+from mailboxes.creation import LOCAL_PART_PATTERN
 from relay.outbox import header_lines
 
-# A dot-atom of [a-z0-9._-]: no leading, trailing or doubled dot.
-LOCAL_PART_RE = re.compile(r"[a-z0-9_-]+(\.[a-z0-9_-]+)*")
+# The service's local-part rule (mailboxes.creation), read here to name the field in a 400.
+LOCAL_PART_RE = re.compile(LOCAL_PART_PATTERN)
 
 
 def validated(serializer_class, data) -> dict:

@@ -8,6 +8,7 @@ from drf_spectacular.utils import OpenApiParameter
 from rest_framework import serializers
 
 from api.errors import DOMAIN_CODES, STATUS_CODES
+from mailboxes.creation import LOCAL_PART_PATTERN
 from mailboxes.models import Plan
 from mailboxes.services import plan_ttl_cap_ms
 
@@ -138,7 +139,8 @@ def local_part_schema() -> dict:
     """What POST /mailboxes accepts as local_part: a dot-atom of a-z, 0-9, '_', '-' in
     any case (it is lower-cased), never a reserved role name."""
     roles = "|".join(_any_case(role) for role in sorted(settings.RELAY_RESERVED_LOCAL_PARTS))
-    return {"type": "string", "minLength": 1, "maxLength": 64, "pattern": r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$",
+    pattern = LOCAL_PART_PATTERN.replace("a-z", "A-Za-z")  # any case: it is lower-cased
+    return {"type": "string", "minLength": 1, "maxLength": 64, "pattern": f"^{pattern}$",
             "not": {"pattern": f"^({roles})$"}}
 
 

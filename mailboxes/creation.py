@@ -9,6 +9,7 @@ without a Relay row that owns it, and an address whose mailbox never came to be 
 reserved, like every address ever handed out.
 """
 import logging
+import re
 from datetime import timedelta
 
 from django.conf import settings
@@ -31,13 +32,23 @@ def provision_lease_seconds(backend) -> float:
     return settings.RELAY_CLEANUP_LEASE_SECONDS + backend.provision_seconds_max
 
 
+# A local part Relay hands out: a dot-atom of a-z, 0-9, '_' and '-' (no leading, trailing
+# or doubled dot), at most 64 characters. The API's schema says the same, in any case.
+LOCAL_PART_PATTERN = r"[a-z0-9_-]+(\.[a-z0-9_-]+)*"
+_LOCAL_PART = re.compile(LOCAL_PART_PATTERN)
+
+
 def address_allowed(*, backend, local_part: str | None, domain: str | None,
                     owner=None) -> tuple[str | None, str | None]:
-    """The rules on what address may be handed out, for every door: the domain one of
-    RELAY_DOMAINS or one of `owner`'s verified domains (docs/api.md, "Domains"), the
-    local part not reserved (RELAY_RESERVED_LOCAL_PARTS, and the backend's own names).
-    Returns both lowercased; InvalidRequest naming the field."""
+    """The rules on what address may be handed out, for every door: the local part a
+    dot-atom (LOCAL_PART_PATTERN) and not reserved (RELAY_RESERVED_LOCAL_PARTS, and the
+    backend's own names), the domain one of RELAY_DOMAINS or one of `owner`'s verified
+    domains (docs/api.md, "Domains"). Returns both lowercased; InvalidRequest naming the
+    field."""
     local_part, domain = (local_part or None) and local_part.lower(), (domain or None) and domain.lower()
+    if local_part is not None and (len(local_part) > 64 or not _LOCAL_PART.fullmatch(local_part)):
+        raise InvalidRequest("local_part must be 1 to 64 of a-z, 0-9, '.', '_' and '-', with no leading, trailing or "
+                             "double dot.", field="local_part")
     if domain is not None and domain not in settings.RELAY_DOMAINS and not verified_domain(owner=owner, name=domain):
         raise DomainRefused()
     if local_part is not None and (local_part in settings.RELAY_RESERVED_LOCAL_PARTS

@@ -73,6 +73,8 @@ RULES = [
     ("MailboxStatus.ACTIVE, MailboxStatus.PROVISIONING", "mailboxes/models.py", "live: mailboxes.models.LIVE", APPS),
     ("CleanupState.PENDING, CleanupState.RUNNING", "", "a cleanup still owed: CLEANUPS.still_owed()", APPS),
     ("is_valid(raise_exception", "api/fields.py", "reading a route's or a tool's input: api.fields.validated", APPS),
+    ("[a-z0-9_-]+(", "mailboxes/creation.py", "a local part: mailboxes.creation.LOCAL_PART_PATTERN", APPS),
+    ("[A-Za-z0-9_-]+(", "", "a local part: mailboxes.creation.LOCAL_PART_PATTERN", APPS),
     ("[:1000]", "", "how much of an error is kept: owed.ERROR_MAX_CHARS", APPS),
     ("[:2000]", "", "how much of an error is kept: owed.ERROR_MAX_CHARS", APPS),
     ("MAX = 50", "", "how many a page, a wait or a list tool returns: api.pagination.PAGE_SIZE", APPS),

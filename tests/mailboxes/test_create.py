@@ -72,6 +72,18 @@ def test_bad_local_part_is_400(client_pro, local_part):
     assert "local_part" in response.json()["fields"]
 
 
+@pytest.mark.parametrize("local_part", ["a b", "x" * 65, "ünï", "a@b", "a+b", "../x", ".x", "x.", "a..b"])
+def test_the_service_refuses_a_bad_local_part_whichever_door_calls_it(db, local_part):
+    from mailboxes.creation import mailbox_create
+    from mailboxes.errors import InvalidRequest
+    from relay.backends import get_backend
+
+    with pytest.raises(InvalidRequest) as refused:
+        mailbox_create(backend=get_backend(), caller=None, local_part=local_part, domain=None, ttl_ms=None)
+    assert refused.value.field == "local_part"
+    assert not Mailbox.objects.exists() and not AddressReservation.objects.exists()
+
+
 @pytest.mark.parametrize("local_part", ["postmaster", "abuse", "hostmaster", "webmaster", "admin", "Administrator"])
 def test_role_addresses_are_refused(client_pro, local_part):
     response = create(client_pro, local_part=local_part)
