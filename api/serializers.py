@@ -334,12 +334,12 @@ class MessageDetailSerializer(MessageSummarySerializer):
 
     @extend_schema_field(AttachmentSerializer(many=True))
     def get_attachments(self, message) -> list[dict]:
-        request = self.context.get("request")
+        base_url = self.context.get("base_url", "")
         described = []
         for number, attachment in enumerate(message.content.attachments, start=1):
             path = reverse("message-attachment", kwargs={
                 "mailbox_id": message.mailbox_id, "message_id": message.id, "attachment_id": number})
-            described.append({"id": number, "download_url": request.build_absolute_uri(path) if request else path,
+            described.append({"id": number, "download_url": base_url + path,
                               "filename": without_format_characters(attachment.get("filename")),
                               "content_type": attachment.get("content_type", ""),
                               "size": attachment.get("size", 0), "content_id": attachment.get("content_id")})

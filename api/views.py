@@ -234,7 +234,8 @@ class MessageDetailView(APIView):
         mailbox = reading.mailbox_open(caller=request.user, mailbox_id=mailbox_id)
         message = selectors.message_get(mailbox=mailbox, message_id=message_id)
         services.message_mark_read(message=message)
-        return Response(MessageDetailSerializer(message, context={"request": request}).data)
+        base_url = request.build_absolute_uri("/").rstrip("/")
+        return Response(MessageDetailSerializer(message, context={"base_url": base_url}).data)
 
     @extend_schema(operation_id="messages_delete", summary="Delete a message", responses={204: None})
     def delete(self, request, mailbox_id, message_id):

@@ -156,11 +156,11 @@ async def wait_for_messages(request, mailbox_id):
 
 
 # --- the first message to come (the MCP server's wait_for_message and wait_for_code) --------------
-def _look_first(authenticate, links, mailbox_id, cursor: list[int], search: dict, with_code: bool,
+def _look_first(authenticate, base_url: str, mailbox_id, cursor: list[int], search: dict, with_code: bool,
                 caller: Principal | None):
     """The oldest message after `cursor[0]` that matches `search` (and holds a code, if
-    `with_code`), whole as the message route shows it (`links` makes its download URLs
-    absolute), marked read; None if there is none yet. Messages without a code are passed
+    `with_code`), whole as the message route shows it (its download URLs under
+    `base_url`), marked read; None if there is none yet. Messages without a code are passed
     over for good: the cursor moves past them. The caller is authenticated as by _look."""
     caller = caller or authenticate()
     mailbox = reading.mailbox_open(caller=caller, mailbox_id=mailbox_id)
@@ -173,26 +173,26 @@ def _look_first(authenticate, links, mailbox_id, cursor: list[int], search: dict
             cursor[0] = message.id
             continue
         services.message_mark_read(message=message)
-        return mailbox, MessageDetailSerializer(message, context={"request": links}).data
+        return mailbox, MessageDetailSerializer(message, context={"base_url": base_url}).data
     return mailbox, None
 
 
-async def first_message(*, caller: Principal, authenticate, links, mailbox_id, seconds: float, filters: dict,
+async def first_message(*, caller: Principal, authenticate, base_url: str, mailbox_id, seconds: float, filters: dict,
                         with_code: bool = False):
     """The first message to match `filters` (the wait route's query: `from`, `subject`,
     `after`, …), one already there included, held up to `seconds` until one comes: the
     message whole (as GET …/messages/{mid} shows it, and marked read), or None. Raises
     what the wait route answers with: 401/403, 400 for a bad filter or `after`, 404, 410,
     429. `caller`: the credentials as authenticated a moment ago; `authenticate()`
-    authenticates them again after each wait; `links` (anything with
-    build_absolute_uri) makes the message's download URLs absolute. The MCP tools'
-    wait_for_message and wait_for_code."""
+    authenticates them again after each wait; `base_url`: where the caller reaches the
+    API, which the message's download URLs start with. The MCP tools' wait_for_message
+    and wait_for_code."""
     search = WaitQuerySerializer.filters(validated(WaitQuerySerializer, {**filters, "wait": 0}))
     after = search.pop("after") or 0
     await in_pool(_open)(caller, mailbox_id, after)
     cursor = [after]
     _, found = await hold(caller, mailbox_id, seconds, lambda authenticated: _look_first(
-        authenticate, links, mailbox_id, cursor, search, with_code, authenticated))
+        authenticate, base_url, mailbox_id, cursor, search, with_code, authenticated))
     return found
 
 

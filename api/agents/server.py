@@ -26,7 +26,7 @@ from mcp_types import CallToolResult
 from pydantic import ValidationError
 from rest_framework import exceptions
 
-from api.agents.session import CLIENT_GONE, CREDENTIALS, Credentials, Links
+from api.agents.session import CLIENT_GONE, CREDENTIALS, Credentials
 from api.agents.results import failure
 from api.agents.conversation_tools import CONVERSATION_TOOLS
 from api.agents.domain_tools import DOMAIN_TOOLS
@@ -118,7 +118,7 @@ NOT_ALLOWED = (b'{"code":"method_not_allowed","message":"Relay\'s MCP endpoint a
                b'JSON body, and no server-to-client stream is offered."}')
 
 
-def _credentials_for(authorization: str, links: Links) -> Credentials | tuple[int, bytes, list]:
+def _credentials_for(authorization: str, base_url: str) -> Credentials | tuple[int, bytes, list]:
     """Who these credentials are, as the API sees them, or why the API would refuse them
     (status, body and headers)."""
     if not authorization:
@@ -128,8 +128,8 @@ def _credentials_for(authorization: str, links: Links) -> Credentials | tuple[in
     if secret is None:
         return refused
     try:
-        principal = Credentials(secret=secret, links=links).authenticate()
-        return Credentials(secret=secret, links=links, principal=principal)
+        principal = Credentials(secret=secret, base_url=base_url).authenticate()
+        return Credentials(secret=secret, base_url=base_url, principal=principal)
     except RelayError as exc:  # a suspended account: 403, as the API answers it
         response = json_error_response(exc)
         return response.status_code, response.content, []
@@ -174,10 +174,10 @@ def origin_allowed(scope) -> bool:
     return origin in own - {None}
 
 
-def _links(scope) -> Links:
+def _base_url(scope) -> str:
     """Where this request reached Relay, for the download URLs in its answers."""
     host = dict(scope["headers"]).get(b"host", b"").decode("latin-1") or settings.RELAY_PUBLIC_URL.split("//", 1)[1]
-    return Links(f"{scope.get('scheme', 'http')}://{host}")
+    return f"{scope.get('scheme', 'http')}://{host}"
 
 
 async def _watch_for_hang_up(receive, gone: asyncio.Event) -> None:
@@ -216,7 +216,7 @@ class CredentialsGate:
                 await _refuse(send, 405, NOT_ALLOWED, [(b"allow", b"POST")])
                 return
             authorization = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
-            credentials = await self.authenticate(authorization, _links(scope))
+            credentials = await self.authenticate(authorization, _base_url(scope))
             if not isinstance(credentials, Credentials):
                 await _refuse(send, *credentials)
                 return

@@ -21,24 +21,13 @@ class ClientGone(Exception):
 
 
 @dataclass(frozen=True)
-class Links:
-    """Where the API is reached from the caller's side: makes a route's path absolute
-    (a message's download URLs), as Django's request.build_absolute_uri does."""
-
-    base_url: str
-
-    def build_absolute_uri(self, path: str) -> str:
-        return self.base_url.rstrip("/") + path
-
-
-@dataclass(frozen=True)
 class Credentials:
     """A caller's secret (an API key or a mailbox token), as found a moment ago
-    (`principal`, None over stdio until a call authenticates it), and where its links
-    point."""
+    (`principal`, None over stdio until a call authenticates it), and where it reaches
+    the API (`base_url`, no final slash: a message's download URLs start with it)."""
 
     secret: str
-    links: Links
+    base_url: str
     principal: Principal | None = None
 
     def authenticate(self) -> Principal:

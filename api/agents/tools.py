@@ -179,7 +179,7 @@ def get_message(mailbox_id: MailboxId, message_id: MessageId) -> CallToolResult:
     mailbox = reading.mailbox_open(caller=calling(), mailbox_id=mailbox_id)
     message = selectors.message_get(mailbox=mailbox, message_id=message_id)
     services.message_mark_read(message=message)
-    return result(MessageDetailSerializer(message, context={"request": credentials().links}).data)
+    return result(MessageDetailSerializer(message, context={"base_url": credentials().base_url}).data)
 
 
 async def _first_message(mailbox_id: uuid.UUID, *, wait: int, after: int | None, from_: str | None,
@@ -193,7 +193,7 @@ async def _first_message(mailbox_id: uuid.UUID, *, wait: int, after: int | None,
                                                "authenticated": "true" if authenticated else None}.items()
                if value is not None}
     return await until_client_gone(waiting.first_message(
-        caller=caller, authenticate=found.authenticate, links=found.links, mailbox_id=mailbox_id, seconds=wait,
+        caller=caller, authenticate=found.authenticate, base_url=found.base_url, mailbox_id=mailbox_id, seconds=wait,
         filters=filters, with_code=with_code))
 
 
@@ -263,7 +263,7 @@ def get_attachment(mailbox_id: MailboxId, message_id: MessageId,
         path = reverse("message-attachment", kwargs={"mailbox_id": mailbox.id, "message_id": message_id,
                                                      "attachment_id": attachment_id})
         return failure("too_large", f"The attachment is {len(payload)} bytes, over 1 MiB; download it from "
-                                    f"{credentials().links.build_absolute_uri(path)} with your key.")
+                                    f"{credentials().base_url}{path} with your key.")
     served = served_content_type(meta["content_type"], meta.get("charset"))
     described = {"filename": without_format_characters(meta.get("filename")), "content_type": meta["content_type"],
                  "size": len(payload)}

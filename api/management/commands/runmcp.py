@@ -9,7 +9,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from api.agents.server import build
-from api.agents.session import CREDENTIALS, Credentials, Links
+from api.agents.session import CREDENTIALS, Credentials
 from mailboxes.keys import caller_for_secret
 
 logger = logging.getLogger(__name__)
@@ -31,7 +31,7 @@ class Command(BaseCommand):
         if caller_for_secret(key) is None:
             raise CommandError("That key is unknown or revoked.")
         # Each call authenticates the key again: a key revoked mid-session is refused.
-        CREDENTIALS.set(Credentials(secret=key, links=Links(settings.RELAY_PUBLIC_URL)))
+        CREDENTIALS.set(Credentials(secret=key, base_url=settings.RELAY_PUBLIC_URL.rstrip("/")))
         logger.info("serving the MCP tools over stdio")
         # stdout carries the protocol: nothing else may be printed there.
         anyio.run(build().run_stdio_async)
