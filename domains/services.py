@@ -12,6 +12,7 @@ from django.db.models import Q, QuerySet
 
 from accounts.errors import Conflict, InvalidRequest, NotFound, QuotaExceeded
 from accounts.models import Account
+from accounts.plans import plan_limit
 from domains import keys, records
 from domains.models import Domain, DomainStatus
 from owed.clock import db_now
@@ -61,7 +62,7 @@ def domain_create(*, owner: Account, name: str) -> Domain:
     nothing to anyone else. At most RELAY_MAX_DOMAINS of the owner's plan
     (QuotaExceeded), lapsed claims not counted."""
     name = name_check(name)
-    limit = settings.RELAY_MAX_DOMAINS[owner.plan]
+    limit = plan_limit(owner.plan, "domains")
     lapsed = claims_lapsed(db_now()).filter(Q(owner=owner) | Q(name=name)).delete()[0]
     if lapsed:
         logger.info("%d lapsed domain claim(s) removed", lapsed)

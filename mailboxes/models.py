@@ -8,16 +8,8 @@ from django.contrib.postgres.search import SearchVectorField
 from django.db import models
 from django.db.models import Q
 
-from accounts.models import Plan
+from accounts.models import Plan  # noqa: F401 (re-exported: what a mailbox's owner may be on)
 from owed import OwedWork
-
-
-# The longest TTL each plan may ask for; never above settings.RELAY_MAX_TTL_MS.
-PLAN_TTL_CAP_MS = {
-    Plan.FREE: 60 * 60 * 1000,
-    Plan.PRO: 24 * 60 * 60 * 1000,
-    Plan.ENTERPRISE: 7 * 24 * 60 * 60 * 1000,
-}
 
 
 class AddressReservation(models.Model):

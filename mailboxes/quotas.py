@@ -1,4 +1,4 @@
-"""The plans' quotas (settings.RELAY_QUOTAS): active mailboxes per owner, sends per day,
+"""The plans' quotas (accounts.plans): active mailboxes per owner, sends per day,
 recipients per send, stored bytes per mailbox. Each check raises QuotaExceeded with the
 seconds until the call could succeed.
 
@@ -7,18 +7,18 @@ concurrent creates (or sends) cannot both take the last unit. Sends are counted 
 outbox (relay.outbox.outbound.check_send)."""
 from collections import Counter
 
-from django.conf import settings
 from django.db.models import F
 from django.db.models.functions import Greatest
 
 from accounts.models import Account
+from accounts.plans import plan_limit
 from mailboxes.errors import QuotaExceeded
 from mailboxes.models import Mailbox
 from owed.clock import db_now
 
 
 def quota(plan: str, name: str) -> int:
-    return settings.RELAY_QUOTAS[plan][name]
+    return plan_limit(plan, name)
 
 
 def take_mailbox_slot(owner: Account) -> None:

@@ -12,13 +12,14 @@ from django.db import connection, transaction
 from django.db.models import F, QuerySet
 from django.db.models.functions import Greatest
 
+from accounts.plans import plan_limit
 from domains.services import verified_domain
 from mailboxes.ending import announce_ended
 from mailboxes.errors import AddressTaken, DomainRefused, MailboxExpired, TtlOutOfRange
 from mailboxes.keys import Caller, new_mailbox_token
 from mailboxes.quotas import take_mailbox_slot
 from mailboxes.text import text_of_html
-from mailboxes.models import (PLAN_TTL_CAP_MS, AddressReservation, CleanupState, Mailbox, MailboxStatus, Message,
+from mailboxes.models import (AddressReservation, CleanupState, Mailbox, MailboxStatus, Message,
                               MessageContent, Plan, cleanup_owed)
 from owed.clock import db_now
 
@@ -30,7 +31,7 @@ RANDOM_ADDRESS_TRIES = 8
 
 
 def plan_ttl_cap_ms(plan: str) -> int:
-    return min(PLAN_TTL_CAP_MS[Plan(plan)], settings.RELAY_MAX_TTL_MS)
+    return plan_limit(plan, "ttl_cap_ms")
 
 
 def plan_ttl_ms(*, plan: str, ttl_ms: int | None) -> int:
