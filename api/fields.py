@@ -45,7 +45,7 @@ class StrictCharField(serializers.CharField):
         return super().to_internal_value(data)
 
 
-@extend_schema_field({"type": "string", "pattern": "^[^\\u0000\\r\\n\\u000b\\u000c\\u001c-\\u001e\\u0085\\u2028\\u2029]*$"})
+@extend_schema_field({"type": "string", "pattern": header_lines.ONE_LINE_PATTERN})
 class OneLineField(StrictCharField):
     def to_internal_value(self, data):
         value = super().to_internal_value(data)

@@ -7,10 +7,10 @@ from django.conf import settings
 from drf_spectacular.utils import OpenApiParameter
 from rest_framework import serializers
 
+from accounts.plans import plan_limit
 from api.errors import DOMAIN_CODES, STATUS_CODES
 from mailboxes.creation import LOCAL_PART_PATTERN
 from mailboxes.models import Plan
-from mailboxes.services import plan_ttl_cap_ms
 
 # The errors any operation may answer (docs/api.md): bad input, credentials, another owner's
 # or a missing mailbox, an expired one, a body too large or not JSON, a rate or a quota.
@@ -112,7 +112,7 @@ def _ttl_for_the_caller(schemas: dict, request) -> None:
     for name in ("MailboxCreate", "MailboxRenew"):
         ttl = schemas.get(name, {}).get("properties", {}).get("ttl_ms")
         if ttl is not None:
-            ttl["maximum"] = plan_ttl_cap_ms(plan)
+            ttl["maximum"] = plan_limit(plan, "ttl_cap_ms")
             ttl["description"] = f"{ttl.get('description', '')} Your plan ({plan}) allows at most {ttl['maximum']}."
 
 

@@ -16,8 +16,9 @@ class ClockSafeEntry(ModelEntry):
 
     def is_due(self):
         now = maybe_make_aware(self._default_now())
-        if self.last_run_at is not None and maybe_make_aware(self.last_run_at) > now:
-            ahead = maybe_make_aware(self.last_run_at) - now
+        last = maybe_make_aware(self.last_run_at) if self.last_run_at is not None else None
+        if last is not None and last > now:
+            ahead = last - now
             interval = type(self.schedule) is schedules.schedule
             taken = now - self.schedule.run_every if interval else now
             self.last_run_at = self.model.last_run_at = taken

@@ -17,15 +17,11 @@ from mailboxes.models import Mailbox
 from owed.clock import db_now
 
 
-def quota(plan: str, name: str) -> int:
-    return plan_limit(plan, name)
-
-
 def take_mailbox_slot(owner: Account) -> None:
     """Count one more live mailbox for `owner`, or raise QuotaExceeded. Call inside the
     transaction that creates the mailbox: the conditional UPDATE is the check, and its
     row lock lasts until that commits, so two creates cannot both take the last slot."""
-    limit = quota(owner.plan, "active_mailboxes")
+    limit = plan_limit(owner.plan, "active_mailboxes")
     if Account.objects.filter(id=owner.id, live_mailboxes__lt=limit).update(live_mailboxes=F("live_mailboxes") + 1):
         return
     live = Mailbox.objects.live().filter(owner=owner)
@@ -45,4 +41,4 @@ def give_back_mailbox_slots(mailbox_ids: list) -> None:
 
 
 def stored_bytes_limit(plan: str) -> int:
-    return quota(plan, "stored_bytes_per_mailbox")
+    return plan_limit(plan, "stored_bytes_per_mailbox")

@@ -30,13 +30,9 @@ RANDOM_LOCAL_PART_ALPHABET = string.ascii_lowercase + string.digits
 RANDOM_ADDRESS_TRIES = 8
 
 
-def plan_ttl_cap_ms(plan: str) -> int:
-    return plan_limit(plan, "ttl_cap_ms")
-
-
 def plan_ttl_ms(*, plan: str, ttl_ms: int | None) -> int:
     """The TTL to use: `ttl_ms` if the plan allows it, the plan's default when absent."""
-    cap = plan_ttl_cap_ms(plan)
+    cap = plan_limit(plan, "ttl_cap_ms")
     if ttl_ms is None:
         return min(settings.RELAY_DEFAULT_TTL_MS, cap)
     if not settings.RELAY_MIN_TTL_MS <= ttl_ms <= cap:

@@ -165,7 +165,8 @@ def list_messages(mailbox_id: MailboxId,
     thread_id}, ...]}. Use get_message for a body. Errors: expired (the mailbox ended),
     not_found."""
     caller = calling()
-    return result(_listed(caller=caller, mailbox=reading.mailbox_open(caller=caller, mailbox_id=mailbox_id, fresh=True), words=query, unread=unread,
+    mailbox = reading.mailbox_open(caller=caller, mailbox_id=mailbox_id, fresh=True)
+    return result(_listed(caller=caller, mailbox=mailbox, words=query, unread=unread,
                           authenticated=authenticated, direction=direction))
 
 
@@ -241,7 +242,8 @@ def search_messages(query: Annotated[str, Field(description="Words that must all
     while kept): {"messages": [list items, each with mailbox_id]}, the 50 best."""
     caller = calling()
     if mailbox_id is not None:
-        return result(_listed(caller=caller, mailbox=reading.mailbox_open(caller=caller, mailbox_id=mailbox_id, fresh=True), words=query))
+        mailbox = reading.mailbox_open(caller=caller, mailbox_id=mailbox_id, fresh=True)
+        return result(_listed(caller=caller, mailbox=mailbox, words=query))
     reading.mailboxes_freshen(caller)
     return result(_listed(caller=caller, mailbox=None, words=query))
 

@@ -12,6 +12,8 @@ from mailboxes.errors import InvalidRequest
 # Every character str.splitlines() breaks at, and NUL.
 LINE_BREAKERS = "\r\n\v\f\x1c\x1d\x1e\x85\u2028\u2029\x00"
 _BREAKS = re.compile(f"[{re.escape(LINE_BREAKERS)}]")
+# The same rule as a JSON-schema pattern, for the API's schema.
+ONE_LINE_PATTERN = "^[^" + "".join(f"\\u{ord(character):04x}" for character in LINE_BREAKERS) + "]*$"
 
 # An address whose local part is RFC 5322 atext and dots and whose domain is labels of
 # letters, digits and hyphens: no quoted local part, no control character. The API's

@@ -12,9 +12,9 @@ from django.db import transaction
 from django.db.models import QuerySet
 
 from accounts.models import Account
+from accounts.plans import plan_limit
 from mailboxes.errors import Forbidden, Gone, MessageTooLarge, NotFound, QuotaExceeded
 from mailboxes.models import Direction, Mailbox
-from mailboxes.quotas import quota
 from mailboxes.storing import MailboxFull, recipient_of
 from owed.clock import db_now
 from relay.inbound.storing import deliver_message
@@ -46,12 +46,12 @@ def check_send(owner: Account, recipients: int) -> None:
     """The plan's recipients-per-send and sends-per-day. Call inside the transaction that
     queues the send: the lock on the account's row serializes two concurrent sends, so
     they cannot both take the day's last one."""
-    limit = quota(owner.plan, "recipients_per_send")
+    limit = plan_limit(owner.plan, "recipients_per_send")
     if recipients > limit:
         raise QuotaExceeded(f"The {owner.plan} plan allows {limit} recipients per send (To, Cc and Bcc together); "
                             "send to fewer at once.", retry_after=DAY.total_seconds())
     Account.objects.select_for_update().filter(id=owner.id).first()
-    per_day = quota(owner.plan, "sends_per_day")
+    per_day = plan_limit(owner.plan, "sends_per_day")
     window = OutboxMail.objects.filter(kind=OutboxKind.SEND, mailbox__owner=owner,
                                        created_at__gt=db_now() - DAY)
     if window.count() >= per_day:
