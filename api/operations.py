@@ -16,7 +16,7 @@ from mailboxes.models import CleanupState, MailboxStatus
 from mailboxes.selectors import contents_words_owed, mailbox_counts
 from owed.clock import db_now
 from relay.models import OutboxStatus
-from relay.outbox.sending import outbox_counts
+from relay.outbox.operators import outbox_counts
 from webhooks.delivery import delivery_counts
 from webhooks.models import DeliveryStatus
 

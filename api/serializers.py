@@ -26,9 +26,9 @@ from api.fields import (
 from api.schema import ttl_bounds
 from mailboxes.models import Direction, MailboxStatus
 from mailboxes.selectors import MAILBOX_ORDERINGS
-from mailboxes.threads import header, lineage_of
+from mailboxes.mail_format import header, lineage_of
 from relay.inbound.attachments import without_format_characters
-from relay.inbound.authentication import RESULTS, nothing_known
+from relay.authentication import RESULTS, nothing_known
 from relay.models import OutboxMail, OutboxStatus
 
 

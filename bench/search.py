@@ -1,7 +1,7 @@
 """Message search (docs/api.md) over 1,000,000 stored messages of 10 KB: GET /messages?q=word
 under gunicorn (uvicorn workers) and wrk, against GET /mailboxes/{id} in the same run.
 Also the size of the word index, and what each delivered message costs: stored
-(deliver_message in this process), then its words written (as the worker writes them).
+(message_ingest in this process), then its words written (as the worker writes them).
 
     scripts/bench.sh search [--messages 1000000] [--contents 2000] [--seconds 15] [--reuse]
 
@@ -113,7 +113,7 @@ def reuse() -> tuple:
 
 
 def ingest_cost(count: int) -> tuple[float, float]:
-    """Milliseconds per 10 KB message: stored by deliver_message (which leaves the words
+    """Milliseconds per 10 KB message: stored by message_ingest (which leaves the words
     owed), then its words written and indexed the way the worker writes them
     (contents_index_words, in batches)."""
     from accounts.services import account_create_with_key
@@ -121,7 +121,8 @@ def ingest_cost(count: int) -> tuple[float, float]:
     from mailboxes.services import contents_index_words
     from mailboxes.creation import mailbox_create
     from relay.backends import get_backend
-    from relay.inbound.storing import deliver_message, recipient_mailbox
+    from mailboxes.storing import recipient_by_address
+    from relay.ingest import message_ingest
 
     name = f"ingest{random.randrange(10 ** 9)}"  # a run with --reuse makes its own
     owner, _ = account_create_with_key(login=name, plan="enterprise")
@@ -133,7 +134,7 @@ def ingest_cost(count: int) -> tuple[float, float]:
     for number in range(count):
         raw = (f"From: a@example.com\r\nTo: {mailbox.address}\r\nSubject: Message {number}\r\n\r\n"
                + body_text(rng) + "\r\n").encode()
-        deliver_message(raw=raw, mail_from="a@example.com", recipients=[recipient_mailbox(mailbox.address)])
+        message_ingest(raw=raw, mail_from="a@example.com", recipients=[recipient_by_address(mailbox.address)])
     stored = (time.perf_counter() - started) * 1000 / count
     started = time.perf_counter()
     while contents_index_words():

@@ -1,4 +1,4 @@
-"""What storing one message costs, without SMTP: `deliver_message` (parse, codes and
+"""What storing one message costs, without SMTP: `message_ingest` (parse, codes and
 links, the two statements of storing, the webhooks check, the commit) of the 10 KB
 messages of bench/smtp_ingest.py, from T threads of this process, each message to one
 of 50 mailboxes, its verdict given (the verdicts benchmark measures those). Prints the
@@ -25,7 +25,8 @@ def main() -> None:
     from django.db import connection
 
     from mailboxes.models import Message
-    from relay.inbound.storing import deliver_message, recipient_mailbox
+    from mailboxes.storing import recipient_by_address
+    from relay.ingest import message_ingest
 
     addresses = bench_addresses()
     verdict = {"spf": {"result": "pass", "domain": "bench.test"}, "dkim": [],
@@ -33,11 +34,11 @@ def main() -> None:
     python_cpu = [0.0] * args.threads
 
     def store(thread: int, count: int, first: int) -> None:
-        recipients = [recipient_mailbox(address=address) for address in addresses]
+        recipients = [recipient_by_address(address=address) for address in addresses]
         raws = [message(addresses[n % 50], first + n) for n in range(count)]
         started = time.thread_time()
         for n, raw in enumerate(raws):
-            deliver_message(raw=raw, mail_from=SENDER, recipients=[recipients[(thread + n) % 50]],
+            message_ingest(raw=raw, mail_from=SENDER, recipients=[recipients[(thread + n) % 50]],
                             authentication=verdict)
         python_cpu[thread] += time.thread_time() - started
         # The connection stays open: a backend that exits takes its CPU time out of /proc.
@@ -64,7 +65,7 @@ def main() -> None:
                        [body])
         words_ms = (time.monotonic() - started) * 1000 / 200
     record("store_cost", command_line(),
-           f"{total:,} × 10 KB stored by deliver_message from {args.threads} thread(s): {total / seconds:.0f} msg/s; "
+           f"{total:,} × 10 KB stored by message_ingest from {args.threads} thread(s): {total / seconds:.0f} msg/s; "
            f"CPU ms per message: Python **{sum(python_cpu) * 1000 / total:.2f}**, PostgreSQL "
            f"**{postgres_ms:.2f}**; the words the worker writes later: to_tsvector of the 10 KB text alone "
            f"{words_ms:.2f} ms")

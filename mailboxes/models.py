@@ -79,7 +79,7 @@ class Mailbox(models.Model):
     deleted_at = models.DateTimeField(null=True, blank=True)
     # SHA-256 of the anonymous creator's token, if any.
     token_hash = models.CharField(max_length=64, null=True, blank=True, unique=True)
-    # Kept in step with the messages by every insert and delete (relay.inbound.storing, the
+    # Kept in step with the messages by every insert and delete (relay.ingest, the
     # API), so reading a mailbox is one primary-key lookup: counting per read is dear
     # (docs/benchmarks.md, "API").
     message_count = models.PositiveIntegerField(default=0)
@@ -204,7 +204,7 @@ class MessageContent(models.Model):
     # are whole, the parsed fields hold what was read before the cap.
     parsed_fully = models.BooleanField(default=True)
     # Who really sent it (docs/api.md, "Verdicts"): SPF, DKIM and DMARC as found when it
-    # was stored (relay/inbound/authentication.py). Empty for mail stored before verdicts.
+    # was stored (relay/authentication.py). Empty for mail stored before verdicts.
     authentication = models.JSONField(default=dict, db_default={}, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     # The words of the subject and text for `q` (docs/api.md): PostgreSQL's to_tsvector with

@@ -18,7 +18,7 @@ from mailboxes.ending import announce_ended
 from mailboxes.errors import AddressTaken, DomainRefused, MailboxExpired, TtlOutOfRange
 from mailboxes.keys import Caller, new_mailbox_token
 from mailboxes.quotas import take_mailbox_slot
-from mailboxes.text import text_of_html
+from mailboxes.mail_format import text_of_html
 from mailboxes.models import (AddressReservation, CleanupState, Mailbox, MailboxStatus, Message,
                               MessageContent, Plan, cleanup_owed)
 from owed.clock import db_now

@@ -1,5 +1,5 @@
 """Storing mail in mailboxes: who may receive it, and one message for every accepted
-mailbox. The SMTP server (relay.inbound.storing) and the mail-server reader
+mailbox. The SMTP server (relay.ingest) and the mail-server reader
 (relay.mailserver.reader) both store through here.
 
 The statements are written out rather than built by the ORM on every RCPT and DATA: on
@@ -19,7 +19,8 @@ from mailboxes.models import Direction, Mailbox, MailboxStatus, Message, Message
 from mailboxes.quotas import stored_bytes_limit
 from mailboxes.prepared import execute_prepared
 from mailboxes.signals import event_happened
-from mailboxes.threads import Lineage, threads_assign, threads_merge, topic
+from mailboxes.mail_format import Lineage, topic
+from mailboxes.threads import threads_assign, threads_merge
 from owed.clock import db_now
 
 logger = logging.getLogger(__name__)
@@ -59,7 +60,7 @@ _BY_ADDRESS = (
 )
 
 
-def recipient_at(address: str) -> Recipient | None:
+def recipient_by_address(address: str) -> Recipient | None:
     """The mailbox that may receive mail at `address` now (Mailbox.receives, by the
     database's clock, read in the look-up itself), or None. A mailbox past its time is
     expired on the spot and refused, as the API would. Its domain is one of RELAY_DOMAINS
@@ -85,7 +86,7 @@ def recipient_at(address: str) -> Recipient | None:
     return _recipient(mailbox_id, address, owner_id, stored_bytes, plan, owner_status)
 
 
-def recipient_of(mailbox_id) -> Recipient | None:
+def recipient_by_id(mailbox_id) -> Recipient | None:
     """The mailbox `mailbox_id` for mail it was delivered before its end (the mail
     server's, read later): any not deleted, or None."""
     row = (Mailbox.objects.filter(id=mailbox_id).exclude(status=MailboxStatus.DELETED)

@@ -9,78 +9,14 @@ lead to two threads (replies that arrived before the message linking them) merge
 into the older. Storing takes the mailbox's row lock first (the UPDATE of its counters,
 mailboxes/storing.py), so two messages of one mailbox are threaded one after the other.
 """
-import re
 import uuid
-from dataclasses import dataclass, field
 from email.utils import getaddresses
 
 from django.db.models import Count, Max, Q, QuerySet
 
 from mailboxes.errors import NotFound
+from mailboxes.mail_format import Lineage, topic
 from mailboxes.models import Direction, Message, Thread, ThreadKey
-
-# A Message-ID as written in the headers: <left@right>. Ids longer than a key holds are
-# cut (two ids sharing their first 250 characters would share a thread).
-ID = re.compile(r"<([^<>\s]+)>")
-KEY_CHARS = 250
-# A References header may list thousands of ids; the thread's root (the first) and the
-# nearest parents (the last) are what link a message to its thread.
-MAX_PARENTS = 50
-# "Re:", "Fwd:" and their kin, as mail clients prefix a subject (repeated, any case, with
-# a count like "Re[2]:").
-REPLY_PREFIX = re.compile(r"^\s*(?:re|aw|sv|antw)(?:\[\d+\])?\s*:\s*", re.IGNORECASE)
-FORWARD_PREFIX = re.compile(r"^\s*(?:fwd?|wg|tr)(?:\[\d+\])?\s*:\s*", re.IGNORECASE)
-
-
-@dataclass(frozen=True)
-class Lineage:
-    """Where a message stands in its conversation: its own Message-ID and the ids of the
-    messages it answers (References, then In-Reply-To)."""
-
-    message_id: str = ""
-    in_reply_to: str = ""
-    references: tuple[str, ...] = field(default_factory=tuple)
-
-    @property
-    def parents(self) -> list[str]:
-        ids = list(dict.fromkeys([*self.references, self.in_reply_to] if self.in_reply_to else self.references))
-        ids = [key for key in ids if key != self.message_id]
-        return ids if len(ids) <= MAX_PARENTS else [ids[0], *ids[-(MAX_PARENTS - 1):]]
-
-    @property
-    def keys(self) -> list[str]:
-        return [self.message_id, *self.parents] if self.message_id else self.parents
-
-
-def ids_in(value: str) -> list[str]:
-    """The Message-IDs in a header's value, without their angle brackets."""
-    found = ID.findall(value or "")
-    if not found and value and len(value.split()) == 1:
-        found = [value.strip()]  # an id written without its brackets
-    return [key[:KEY_CHARS] for key in found]
-
-
-def header(headers: list, name: str) -> str:
-    """The first `name` header of a parsed message ([[name, value], …]), or ""."""
-    name = name.lower()
-    return next((value for key, value in headers if key.lower() == name), "")
-
-
-def lineage_of(headers: list) -> Lineage:
-    own = ids_in(header(headers, "Message-ID"))
-    in_reply_to = ids_in(header(headers, "In-Reply-To"))
-    return Lineage(message_id=own[0] if own else "", in_reply_to=in_reply_to[0] if in_reply_to else "",
-                   references=tuple(ids_in(header(headers, "References"))))
-
-
-def topic(subject: str) -> str:
-    """A subject without its reply and forward prefixes: what a thread is called."""
-    while True:
-        shorter = FORWARD_PREFIX.sub("", REPLY_PREFIX.sub("", subject, count=1), count=1)
-        if shorter == subject:
-            return subject.strip()
-        subject = shorter
-
 
 def threads_assign(*, mailbox_ids, lineage: Lineage, subject: str, joining: int | None = None) -> dict:
     """The thread each of `mailbox_ids` files a new message in (mailbox id → thread id),

@@ -1,7 +1,7 @@
 """Owed work: the one rule for every row that records something Relay still has to do.
 
 Three kinds of work follow it (docs/architecture.md, "Owed work"): a mailbox's cleanup on
-the mail backend (expiry.cleanup), an outbox mail (relay.outbox.sending) and a webhook
+the mail backend (expiry.cleanup), an outbox mail (relay.outbox.send) and a webhook
 delivery (webhooks.delivery). Each is a row, never only a task message, so a lost worker
 or a flushed broker loses nothing:
 

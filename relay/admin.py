@@ -5,7 +5,8 @@ from django.contrib import admin
 
 from mailboxes.admin import DeadLettersFirstAdmin, action_calling
 from relay.models import OutboxMail
-from relay.outbox.sending import OUTBOX, mails_requeue
+from relay.outbox.operators import mails_requeue
+from relay.outbox.send import OUTBOX
 
 requeue = action_calling(lambda ids: mails_requeue(mail_ids=ids), name="requeue",
                          description="Requeue failed mails (a fresh set of attempts)",

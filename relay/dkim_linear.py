@@ -5,7 +5,7 @@ position of a run of spaces and tabs that no CRLF ends: one 80 KB run cost 4 s o
 and SMTP's longest lines of them, line after line, 6 s for a 10 MB mail, per signature
 checked (a verdict past its budget) or made (a worker signing mail out). The same
 substitution, tried only where a run begins, gives the same bytes in linear time.
-Imported by every module that calls dkimpy (relay/inbound/authentication.py,
+Imported by every module that calls dkimpy (relay/authentication.py,
 relay/outbox/signing.py), so the replacement is in place before any check or signature."""
 import re
 

@@ -1,6 +1,6 @@
 """The outbox: every mail Relay sends, one row each, written in the transaction that
 causes it (a sign-up, a recovery request, a send request). `runmailer` claims rows in
-batches and a worker sends each batch over one SMTP connection (relay/outbox/sending.py)."""
+batches and a worker sends each batch over one SMTP connection (relay/outbox/send.py)."""
 from django.db import models
 from django.db.models import Q
 

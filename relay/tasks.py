@@ -6,7 +6,7 @@ from celery import shared_task
 from django.conf import settings
 
 from mailboxes.services import contents_index_words
-from relay.outbox import sending as outbox
+from relay.outbox import send as outbox
 from relay.outbox.account_mail import account_recovery_request
 from relay import mailserver
 from relay.backends import NothingToReconcile
@@ -24,7 +24,7 @@ logger = logging.getLogger(__name__)
     time_limit=max(40, settings.RELAY_MAILER_LEASE_SECONDS * 9 // 10),
 )
 def send_outbox_batch(self, claim: str, mail_ids: list[int]) -> dict:
-    """Send one batch the mailer claimed; see relay.outbox.sending.batch_send."""
+    """Send one batch the mailer claimed; see relay.outbox.send.batch_send."""
     try:
         return outbox.batch_send(claim=uuid.UUID(claim), mail_ids=mail_ids, again=self.request.retries > 0)
     except outbox.RetryableBatch as exc:
@@ -47,7 +47,7 @@ WORDS_RUN_SECONDS = 60
 
 @shared_task(acks_late=True, soft_time_limit=WORDS_RUN_SECONDS * 3, time_limit=WORDS_RUN_SECONDS * 4)
 def index_owed_words() -> int:
-    """Write the search words that stored messages owe (relay.inbound.storing.words_owed, and beat's
+    """Write the search words that stored messages owe (relay.ingest.words_owed, and beat's
     backstop every minute), batch by batch, passing over batches another run holds.
     Safe to overlap."""
     started, total = time.monotonic(), 0

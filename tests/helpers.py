@@ -135,11 +135,12 @@ def a_delivery(url: str = "http://example.com/hook", *, payload: dict | None = N
 def deliver(raw: bytes, *addresses: str, mail_from: str = "a@example.com") -> list[int]:
     """Store `raw` for `addresses` as the SMTP server does after RCPT and DATA (without a
     socket); returns the new message ids."""
-    from relay.inbound.storing import deliver_message, recipient_mailbox
+    from mailboxes.storing import recipient_by_address
+    from relay.ingest import message_ingest
 
-    recipients = [recipient_mailbox(address) for address in addresses]
+    recipients = [recipient_by_address(address) for address in addresses]
     assert all(recipients), f"not all of {addresses} take mail"
-    return deliver_message(raw=raw, mail_from=mail_from, recipients=recipients)
+    return message_ingest(raw=raw, mail_from=mail_from, recipients=recipients)
 
 
 def make_operations_scene() -> dict:

@@ -1,7 +1,7 @@
 """A stored message's attachments, read back from its raw bytes (docs/api.md,
 "Attachments").
 
-Ingest stores each attachment's description only (relay.inbound.parsing); the bytes stay
+Ingest stores each attachment's description only (mailboxes.mail_format); the bytes stay
 in the raw message, stored whole. An attachment's id is its number in the order ingest
 listed them, found again here by the same walk over the same bytes.
 
@@ -15,7 +15,7 @@ import re
 import unicodedata
 from email import policy
 
-from relay.inbound.parsing import MAX_ATTACHMENTS, MAX_PARTS, attachment_description, bounded_bytes, is_attachment
+from mailboxes.mail_format import MAX_ATTACHMENTS, MAX_PARTS, attachment_description, bounded_bytes, is_attachment
 
 # Types a browser shows without running anything: served as declared. Anything else
 # (text/html, image/svg+xml, application/xhtml+xml, text/xml, JavaScript, …) is served

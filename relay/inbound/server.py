@@ -1,5 +1,5 @@
 """Relay's inbound SMTP server (aiosmtpd): `manage.py runsmtp`. It only ever delivers to
-its own mailboxes, through relay/inbound/storing.py.
+its own mailboxes, through relay/ingest.py.
 
 One process serves one port. To use more cores, run several `runsmtp --reuse-port` on
 the same port under the process manager (systemd, compose, Kubernetes): the kernel
@@ -24,8 +24,9 @@ from django.db import close_old_connections, connections
 
 from domains import dns
 from relay.clients import client_group
-from relay.inbound.authentication import TEMPERROR, authenticate, nothing_known
-from relay.inbound.storing import MailboxFull, deliver_message, recipient_mailbox
+from relay.authentication import TEMPERROR, authenticate, nothing_known
+from mailboxes.storing import MailboxFull, recipient_by_address
+from relay.ingest import message_ingest
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +36,7 @@ logger = logging.getLogger(__name__)
 LOOKUP_THREADS = 8
 STORAGE_THREADS = 4
 # Verdicts mostly wait on DNS; one whose answer is slow holds its thread for at most
-# RELAY_DNS_TIMEOUT_SECONDS (relay/inbound/authentication.py bounds the rest). One client
+# RELAY_DNS_TIMEOUT_SECONDS (relay/authentication.py bounds the rest). One client
 # group (relay.clients) runs at most a few at once, and the pool has a thread for every
 # connection allowed: a sender whose mail is slow to judge waits for its own slots,
 # never for a thread another's mail needs.
@@ -100,7 +101,7 @@ class RelayHandler:
         self.verdict_users: dict[str, int] = {}
 
     async def authenticate(self, session: Session, envelope: Envelope, raw: bytes, group: str) -> dict:
-        """The message's verdict (relay/inbound/authentication.py), worked out in a thread
+        """The message's verdict (relay/authentication.py), worked out in a thread
         of the verdict pool: the event loop, and so every other session, never waits on
         DNS. The budget starts now, so time spent waiting for one of its client group's
         slots counts: past RELAY_DNS_TIMEOUT_SECONDS the message is stored with a
@@ -147,7 +148,7 @@ class RelayHandler:
         if len(envelope.rcpt_tos) >= settings.RELAY_SMTP_MAX_RECIPIENTS:
             return "452 4.5.3 Too many recipients"
         try:
-            recipient = await self.lookups.run(recipient_mailbox, address=address)
+            recipient = await self.lookups.run(recipient_by_address, address=address)
         except Exception:
             logger.exception("RCPT lookup failed for %s", address)
             return "451 4.3.0 Temporary lookup failure, try again later"
@@ -170,7 +171,7 @@ class RelayHandler:
         try:
             authentication = await self.authenticate(session, envelope, raw, server.peer_host)
             await self.storage.run(
-                deliver_message,
+                message_ingest,
                 raw=raw,
                 mail_from=envelope.mail_from or "",
                 recipients=recipients,

@@ -7,7 +7,7 @@ accounts changed since the marker each mailbox keeps (Mailbox.server_marker). A 
 read for the first time is listed whole (`Email/get` for the state first, then
 `Email/query`: what arrives between the two is in both, and stored once). New emails in
 the inbox are fetched as their raw blob and stored by the SMTP path's own function
-(relay.inbound.storing.deliver_message), keyed by their JMAP id: a second copy is refused
+(relay.ingest.message_ingest), keyed by their JMAP id: a second copy is refused
 by the database, so a replayed change list, a retried task, two readers or a worker
 killed mid-way never store a message twice. The state is saved only after the messages
 it covers are stored.
@@ -31,9 +31,9 @@ from django.db import IntegrityError
 from django.db.models import F
 
 from mailboxes.models import Mailbox, MailboxStatus, Message
-from mailboxes.storing import MailboxFull, recipient_of
+from mailboxes.storing import MailboxFull, recipient_by_id
 from relay.backends import BackendError, TransientBackendError, mail_store
-from relay.inbound.storing import deliver_message
+from relay.ingest import message_ingest
 from relay.metrics import MAILSERVER_STORED
 
 logger = logging.getLogger(__name__)
@@ -253,12 +253,12 @@ def _store_one(store, reading: Reading, email: dict, inbox: str) -> int:
     if not isinstance(email.get("size"), int) or email["size"] > settings.RELAY_MAX_MESSAGE_BYTES:
         logger.warning("mail %s for %s is over RELAY_MAX_MESSAGE_BYTES; not stored", email.get("id"), reading.address)
         return 0
-    recipient = recipient_of(reading.mailbox_id)
+    recipient = recipient_by_id(reading.mailbox_id)
     if recipient is None:
         return 0
     raw = store.jmap.download(reading.account, email["blobId"])
     try:
-        stored = deliver_message(raw=raw, mail_from=_return_path(raw), recipients=[recipient], server_id=email["id"])
+        stored = message_ingest(raw=raw, mail_from=_return_path(raw), recipients=[recipient], server_id=email["id"])
     except IntegrityError:
         return 0  # another reader stored it first
     except MailboxFull:

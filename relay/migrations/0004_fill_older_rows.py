@@ -9,8 +9,8 @@ BATCH = 500
 
 
 def fill(apps, schema_editor):
-    from mailboxes.text import text_of_html
-    from relay.inbound.extraction import find_codes, find_links
+    from mailboxes.mail_format import text_of_html
+    from relay.extraction import find_codes, find_links
 
     MessageContent = apps.get_model("mailboxes", "MessageContent")
     Message = apps.get_model("mailboxes", "Message")

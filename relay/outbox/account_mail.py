@@ -8,7 +8,7 @@ from django.template.loader import render_to_string
 from accounts import services
 from accounts.models import TokenAction
 from relay.models import OutboxKind
-from relay.outbox.sending import mail_queue
+from relay.outbox.build import mail_queue
 
 SUBJECTS = {
     TokenAction.ACTIVATION: "Activate your Relay account",

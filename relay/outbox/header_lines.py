@@ -1,6 +1,6 @@
 """What may go into a header line of mail Relay sends, for every door (the API, the MCP
 tools, replies to received mail, account mail): one rule, checked where the message is
-built (relay.outbox.sending.mail_build).
+built (relay.outbox.build.mail_build).
 
 Python's email package splits a header value at every character str.splitlines() takes
 for a line end, not at CR and LF alone: a vertical tab in a subject would start a new

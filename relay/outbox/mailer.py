@@ -21,7 +21,7 @@ from django.db import DatabaseError, connection, connections
 
 from owed.clock import db_now
 from relay import task_names
-from relay.outbox.sending import batch_claim
+from relay.outbox.send import batch_claim
 
 logger = logging.getLogger(__name__)
 # Sent by name: relay/tasks.py imports this package (the batch's sending), so an import

@@ -1,6 +1,6 @@
 """Sending mail from a mailbox (POST /mailboxes/{id}/messages, and a reply or forward,
 relay/outbox/replies.py): an outbox row, within the plan's quotas, sent by the mailer
-like every other mail (relay.outbox.sending), and a copy kept in the mailbox as a
+like every other mail (relay.outbox.send), and a copy kept in the mailbox as a
 message with direction "out", in its thread, in the same transaction."""
 from dataclasses import dataclass
 from datetime import timedelta
@@ -15,12 +15,12 @@ from accounts.models import Account
 from accounts.plans import plan_limit
 from mailboxes.errors import Forbidden, Gone, MessageTooLarge, NotFound, QuotaExceeded
 from mailboxes.models import Direction, Mailbox
-from mailboxes.storing import MailboxFull, recipient_of
+from mailboxes.storing import MailboxFull, recipient_by_id
 from owed.clock import db_now
-from relay.inbound.storing import deliver_message
+from relay.ingest import message_ingest
 from relay.models import OutboxKind, OutboxMail
 from relay.outbox import header_lines
-from relay.outbox.sending import mail_build
+from relay.outbox.build import mail_build
 
 DAY = timedelta(days=1)
 
@@ -92,9 +92,9 @@ def outbound_queue(*, mailbox: Mailbox, to: list[str], subject: str, text: str, 
 def _keep(mailbox: Mailbox, raw: bytes, joining: int | None) -> int:
     """Store what is sent in the mailbox it is sent from; its bytes count toward the
     mailbox's storage like mail received."""
-    recipient = recipient_of(mailbox.id)
+    recipient = recipient_by_id(mailbox.id)
     try:
-        stored = deliver_message(raw=raw, mail_from=mailbox.address, recipients=[recipient] if recipient else [],
+        stored = message_ingest(raw=raw, mail_from=mailbox.address, recipients=[recipient] if recipient else [],
                                  authentication={}, direction=Direction.OUT, joining=joining)
     except MailboxFull:
         raise QuotaExceeded("The mailbox is full (its plan's storage quota counts sent mail too): delete messages "

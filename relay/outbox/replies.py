@@ -10,7 +10,7 @@ from email.utils import getaddresses
 from mailboxes import selectors
 from mailboxes.errors import InvalidRequest
 from mailboxes.models import Direction, Mailbox, Message
-from mailboxes.threads import FORWARD_PREFIX, REPLY_PREFIX, header, lineage_of
+from mailboxes.mail_format import FORWARD_PREFIX, REPLY_PREFIX, header, lineage_of
 from relay.models import OutboxMail
 from relay.outbox import header_lines
 from relay.outbox.outbound import Attachment, outbound_queue

@@ -14,7 +14,7 @@ from django.utils import timezone
 from accounts.models import Account
 from mailboxes.models import Mailbox
 from relay.models import OutboxMail as OutboundMessage
-from relay.outbox.sending import batch_claim, batch_send
+from relay.outbox.send import batch_claim, batch_send
 from tests.helpers import create_via_api, free_port, wait_until
 
 

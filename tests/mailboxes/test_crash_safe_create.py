@@ -85,10 +85,10 @@ def test_a_lapsed_provisioning_is_invisible_and_then_owes_a_deprovision(client_p
 
 
 def test_smtp_refuses_a_mailbox_still_provisioning(db):
-    from relay.inbound.storing import recipient_mailbox
+    from mailboxes.storing import recipient_by_address
 
     make_mailbox("notyet", status="provisioning", provision_lease_until=timezone.now() + timedelta(seconds=30))
-    assert recipient_mailbox("notyet@relay.localhost") is None
+    assert recipient_by_address("notyet@relay.localhost") is None
 
 
 def test_a_create_that_timed_out_waits_before_its_undo(client_pro, stalwart, settings):

@@ -313,9 +313,9 @@ def _blocked_by(pid: int) -> bool:
 
 
 def test_a_worker_writes_the_words_of_mail_received_over_smtp(processes, smtp_server, make_client, monkeypatch):
-    from relay.inbound import storing
+    from relay import ingest
 
-    monkeypatch.setattr(storing, "_words_next_publish", 0.0)  # no ask held back by an earlier test's
+    monkeypatch.setattr(ingest, "_words_next_publish", 0.0)  # no ask held back by an earlier test's
     processes.worker("worker")
     processes.wait_ready()
     client = make_client("alice", plan="pro")

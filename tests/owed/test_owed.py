@@ -8,7 +8,7 @@ from django.utils import timezone
 from mailboxes.models import CLEANUPS
 from mailboxes.models import CleanupState
 from relay.models import OutboxMail
-from relay.outbox.sending import OUTBOX
+from relay.outbox.send import OUTBOX
 from tests.helpers import a_delivery, make_mailbox
 from webhooks.delivery import DELIVERIES
 

@@ -7,8 +7,8 @@ import time
 import pytest
 
 from mailboxes.models import MessageContent
-from mailboxes.text import text_of_html
-from relay.inbound.extraction import find_codes, find_links
+from mailboxes.mail_format import text_of_html
+from relay.extraction import find_codes, find_links
 from tests import mail_corpus as corpus
 from tests.mail_corpus import send
 

@@ -258,14 +258,14 @@ def test_shutdown_waits_for_a_message_in_flight_and_keeps_it(transactional_db, n
 
     box = new_box("inflight")
     storing, release = threading.Event(), threading.Event()
-    deliver = relay_smtp.deliver_message
+    deliver = relay_smtp.message_ingest
 
     def slow_deliver(**kwargs):
         storing.set()
         assert release.wait(10)
         return deliver(**kwargs)
 
-    monkeypatch.setattr(relay_smtp, "deliver_message", slow_deliver)
+    monkeypatch.setattr(relay_smtp, "message_ingest", slow_deliver)
     server = SmtpServerThread().start()
     result = {}
     def send_one() -> None:

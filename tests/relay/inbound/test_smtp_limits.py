@@ -14,7 +14,7 @@ from django.db import connection, connections
 
 from mailboxes.models import Message, MessageContent
 from relay.inbound import server as relay_smtp
-from relay.inbound.parsing import parse_message
+from mailboxes.mail_format import parse_message
 from tests.conftest import _test_database_url
 from tests.helpers import ROOT, create_via_api, free_port, wait_until
 
@@ -137,13 +137,13 @@ def test_storage_that_misses_its_deadline_is_451_and_keeps_nothing(smtp_server, 
 def test_storage_time_is_not_idle_time(smtp_server, new_box, settings, monkeypatch):
     settings.RELAY_SMTP_IDLE_SECONDS = 1
     mailbox = new_box(local_part="slowstore")
-    deliver = relay_smtp.deliver_message
+    deliver = relay_smtp.message_ingest
 
     def slow_deliver(**kwargs):
         time.sleep(2.5)  # a store slower than the idle timeout: the slowness under test
         return deliver(**kwargs)
 
-    monkeypatch.setattr(relay_smtp, "deliver_message", slow_deliver)
+    monkeypatch.setattr(relay_smtp, "message_ingest", slow_deliver)
     with connect(smtp_server.port) as smtp:
         assert smtp.sendmail("a@example.com", [mailbox["address"]], b"Subject: s\r\n\r\nbody\r\n") == {}
     assert Message.objects.filter(mailbox_id=mailbox["id"]).count() == 1

@@ -13,7 +13,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.rsa import RSAPublicNumbers
 
-from relay.inbound import authentication
+from relay import authentication
 from tests import dkim_keys
 from tests.helpers import wait_until
 from tests.mail_corpus import mail, send

@@ -9,7 +9,8 @@ import time
 import pytest
 
 from mailboxes.models import Message
-from relay.inbound.storing import deliver_message, recipient_mailbox
+from mailboxes.storing import recipient_by_address
+from relay.ingest import message_ingest
 from tests import dkim_keys
 from tests.helpers import listed
 from tests.mail_corpus import mail, send
@@ -154,8 +155,8 @@ def test_mail_read_from_a_mail_server_takes_spf_from_its_topmost_results_under_t
     }
     for case, (results, expected) in cases.items():
         box = new_box()
-        deliver_message(raw=results.encode() + body, mail_from="bounce@pass.test",
-                        recipients=[recipient_mailbox(box["address"])], server_id=f"email-{box['id']}")
+        message_ingest(raw=results.encode() + body, mail_from="bounce@pass.test",
+                        recipients=[recipient_by_address(box["address"])], server_id=f"email-{box['id']}")
         found = authentication(client_pro, box)
         assert found["spf"]["result"] == expected, case
         assert found["verdict"] == ("pass" if expected == "pass" else "fail"), case  # pass.test's DMARC is p=reject
@@ -165,6 +166,6 @@ def test_without_a_named_id_no_authentication_results_is_taken(client_pro, box, 
     settings.RELAY_AUTHSERV_ID = ""
     raw = (b"Authentication-Results: relay.localhost; spf=pass smtp.mailfrom=bounce@pass.test\r\n"
            + mail("x@relay.localhost", "Hi", "text", sender="noreply@pass.test"))
-    deliver_message(raw=raw, mail_from="bounce@pass.test", recipients=[recipient_mailbox(box["address"])],
+    message_ingest(raw=raw, mail_from="bounce@pass.test", recipients=[recipient_by_address(box["address"])],
                     server_id="email-unnamed")
     assert authentication(client_pro, box)["spf"]["result"] == "none"

@@ -76,7 +76,7 @@ def test_two_readers_at_once_store_each_message_once(stalwart, transactional_db,
         stalwart.deliver(account, mail(f"Raced {i}"))
     # Both readers reach the store with the same messages in hand before either stores one.
     together = threading.Barrier(2, timeout=10)
-    deliver = reader.deliver_message
+    deliver = reader.message_ingest
     met = set()
 
     def store_after_meeting(**kwargs):
@@ -85,7 +85,7 @@ def test_two_readers_at_once_store_each_message_once(stalwart, transactional_db,
             together.wait()
         return deliver(**kwargs)
 
-    monkeypatch.setattr(reader, "deliver_message", store_after_meeting)
+    monkeypatch.setattr(reader, "message_ingest", store_after_meeting)
     outcomes = []
 
     def read(how) -> None:

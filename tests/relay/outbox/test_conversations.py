@@ -14,7 +14,7 @@ from email import policy
 import pytest
 
 from mailboxes.models import Mailbox
-from relay.outbox.sending import batch_claim, batch_send
+from relay.outbox.send import batch_claim, batch_send
 from tests.helpers import create_via_api, deliver, wait_until
 
 

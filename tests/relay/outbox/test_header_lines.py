@@ -14,7 +14,7 @@ from relay.models import OutboxMail
 from relay.outbox.header_lines import LINE_BREAKERS
 from relay.outbox.outbound import Attachment, outbound_queue
 from relay.outbox.replies import addresses
-from relay.outbox.sending import mail_build
+from relay.outbox.build import mail_build
 from tests.api.agents.test_mcp import call, error_of, mcp_http, mcp_web, owner  # noqa: F401 (fixtures)
 from tests.domains.test_domains import add, publish
 from tests.helpers import wait_until

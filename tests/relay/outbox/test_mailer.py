@@ -11,7 +11,8 @@ from django.utils import timezone
 from accounts.models import Account, Token
 from relay.outbox.account_mail import account_recovery_request, account_sign_up
 from relay.models import OutboxMail, OutboxStatus
-from relay.outbox.sending import batch_claim, batch_send, mails_requeue
+from relay.outbox.operators import mails_requeue
+from relay.outbox.send import batch_claim, batch_send
 from tests.helpers import create_via_api, wait_until
 
 

@@ -5,7 +5,8 @@ import pytest
 
 from mailboxes.errors import InvalidRequest
 from mailboxes.models import Direction, Message
-from relay.inbound.storing import deliver_message, recipient_mailbox
+from mailboxes.storing import recipient_by_address
+from relay.ingest import message_ingest
 from relay.models import OutboxMail
 from relay.outbox.replies import reply_queue, reply_recipients
 from tests.helpers import create_mailbox
@@ -21,7 +22,7 @@ def box(client_pro):
 
 def received(box, headers: str, direction: str = Direction.IN) -> Message:
     raw = crlf(f"{headers}\nSubject: Hello\nMessage-ID: <m{Message.objects.count()}@example.org>\n\nHi\n")
-    [message_id] = deliver_message(raw=raw, mail_from="bounce@example.org", recipients=[recipient_mailbox(OWN)],
+    [message_id] = message_ingest(raw=raw, mail_from="bounce@example.org", recipients=[recipient_by_address(OWN)],
                                    authentication={}, direction=direction)
     return Message.objects.select_related("content").get(id=message_id)
 

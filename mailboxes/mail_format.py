@@ -1,17 +1,10 @@
-"""Reading a received message. Whatever arrives, the raw bytes are kept as they are; this
-module pulls out what it can (decoded headers, text and HTML bodies, attachment
-metadata) and never raises: malformed MIME yields less, not an error.
-
-Parsing is linear in the message's size and capped, so no message can hold a worker for
-long: at most MAX_HEADERS header lines are decoded (each once, each cut to
-MAX_HEADER_CHARS before decoding), at most MAX_PARTS MIME parts are read, bodies are
-kept up to MAX_BODY_BYTES, and reading the parts stops PARSE_SECONDS after the structure
-was split. A message that hits a cap is stored whole, with what was parsed before it and
-`parsed_fully` false. The compat32 policy is used for the structure: it splits headers
-without interpreting them (the default policy's header objects cost seconds on thousands
-of repeated headers); values are decoded here.
+"""The shape of mail, read (docs/architecture.md, "Mail's shape"): a received message parsed
+(headers decoded, text and HTML bodies, attachment descriptions), its header look-up, its
+place in a conversation (Lineage) and the readable text of an HTML body. Parsing never
+raises and is capped in size and time: malformed MIME yields less, not an error.
 """
 import email
+import html
 import logging
 import re
 import time
@@ -212,3 +205,97 @@ def _read_part(part: EmailMessage, parsed: ParsedMessage) -> None:
             parsed.html = _part_text(part, parsed)
     except Exception:
         logger.warning("skipped an unreadable MIME part", exc_info=True)
+
+
+# --- text -----------------------------------------------------------------------------------
+# Characters of an HTML body looked at: a 10 MB body is not read through for its text.
+HTML_SCAN_MAX = 200_000
+
+
+HIDDEN_OPEN = re.compile(r"<(script|style|head)\b", re.IGNORECASE)
+# A tag ends at its ">", or where the next one starts: "<<<<" is read once, not once per "<".
+TAG = re.compile(r"<[^<>]*>?")
+
+
+def text_of_html(html_body: str) -> str:
+    """Readable text of an HTML-only mail: tags, scripts and styles dropped, entities
+    decoded. One pass, whatever the markup (docs/api.md, "Codes and links"): a hidden
+    element runs to its closing tag, or to the end if it never closes."""
+    body = html_body[:HTML_SCAN_MAX]
+    lowered = body.lower()
+    visible = []
+    position = 0
+    while match := HIDDEN_OPEN.search(body, position):
+        visible.append(body[position:match.start()])
+        close = lowered.find(f"</{match.group(1).lower()}", match.end())
+        if close < 0:
+            position = len(body)
+            break
+        end = body.find(">", close)
+        position = len(body) if end < 0 else end + 1
+    visible.append(body[position:])
+    return html.unescape(TAG.sub(" ", " ".join(visible)))
+
+
+# --- headers and lineage ------------------------------------------------------------------
+# A Message-ID as written in the headers: <left@right>. Ids longer than a key holds are
+# cut (two ids sharing their first 250 characters would share a thread).
+ID = re.compile(r"<([^<>\s]+)>")
+KEY_CHARS = 250
+# A References header may list thousands of ids; the thread's root (the first) and the
+# nearest parents (the last) are what link a message to its thread.
+MAX_PARENTS = 50
+# "Re:", "Fwd:" and their kin, as mail clients prefix a subject (repeated, any case, with
+# a count like "Re[2]:").
+REPLY_PREFIX = re.compile(r"^\s*(?:re|aw|sv|antw)(?:\[\d+\])?\s*:\s*", re.IGNORECASE)
+FORWARD_PREFIX = re.compile(r"^\s*(?:fwd?|wg|tr)(?:\[\d+\])?\s*:\s*", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Lineage:
+    """Where a message stands in its conversation: its own Message-ID and the ids of the
+    messages it answers (References, then In-Reply-To)."""
+
+    message_id: str = ""
+    in_reply_to: str = ""
+    references: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def parents(self) -> list[str]:
+        ids = list(dict.fromkeys([*self.references, self.in_reply_to] if self.in_reply_to else self.references))
+        ids = [key for key in ids if key != self.message_id]
+        return ids if len(ids) <= MAX_PARENTS else [ids[0], *ids[-(MAX_PARENTS - 1):]]
+
+    @property
+    def keys(self) -> list[str]:
+        return [self.message_id, *self.parents] if self.message_id else self.parents
+
+
+def ids_in(value: str) -> list[str]:
+    """The Message-IDs in a header's value, without their angle brackets."""
+    found = ID.findall(value or "")
+    if not found and value and len(value.split()) == 1:
+        found = [value.strip()]  # an id written without its brackets
+    return [key[:KEY_CHARS] for key in found]
+
+
+def header(headers: list, name: str) -> str:
+    """The first `name` header of a parsed message ([[name, value], …]), or ""."""
+    name = name.lower()
+    return next((value for key, value in headers if key.lower() == name), "")
+
+
+def lineage_of(headers: list) -> Lineage:
+    own = ids_in(header(headers, "Message-ID"))
+    in_reply_to = ids_in(header(headers, "In-Reply-To"))
+    return Lineage(message_id=own[0] if own else "", in_reply_to=in_reply_to[0] if in_reply_to else "",
+                   references=tuple(ids_in(header(headers, "References"))))
+
+
+def topic(subject: str) -> str:
+    """A subject without its reply and forward prefixes: what a thread is called."""
+    while True:
+        shorter = FORWARD_PREFIX.sub("", REPLY_PREFIX.sub("", subject, count=1), count=1)
+        if shorter == subject:
+            return subject.strip()
+        subject = shorter

@@ -1,9 +1,8 @@
-"""Storing what SMTP receives (docs/architecture.md, "SMTP in"): the message parsed and
-its codes and links found here, then stored by mailboxes.storing; the search words it
-owes asked of a worker.
-
-Plain functions, called by the server (relay/inbound/server.py) through its database
-thread pools, so tests call them without a socket.
+"""Taking a message into Relay's store, the one way for every source of mail: SMTP
+(relay.inbound.server), the mail-server reader (relay.mailserver.reader) and the copies
+of what a mailbox sends (relay.outbox.outbound). Parsed, its codes and links found, its
+verdict checked if the source brought none, stored by mailboxes.storing, its search words
+asked of a worker.
 """
 import logging
 import threading
@@ -12,26 +11,17 @@ import time
 from celery import current_app
 from django.db import connection
 
+from mailboxes.mail_format import header, lineage_of, parse_message, text_of_html
 from mailboxes.models import Direction, MessageContent
-from mailboxes.storing import MailboxFull, Recipient, message_store, recipient_at
-from mailboxes.text import text_of_html
-from mailboxes.threads import header, lineage_of
+from mailboxes.storing import Recipient, message_store
 from relay import task_names
-from relay.inbound.authentication import authenticate, spf_of_mail_server
-from relay.inbound.extraction import find_codes, find_links
-from relay.inbound.parsing import parse_message
+from relay.extraction import find_codes, find_links
+from relay.authentication import authenticate, spf_of_mail_server
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["MailboxFull", "Recipient", "deliver_message", "recipient_mailbox"]
 
-
-def recipient_mailbox(address: str) -> Recipient | None:
-    """The mailbox that may receive mail at `address` right now, or None."""
-    return recipient_at(address)
-
-
-def deliver_message(*, raw: bytes, mail_from: str, recipients: list[Recipient], server_id: str = "",
+def message_ingest(*, raw: bytes, mail_from: str, recipients: list[Recipient], server_id: str = "",
                     authentication: dict | None = None, direction: str = Direction.IN,
                     joining: int | None = None) -> list[int]:
     """Parse `raw` and store it for each accepted mailbox that still takes it
@@ -40,7 +30,7 @@ def deliver_message(*, raw: bytes, mail_from: str, recipients: list[Recipient], 
     `authentication`: the verdict the SMTP server found; without it (mail read from a
     mail server) DKIM and DMARC are checked here, and SPF taken from that server's
     Authentication-Results. `direction` and `joining`: mail a mailbox sent, kept in it
-    (relay/outbox/outbound.py), in that thread."""
+    (relay.outbox.outbound), in that thread."""
     parsed = parse_message(raw)
     if authentication is None:
         authentication = authenticate(raw, ip=None, mail_from=mail_from, helo="",

@@ -12,7 +12,7 @@ whatever the text (docs/api.md, "Codes and links"): every pattern either starts 
 where a run of its characters starts (a look-behind) or is bounded in length, so no
 input makes one backtrack over what it read before. Links are read by a scanner of our
 own rather than html.parser, which is quadratic on unclosed tags. Each message's codes
-and links are computed once, when it is stored (relay.inbound.storing), never per read."""
+and links are computed once, when it is stored (relay.ingest), never per read."""
 import bisect
 import html
 import re

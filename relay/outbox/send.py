@@ -1,95 +1,33 @@
-"""The outbox (docs/api.md): every mail Relay sends is a row first.
-
-A mail is owed work (owed/): a row records what is owed; a claim with a lease takes it,
-counting the attempt (relay.outbox.mailer claims batches with FOR UPDATE SKIP LOCKED); a Celery task sends
-the batch over one SMTP connection and records each mail's outcome with a
-compare-and-set on the claim; a batch whose task was lost is claimed again when its
-lease lapses; a mail that cannot be sent is a dead letter (`failed`) an operator
-requeues from the admin.
-
-Delivery is at least once, like every mail system's: a worker killed between the
-relay's 250 and the row's update sends that one mail again after the lease."""
+"""Sending the outbox (docs/api.md, "Outbox"): every mail is a row first and owed work
+(owed/): the mailer claims batches (batch_claim), a Celery task sends each over one SMTP
+connection and records each mail's outcome under its claim (batch_send); a lost batch is
+claimed again when its lease lapses; a mail that cannot be sent is a dead letter.
+Delivery is at least once, like every mail system's."""
 import logging
 import smtplib
 import time
 import uuid
 from dataclasses import dataclass
 from email import message_from_bytes
-from email.mime.base import MIMEBase
 from email.utils import parseaddr
 
 from django.conf import settings
 from django.core.cache import cache
-from django.core.mail import EmailMessage, EmailMultiAlternatives, get_connection
+from django.core.mail import EmailMessage, get_connection
 from django.core.mail.backends.smtp import EmailBackend as SmtpBackend
 from django.db import connection, transaction
-from django.db.models import Case, Count, F, Q, TextField, Value, When
+from django.db.models import Case, F, Q, TextField, Value, When
 from django.db.models.functions import Now
 
 from accounts.models import TokenAction
 from accounts.services import token_usable
 from owed import ERROR_MAX_CHARS, OwedWork
 from owed.clock import db_now
-from relay.models import KIND_PRIORITY, OutboxMail, OutboxStatus
-from relay.outbox import header_lines
-from relay.outbox.signing import dkim_signed
+from relay.models import OutboxMail, OutboxStatus
 
 logger = logging.getLogger(__name__)
 
 
-def mail_build(*, kind: str, to: list[str], subject: str, text: str, html: str = "", from_email: str = "",
-               mailbox=None, token=None, cc: list[str] = (), bcc: list[str] = (), reply_to: str = "",
-               headers: dict | None = None, attachments: list[MIMEBase] = (),
-               verbatim: dict[str, bytes] | None = None) -> OutboxMail:
-    """One outbox mail, not yet saved, with its message built: a mail that cannot be
-    built fails its request, not a worker later; every attempt sends the same bytes and
-    Message-ID; and the worker only transmits (building a MIME message was most of its
-    time, bench/mailer.py). A mail from a domain with a DKIM key is signed here too
-    (relay/outbox/signing.py). Bcc is in the envelope only, never in the headers.
-    `verbatim`: placeholders in the attachments' payloads, each swapped for its bytes as
-    they are once the message is written (a forwarded message, relay/outbox/replies.py)."""
-    _check_header_lines(to=to, cc=cc, bcc=bcc, reply_to=reply_to, subject=subject, headers=headers or {})
-    mail = OutboxMail(kind=kind, priority=KIND_PRIORITY[kind], to=to, cc=list(cc), bcc=list(bcc), subject=subject,
-                      text=text, html=html, from_email=from_email or settings.DEFAULT_FROM_EMAIL, mailbox=mailbox,
-                      token=token)
-    email = _message(mail)
-    email.reply_to = [reply_to] if reply_to else []
-    email.extra_headers = dict(headers or {})
-    email.attachments = list(attachments)
-    message = email.message()
-    if verbatim and message.is_multipart():
-        # A boundary no sender can foresee, so none can appear in the verbatim bytes.
-        message.set_boundary(f"relay-{uuid.uuid4().hex}")
-    raw = message.as_bytes(linesep="\r\n")
-    for placeholder, data in (verbatim or {}).items():
-        raw = raw.replace(placeholder.encode(), data, 1)
-    mail.message = dkim_signed(raw, mail.from_email)
-    return mail
-
-
-def _check_header_lines(*, to, cc, bcc, reply_to: str, subject: str, headers: dict) -> None:
-    """The one rule for header lines (relay/outbox/header_lines.py), whichever door the
-    values came through: InvalidRequest naming the field, never a message with a header
-    line its sender wrote, nor a 500 from the email package."""
-    for field, addresses in (("to", to), ("cc", cc), ("bcc", bcc), ("reply_to", [reply_to] if reply_to else [])):
-        for value in addresses:
-            header_lines.address(value, field)
-    header_lines.one_line(subject, "subject")
-    for name, value in headers.items():
-        header_lines.one_line(name, "headers")
-        header_lines.one_line(value, "headers")
-
-
-def mail_queue(**fields) -> OutboxMail:
-    """Write one mail (mail_build's `fields`) into the outbox. Call inside the transaction
-    that causes it: the mail exists exactly when what caused it does. On PostgreSQL a
-    trigger NOTIFYs the mailers when that transaction commits."""
-    mail = mail_build(**fields)
-    mail.save(force_insert=True)
-    return mail
-
-
-# --- claiming (the mailer) ---------------------------------------------------------------
 # An outbox mail is owed work (owed/, docs/architecture.md).
 OUTBOX = OwedWork(
     model=OutboxMail, state="status",
@@ -211,14 +149,6 @@ def _record(mail: OutboxMail, claim: uuid.UUID, outcome: Outcome) -> None:
         OUTBOX.settle(mail.id, claim, state=outcome.status, error=outcome.error)
 
 
-def _message(mail: OutboxMail) -> EmailMultiAlternatives:
-    email = EmailMultiAlternatives(subject=mail.subject, body=mail.text, from_email=mail.from_email, to=mail.to,
-                                   cc=mail.cc, bcc=mail.bcc)
-    if mail.html:
-        email.attach_alternative(mail.html, "text/html")
-    return email
-
-
 class _Built(EmailMessage):
     """A mail already built, for the backends other than SMTP (the console prints it as
     it would go on the wire)."""
@@ -313,15 +243,3 @@ def _log(mail: OutboxMail, outcome: Outcome) -> None:
         logger.info("skipped %s mail %s: %s", mail.kind, mail.id, outcome.error)
     else:
         logger.error("%s mail %s failed for good (a dead letter in the admin): %s", mail.kind, mail.id, outcome.error)
-
-
-# --- operators ---------------------------------------------------------------------------
-def mails_requeue(*, mail_ids) -> int:
-    """Dead letters back to queued, with a fresh set of attempts; the trigger wakes the
-    mailers. Returns how many were requeued."""
-    return len(OUTBOX.requeue(mail_ids))
-
-
-def outbox_counts() -> dict[str, int]:
-    """Mails by status, for the operator (/metrics, the admin's first screen)."""
-    return dict(OutboxMail.objects.order_by().values_list("status").annotate(n=Count("id")))
