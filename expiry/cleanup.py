@@ -61,7 +61,7 @@ def mailbox_cleanup(*, mailbox_id, retries: int = 0) -> CleanupOutcome:
         return CleanupOutcome.SKIPPED
     claim, mailbox = taken
 
-    if CLEANUPS.overspent(mailbox.cleanup_attempts):
+    if CLEANUPS.past_last_attempt(mailbox.cleanup_attempts):
         return _record_dead(mailbox_id, claim, mailbox.cleanup_last_error
                             or f"{mailbox.cleanup_attempts - 1} attempts ended without an outcome")
     hold_seconds = settings.RELAY_CLEANUP_LEASE_SECONDS + CLEANUPS.longest_retry_wait(retries)
@@ -103,7 +103,7 @@ def mailboxes_cleanup(*, mailbox_ids: list, expire_due: bool = False) -> dict[st
     now = db_now()
     if expire_due:
         mailboxes_expire_due(mailbox_ids=mailbox_ids, now=now, announce=False)
-    claim, taken = CLEANUPS.take_batch(Mailbox.objects.filter(CLEANUPS.takeable(now), id__in=mailbox_ids)
+    claim, taken = CLEANUPS.take_batch(Mailbox.objects.filter(CLEANUPS.free_to_take(now), id__in=mailbox_ids)
                                        .order_by(), limit=len(mailbox_ids))
     _queue_left_over({uuid.UUID(str(mailbox_id)) for mailbox_id in mailbox_ids} - set(taken), now=now)
     outcome = {"done": 0, "dead": 0}
@@ -113,7 +113,7 @@ def mailboxes_cleanup(*, mailbox_ids: list, expire_due: bool = False) -> dict[st
     rows = Mailbox.objects.filter(id__in=taken).values_list("id", "address", "backend_id", "cleanup_attempts",
                                                              "cleanup_last_error")
     for mailbox_id, address, backend_id, attempts, last_error in rows:
-        if CLEANUPS.overspent(attempts):
+        if CLEANUPS.past_last_attempt(attempts):
             _record_dead(mailbox_id, claim, last_error or f"{attempts - 1} attempts ended without an outcome")
             outcome["dead"] += 1
             continue

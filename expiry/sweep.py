@@ -15,7 +15,6 @@ cleanup), and each requeue of a never-started cleanup doubles its lease: a backl
 a few duplicate messages, not a storm of them.
 """
 import logging
-import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -121,20 +120,11 @@ def _requeue_lapsed_batch(batch_size: int, *, backlog: bool) -> tuple[int, int]:
                        .values_list("id", flat=True)[:batch_size])
     if not mailbox_ids:
         return 0, 0
-    claim = uuid.uuid4()
-    locked = Mailbox.objects.filter(id__in=mailbox_ids)
-    locked.filter(cleanup_state=CleanupState.RUNNING).update(
-        cleanup_state=CleanupState.PENDING, cleanup_claim=claim, cleanup_queued_at=now,
-        cleanup_lease_until=CLEANUPS.lease(now),
-    )
     waited = ExpressionWrapper(Value(now) - F("cleanup_queued_at"), output_field=DurationField())
     lease = Value(timedelta(seconds=settings.RELAY_CLEANUP_LEASE_SECONDS))
-    locked.filter(cleanup_state=CleanupState.PENDING).exclude(cleanup_claim=claim).update(
-        cleanup_claim=claim,
-        cleanup_lease_until=ExpressionWrapper(Value(now) + Least(Greatest(waited, lease), Value(_max_wait())),
-                                              output_field=DateTimeField()),
-    )
-    requeued = list(Mailbox.objects.filter(id__in=mailbox_ids, cleanup_claim=claim).values_list("id", flat=True))
+    doubled = ExpressionWrapper(Value(now) + Least(Greatest(waited, lease), Value(_max_wait())),
+                                output_field=DateTimeField())
+    requeued = CLEANUPS.requeue_lapsed(mailbox_ids, now, owed_lease=doubled, cleanup_queued_at=now)
     if requeued:
         logger.warning("%d cleanup(s) lapsed without an outcome; queued again", len(requeued))
     queue_cleanups_after_commit(requeued)

@@ -67,7 +67,7 @@ class OwedWork:
         """After `attempts` counted attempts, may another one be made?"""
         return attempts < self.max_attempts()
 
-    def overspent(self, attempts: int) -> bool:
+    def past_last_attempt(self, attempts: int) -> bool:
         """Taken with more attempts counted than allowed: the earlier runs all ended
         without an outcome (a poison pill). Give it up rather than let it take workers
         down for ever."""
@@ -89,7 +89,7 @@ class OwedWork:
         return (now or db_now()) + timedelta(seconds=self.lease_seconds() if seconds is None else seconds)
 
     # --- which rows -----------------------------------------------------------------------
-    def takeable(self, now: datetime, *, owed_only: Q | None = None) -> Q:
+    def free_to_take(self, now: datetime, *, owed_only: Q | None = None) -> Q:
         """Owed rows nobody holds (only those matching `owed_only`, if given), and held
         rows whose lease lapsed (their run was lost)."""
         lapsed = Q(**{f"{self.lease_until}__lte": now})
@@ -120,7 +120,7 @@ class OwedWork:
                 self.attempts: F(self.attempts) + 1}
 
     def take_one(self, pk, *, returning: tuple[str, ...] = ()) -> tuple[uuid.UUID, dict] | None:
-        """Take one row if it is takeable: (claim, {attempts and the `returning` fields}),
+        """Take one row if it is free to take: (claim, {attempts and the `returning` fields}),
         or None. One UPDATE … RETURNING: this is the hot path of every cleanup task
         (bench/expiry_burst.py), where update() and a read would be two statements."""
         claim = uuid.uuid4()
@@ -158,7 +158,7 @@ class OwedWork:
         return claim, {name: fields[name].to_python(raw) for name, raw in zip(names, row)}
 
     def take_batch(self, owed_rows, *, limit: int, **changes) -> tuple[uuid.UUID, list]:
-        """Take up to `limit` of `owed_rows` (a queryset of takeable rows, in the order to
+        """Take up to `limit` of `owed_rows` (a queryset of rows free to take, in the order to
         take them) for one run; `changes` are written with the take. Where the database has no SKIP LOCKED (SQLite, one writer
         at a time), the conditional UPDATE is the guard against a second taker."""
         claim, now = uuid.uuid4(), db_now()
@@ -167,7 +167,7 @@ class OwedWork:
                 owed_rows = owed_rows.select_for_update(skip_locked=True)
             ids = list(owed_rows.values_list("pk", flat=True)[:limit])
             if ids:
-                taken = self.model.objects.filter(self.takeable(now), pk__in=ids).update(
+                taken = self.model.objects.filter(self.free_to_take(now), pk__in=ids).update(
                     **self._take_fields(claim, now), **changes)
                 if taken != len(ids):  # only without SKIP LOCKED: another taker won some
                     ids = list(self.model.objects.filter(self.held_by(claim)).values_list("pk", flat=True))
@@ -179,7 +179,7 @@ class OwedWork:
         given): a retry of the same run, or a batch whose calls come one after another."""
         return self.settle(rows, claim, error=error, **{self.lease_until: self.lease(seconds=seconds)}, **changes)
 
-    def take_again(self, rows, claim: uuid.UUID) -> int:
+    def retry_held(self, rows, claim: uuid.UUID) -> int:
         """A new run of work this claim still holds (a task's retry): count its attempt
         and renew the lease. Returns how many rows it still held."""
         return self.model.objects.filter(self._rows(rows), self.held_by(claim)).update(
@@ -224,6 +224,23 @@ class OwedWork:
             held, **{f"{self.lease_until}__lte": db_now(), f"{self.attempts}__gte": self.max_attempts()},
         ).update(**{self.state: self.dead, self.claim: None, self.lease_until: None,
                     self.last_error: error[:ERROR_MAX_CHARS], **changes})
+
+    def requeue_lapsed(self, rows, now: datetime, *, owed_lease=None, **changes) -> list:
+        """The sweep's requeue: `rows` whose lease lapsed, owed again for a new task. A held
+        one (its run was lost) gets a fresh lease and `changes`; an owed one (its task was
+        lost, or waits behind others) is leased until `owed_lease` (a fresh lease if not
+        given). Returns the primary keys requeued."""
+        lapsed = self.model.objects.filter(self._rows(rows), self.lapsed(now))
+        if self.running == self.owed:
+            ids = list(lapsed.values_list("pk", flat=True))
+            lapsed.update(**{self.claim: None, self.lease_until: owed_lease or self.lease(now)})
+            return ids
+        claim = uuid.uuid4()
+        lapsed.filter(**{self.state: self.running}).update(
+            **{self.state: self.owed, self.claim: claim, self.lease_until: self.lease(now)}, **changes)
+        lapsed.filter(**{self.state: self.owed}).update(
+            **{self.claim: claim, self.lease_until: owed_lease or self.lease(now)})
+        return list(self.model.objects.filter(self._rows(rows), **{self.claim: claim}).values_list("pk", flat=True))
 
     def requeue(self, rows, **changes) -> list:
         """The operator's requeue: the dead letters among `rows` owed again, with a fresh

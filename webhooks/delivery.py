@@ -77,7 +77,7 @@ def deliver_many(*, delivery_ids: list[int]) -> dict[str, int]:
     the lease lapses and the sweep sends the delivery again, which at-least-once allows.
     A delivery that fails is recorded alone, as `deliver` would; one with a retry left
     comes back later as a task of its own. Returns the outcomes counted."""
-    claim, taken = DELIVERIES.take_batch(WebhookDelivery.objects.filter(DELIVERIES.takeable(db_now()),
+    claim, taken = DELIVERIES.take_batch(WebhookDelivery.objects.filter(DELIVERIES.free_to_take(db_now()),
                                                                         id__in=delivery_ids).order_by("id"),
                                          limit=len(delivery_ids))
     _queue_skipped(set(delivery_ids) - set(taken))
@@ -120,7 +120,7 @@ def _queue_skipped(delivery_ids: set) -> None:
     run of the same batch, which then has it; or an operator's redeliver). One still owed
     and free now goes to a task of its own, whose take waits for the row, instead of
     waiting out its lease for the sweep."""
-    skipped = list(WebhookDelivery.objects.filter(DELIVERIES.takeable(db_now()), id__in=delivery_ids)
+    skipped = list(WebhookDelivery.objects.filter(DELIVERIES.free_to_take(db_now()), id__in=delivery_ids)
                    .values_list("id", flat=True)) if delivery_ids else []
     for delivery_id in skipped:
         current_app.send_task(DELIVER_TASK, args=(delivery_id,))
@@ -136,7 +136,7 @@ def _attempt(delivery: WebhookDelivery, claim: uuid.UUID) -> tuple[int | None, s
     if webhook.disabled_at is not None:
         DELIVERIES.dead_letter(delivery.id, claim, error=f"the webhook is disabled: {webhook.disabled_reason}")
         return None, None
-    if DELIVERIES.overspent(delivery.attempts):
+    if DELIVERIES.past_last_attempt(delivery.attempts):
         DELIVERIES.dead_letter(delivery.id, claim, error="gave up: the worker running the last attempt was lost")
         return None, None
     body = json.dumps(delivery.payload, separators=(",", ":")).encode()
@@ -194,10 +194,7 @@ def lapsed_requeue(*, limit: int = 500) -> list[int]:
         logger.error("%d webhook delivery(ies) failed for good after their last attempt was lost", gave_up)
     now = db_now()
     ids = list(WebhookDelivery.objects.filter(DELIVERIES.lapsed(now)).values_list("id", flat=True)[:limit])
-    if ids:
-        WebhookDelivery.objects.filter(DELIVERIES.lapsed(now), id__in=ids).update(
-            claim=None, lease_until=DELIVERIES.lease(seconds=settings.RELAY_WEBHOOK_LEASE_SECONDS))
-    return ids
+    return DELIVERIES.requeue_lapsed(ids, now, owed_lease=DELIVERIES.lease(seconds=settings.RELAY_WEBHOOK_LEASE_SECONDS))
 
 
 def deliveries_redeliver(*, delivery_ids) -> list[int]:

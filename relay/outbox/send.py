@@ -47,7 +47,7 @@ def batch_claim(*, limit: int, queued_before=None) -> tuple[uuid.UUID, list[int]
     only rows queued before then (and lapsed ones), for the idle tick that picks up mails
     whose NOTIFY was missed."""
     now = db_now()
-    owed = OUTBOX.takeable(now, owed_only=Q(created_at__lt=queued_before) if queued_before is not None else None)
+    owed = OUTBOX.free_to_take(now, owed_only=Q(created_at__lt=queued_before) if queued_before is not None else None)
     return OUTBOX.take_batch(OutboxMail.objects.filter(owed).order_by("priority", "id"), limit=limit, claimed_at=now)
 
 
@@ -181,7 +181,7 @@ def batch_send(*, claim: uuid.UUID, mail_ids: list[int], again: bool = False) ->
     The mailer's claim counted the first attempt; a retry (`again`) takes the mails it
     still holds once more, counting the next, before it sends anything."""
     if again:
-        OUTBOX.take_again(mail_ids, claim)
+        OUTBOX.retry_held(mail_ids, claim)
     mails = list(OutboxMail.objects.select_related("mailbox", "token")
                  .filter(id__in=mail_ids, claim=claim, status=OutboxStatus.SENDING).order_by("priority", "id"))
     counts: dict[str, int] = {}
@@ -198,7 +198,7 @@ def batch_send(*, claim: uuid.UUID, mail_ids: list[int], again: bool = False) ->
         reason = _why_not_send(mail, now)
         if reason:
             settle(mail, Outcome(OutboxStatus.SKIPPED if mail.token_id else OutboxStatus.FAILED, reason))
-        elif OUTBOX.overspent(mail.attempts):
+        elif OUTBOX.past_last_attempt(mail.attempts):
             # Reclaimed after a lapsed lease with its attempts already spent.
             settle(mail, Outcome(OutboxStatus.FAILED, mail.last_error or "no attempts left"))
         else:

@@ -95,3 +95,17 @@ def test_the_retry_delay_is_celerys_backoff_with_jitter_and_never_longer_than_th
     delays = {DELIVERIES.retry_delay(2) for _ in range(200)}
     assert max(delays) <= 40 and len(delays) > 5, "no jitter"
     assert DELIVERIES.retry_delay(0, at_least=90) == 90
+
+
+@pytest.mark.parametrize("kind, make", KINDS)
+def test_a_lapsed_row_is_requeued_for_a_new_task_and_a_live_one_is_not(db, kind, make):
+    lapsed, live = make(), make()
+    kind.take_one(lapsed.pk)
+    kind.take_one(live.pk)
+    type(lapsed).objects.filter(pk=lapsed.pk).update(**{kind.lease_until: timezone.now() - timedelta(seconds=1)})
+    now = timezone.now()
+    assert kind.requeue_lapsed([lapsed.pk, live.pk], now) == [lapsed.pk]
+    assert field(kind, lapsed, kind.state) == kind.owed and field(kind, lapsed, "lease_until") > now
+    assert field(kind, live, kind.state) == kind.running and field(kind, live, "lease_until") > now, \
+        "a row still leased to its run was requeued"
+    assert kind.take_one(lapsed.pk) is not None, "the new task could not take the requeued row"
