@@ -190,11 +190,12 @@ class MailboxRowsView(APIView):
         return page_response(request, self, self.rows(mailbox), self.serializer_class)
 
 
-def _message_search(request, view, mailbox=None) -> Response:
+def _search_answer(request, view, mailbox=None) -> Response:
     search = MessageSearchQuerySerializer.filters(validated(MessageSearchQuerySerializer, request.query_params))
-    messages = access.message_search_pages(caller=request.user, mailbox=mailbox, **search)
-    with selectors.words_search_plan(search["words"]):
-        return page_response(request, view, messages, MessageSummarySerializer, count_with_page=bool(search["words"]))
+    return reading.messages_read(
+        caller=request.user, mailbox=mailbox, search=search, pages=True,
+        answer=lambda rows: page_response(request, view, rows, MessageSummarySerializer,
+                                          count_with_page=bool(search["words"])))
 
 
 class MessageSearchView(APIView):
@@ -204,7 +205,7 @@ class MessageSearchView(APIView):
                    responses=paginated(MessageSummarySerializer))
     def get(self, request):
         reading.mailboxes_freshen(request.user)
-        return _message_search(request, self)
+        return _search_answer(request, self)
 
 
 @extend_schema_view(get=extend_schema(
@@ -217,7 +218,7 @@ class MessageCollectionView(APIView):
 
     def get(self, request, mailbox_id):
         mailbox = reading.mailbox_open(caller=request.user, mailbox_id=mailbox_id, fresh=True)
-        return _message_search(request, self, mailbox)
+        return _search_answer(request, self, mailbox)
 
     @extend_schema(operation_id="messages_send", summary="Send a message from this mailbox (needs an API key)",
                    request=SendSerializer, responses={202: SendAcceptedSerializer})

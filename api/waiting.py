@@ -20,7 +20,7 @@ from api.pagination import PAGE_SIZE
 from api.pooling import in_pool
 from api.serializers import (EventsQuerySerializer, MessageDetailSerializer, MessageSummarySerializer,
                              WaitQuerySerializer, message_codes)
-from mailboxes import access, selectors, services
+from mailboxes import selectors, services
 from mailboxes.errors import Forbidden, RelayError
 from mailboxes.models import Direction, Mailbox, MailboxStatus
 from owed.clock import db_now
@@ -47,25 +47,22 @@ def _seconds_until(moment) -> float:
     return (moment - db_now()).total_seconds()
 
 
-def _messages_after(mailbox, after: int, search: dict):
+def _messages_after(mailbox, after: int, search: dict, answer):
     """What a wait or a stream is about: mail received (sent mail only if asked for)."""
     search = {**search, "direction": search.get("direction") or Direction.IN}
-    return access.message_search(caller=None, mailbox=mailbox, **search).filter(id__gt=after)
+    return reading.messages_read(caller=None, mailbox=mailbox, search=search,
+                                 answer=lambda rows: answer(rows.filter(id__gt=after)))
 
 
 def _new_messages(mailbox, after: int, *, ascending: bool, page: int = 1, size: int = MAX_RESULTS,
                   search: dict | None = None) -> list[dict]:
-    search = search or {}
-    rows = _messages_after(mailbox, after, search)
-    rows = rows.order_by("id") if ascending else rows
     start = (page - 1) * size
-    with selectors.words_search_plan(search.get("words", "")):
-        return MessageSummarySerializer.represent_many(rows[start:start + size])
+    return _messages_after(mailbox, after, search or {}, lambda rows: MessageSummarySerializer.represent_many(
+        (rows.order_by("id") if ascending else rows)[start:start + size]))
 
 
 def _count_after(mailbox, after: int, search: dict) -> int:
-    with selectors.words_search_plan(search.get("words", "")):
-        return _messages_after(mailbox, after, search).count()
+    return _messages_after(mailbox, after, search, lambda rows: rows.count())
 
 
 def _open(caller, mailbox_id, after: int = 0) -> Mailbox:
@@ -164,10 +161,8 @@ def _look_first(authenticate, base_url: str, mailbox_id, cursor: list[int], sear
     over for good: the cursor moves past them. The caller is authenticated as by _look."""
     caller = caller or authenticate()
     mailbox = reading.mailbox_open(caller=caller, mailbox_id=mailbox_id)
-    rows = (_messages_after(mailbox, cursor[0], search).order_by("id").select_related("content")
-            .defer("content__raw"))
-    with selectors.words_search_plan(search.get("words", "")):
-        candidates = list(rows[:MAX_RESULTS])
+    candidates = _messages_after(mailbox, cursor[0], search, lambda rows: list(
+        rows.order_by("id").select_related("content").defer("content__raw")[:MAX_RESULTS]))
     for message in candidates:
         if with_code and not message_codes(message):
             cursor[0] = message.id

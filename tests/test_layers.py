@@ -61,6 +61,8 @@ READING = "opening a mailbox: relay.reading.mailbox_open"
 RULES = [
     *((step, "", READING, DOORS) for step in ("read_now(", "mailbox_get_active(", "mailbox_get(",
                                               "message_cursor_check(", "mailboxes_visible_to(")),
+    *((step, "", "searching messages: relay.reading.messages_read", DOORS)
+      for step in ("words_search_plan(", "message_search(", "message_search_pages(")),
     ('settings.RELAY_BACKEND ==', "config/settings.py", 'which backend calls a server: relay.backends.keeps_accounts()',
      APPS),
     ('settings.RELAY_BACKEND in', "config/settings.py", 'which backend calls a server: relay.backends.keeps_accounts()',

@@ -145,9 +145,9 @@ def _listed(*, caller: Principal, mailbox: Mailbox | None, words: str | None, un
                                                            "authenticated": "true" if authenticated else None,
                                                            "direction": direction})
     search = MessageSearchQuerySerializer.filters(query)
-    messages = access.message_search(caller=caller, mailbox=mailbox, **search)
-    with selectors.words_search_plan(search["words"]):
-        return {"messages": MessageSummarySerializer.represent_many(messages[:LISTED_MAX])}
+    return reading.messages_read(
+        caller=caller, mailbox=mailbox, search=search,
+        answer=lambda rows: {"messages": MessageSummarySerializer.represent_many(rows[:LISTED_MAX])})
 
 
 @tool(output=MessageList, read_only=True, idempotent=True, mail=True)
