@@ -1,7 +1,5 @@
-"""API keys: making, revoking and looking them up, with each web process's cache of what
-a key resolved to (docs/api.md, "Keys and revocation"). Only a key's SHA-256 is stored:
-keys are 256-bit random tokens, so a fast hash is enough, and a lookup stays one indexed
-equality."""
+"""API keys: made, revoked and looked up by their SHA-256 (256-bit random keys), with a
+per-process cache (docs/api.md, "Keys and revocation")."""
 import copy
 import hashlib
 import logging
@@ -36,9 +34,7 @@ def new_key(prefix: str) -> tuple[str, str]:
 
 
 def api_key_create(*, account: Account) -> tuple[ApiKey, str]:
-    """A new key for `account`. Returns it in clear text: the only time it exists
-    outside the caller's hands. At most RELAY_MAX_API_KEYS live keys per account
-    (QuotaExceeded): every limit counted per caller must not be multiplied by keys."""
+    """A new key for `account`, in clear text this once; at most RELAY_MAX_API_KEYS live."""
     key, digest = new_key(API_KEY_PREFIX)
     with transaction.atomic():
         # The account's row lock orders concurrent creations: each counts the others'.
@@ -60,12 +56,8 @@ def api_key_revoke(*, account: Account, key_id: int) -> None:
 
 
 # --- key → account, cached per process while nothing is revoked ------------------------------
-# Each web process keeps what a key hash resolved to, so a request costs no key lookup
-# (docs/benchmarks.md, "API"). The cache is trusted only while the revocation counter
-# (accounts.revocations) stands where it stood when the entry was made: any revocation,
-# in any process, empties every process's cache before its next request. Entries also age
-# out after RELAY_KEY_CACHE_SECONDS, in case a revocation could not be announced.
-# Bounded: past KEY_CACHE_MAX_ENTRIES it starts over.
+# Trusted while the revocation counter stands where it stood when the entry was made, for
+# at most RELAY_KEY_CACHE_SECONDS and KEY_CACHE_MAX_ENTRIES.
 KEY_CACHE_MAX_ENTRIES = 10_000
 # digest -> (fresh until, the revocation counter read before its row was, the key)
 _key_cache: dict[str, tuple[float, int, ApiKey]] = {}
@@ -75,14 +67,10 @@ _touched: dict[int, float] = {}
 
 
 def api_key_for_hash(digest: str) -> ApiKey | None:
-    """The unrevoked key with this hash and its account (`api_key.account`), or None.
-    From the cache while no revocation has been announced since the entry's row was read;
-    every caller gets its own copy of the account, so no request sees another's changes
-    to it."""
+    """The unrevoked key with this hash and its account, or None; cached while no revocation
+    is announced, each caller with its own copy of the account."""
     lifetime = settings.RELAY_KEY_CACHE_SECONDS
-    # Read before the database, and kept with the entry: a revocation that commits
-    # between this read and the row's moves the counter past the entry's, so no thread's
-    # entry outlives it, whatever order the threads of this process run in.
+        # Read before the database: a revocation committing meanwhile moves it past the entry's.
     version = revocations.current() if lifetime > 0 else None
     entry = _key_cache.get(digest)
     if entry is not None and version is not None and entry[1] == version and entry[0] > time.monotonic():
@@ -119,9 +107,8 @@ def key_cache_clear() -> None:
 
 
 def api_key_touch(*, api_key: ApiKey) -> None:
-    """Record that the key was used, at most once per LAST_USED_RESOLUTION: the time is
-    the database's, compared in the UPDATE itself, and a process that wrote it less than
-    LAST_USED_RESOLUTION ago does not ask again, so most requests cost nothing here."""
+    """Record that the key was used, at most once per LAST_USED_RESOLUTION (by the database's
+    clock, in the UPDATE)."""
     if time.monotonic() - _touched.get(api_key.id, float("-inf")) < LAST_USED_RESOLUTION.total_seconds():
         return
     if len(_touched) >= KEY_CACHE_MAX_ENTRIES:

@@ -1,9 +1,5 @@
-"""Who owns mailboxes: accounts and their lifecycle, their API keys, and the one-time
-tokens that activate an account or recover its key (docs/api.md, after the mailroom design).
-
-Status changes go through accounts.services only (the admin's actions call them too):
-the timestamp rules below live there, in one function, the way mailroom keeps them in
-one trigger."""
+"""Who owns mailboxes: accounts, their API keys and one-time tokens; status changes go
+through accounts.services only."""
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Lower
@@ -41,9 +37,7 @@ class Account(models.Model):
     activated_at = models.DateTimeField(null=True, blank=True)
     suspended_at = models.DateTimeField(null=True, blank=True)
     unsuspended_at = models.DateTimeField(null=True, blank=True)
-    # Its mailboxes being provisioned or active: taken by a conditional UPDATE at creation
-    # (mailboxes.quotas), given back by every path that ends one (mailboxes.ending), so the
-    # quota check costs one row however many mailboxes the account has.
+    # Live mailboxes, counted by a conditional UPDATE at creation and given back at the end.
     live_mailboxes = models.PositiveIntegerField(default=0)
 
     class Meta:
@@ -77,11 +71,8 @@ class TokenAction(models.TextChoices):
 
 
 class Token(models.Model):
-    """A one-time token, mailed as a signed link and a 5-digit code (accounts.tokens).
-
-    Neither the secret nor the code is stored: `secret_hash` is the SHA-256 of the 32
-    random bytes, and `code_hash` binds the code to that secret, so a copy of this table
-    activates nothing."""
+    """A one-time token, mailed as a signed link and a 5-digit code; only hashes are kept,
+    so a copy of this table activates nothing."""
 
     account = models.ForeignKey(Account, on_delete=models.CASCADE, related_name="tokens")
     action = models.CharField(max_length=16, choices=TokenAction.choices)

@@ -1,17 +1,5 @@
-"""Revocation that takes effect on the very next request, on every web process
-(docs/api.md, "Keys and revocation").
-
-Each web process keeps what a key resolved to (accounts.services), so a request costs no
-key lookup. What makes that safe is one counter in Redis that every revocation raises
-after it commits: a deleted key, the keys a recovery replaces, a suspension. A process
-reads the counter on every request (one GET) and trusts a cached key only if the counter
-still reads what it read just before that key's row was loaded. The same revocation is PUBLISHed on `relay:revoked`, so
-the web processes wake their held waits and event streams, which then authenticate
-again and end.
-
-Without Redis there is no shared counter, and no process caches keys at all. When Redis
-stops answering, the processes stop caching (and look again after a pause), so a
-revocation is never missed for want of the counter."""
+"""Revocation on the very next request in every web process: one Redis counter raised
+after each commits (cached keys trusted while it stands), and a PUBLISH on `relay:revoked`."""
 import logging
 import time
 
@@ -66,9 +54,7 @@ def current() -> int | None:
 
 
 def announce() -> None:
-    """Tell every web process that a key or an account was revoked, once the current
-    transaction commits: a process that reloads a key on seeing the counter move must
-    find the revocation already in the database."""
+    """Tell every web process of a revocation once the transaction commits."""
     transaction.on_commit(_announce_now)
 
 
@@ -82,8 +68,6 @@ def _announce_now() -> None:
             pipe.publish(CHANNEL, "revoked")
             pipe.execute()
     except redis.RedisError as exc:
-        # The other processes cannot read the counter either while Redis is down, so they
-        # do not cache; if only this write failed, their entries age out within
-        # RELAY_KEY_CACHE_SECONDS.
+        # The others cannot read it either, so do not cache; else their entries age out.
         logger.error("could not announce a revocation (%s): other web processes may accept the key for up to "
                      "RELAY_KEY_CACHE_SECONDS", exc)

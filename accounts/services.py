@@ -1,8 +1,5 @@
-"""Accounts and their one-time tokens (docs/api.md); their keys are accounts/keys.py.
-
-Every status change goes through `account_set_status`, which keeps mailroom's timestamp
-rules in one place. Sign-up and recovery create tokens here; the mail that carries a
-token is queued by relay.outbox.account_mail in the same transaction."""
+"""Accounts and their one-time tokens (docs/api.md); every status change goes through
+account_set_status. Their keys are accounts/keys.py."""
 import logging
 import re
 import secrets
@@ -29,11 +26,8 @@ ACTIVATION_NO_MATCH = "That email and code do not match an account waiting for a
 
 # --- status ----------------------------------------------------------------------------
 def account_set_status(*, account: Account, status: str) -> Account:
-    """Move `account` to `status`, with mailroom's rules:
-    every change sets status_changed_at; provisioned → active sets activated_at;
-    → suspended sets suspended_at and clears unsuspended_at; suspended → active sets
-    unsuspended_at, clears suspended_at, and lands on provisioned if the account was
-    never activated. Returns the account as stored."""
+    """Move `account` to `status`, setting status_changed_at and the activated, suspended and
+    unsuspended times by mailroom's rules; suspended → active lands on provisioned if never activated."""
     if status not in AccountStatus.values:
         raise InvalidRequest(f"Unknown account status {status!r}.", field="status")
     with transaction.atomic():
@@ -106,9 +100,8 @@ class IssuedToken:
 
 @dataclass(frozen=True)
 class LoginTaken:
-    """A sign-up for a new email whose login another account has: the caller answers as
-    for any sign-up, and tells the email's owner by mail, so nobody learns from the
-    answer whether an email has an account."""
+    """A sign-up whose login another account has: answered as any sign-up, and the email's
+    owner told by mail, so the answer says nothing."""
 
     email: str
     login: str
@@ -130,19 +123,16 @@ def token_issue(*, account: Account, action: str) -> IssuedToken:
 
 
 def token_usable(token: Token, now=None, *, by_link: bool = False) -> bool:
-    """Unused, unexpired, and (unless used `by_link`) not burnt by wrong codes. An
-    activation link carries a 256-bit secret that no one guesses: wrong codes tried
-    against its account do not take the link away from the one who holds the mail."""
+    """Unused, unexpired, and (unless used `by_link`, whose 256-bit secret nobody guesses)
+    not burnt by wrong codes."""
     now = now or db_now()
     return (token.consumed_at is None and token.expires_at > now
             and (by_link or token.wrong_codes < tokens.MAX_WRONG_CODES))
 
 
 def _consume(token: Token, *, try_counted: bool = False, by_link: bool = False) -> None:
-    """Use the token up, or raise Gone. The compare-and-set is the single use: of two
-    confirms racing on one token, one updates the row and the other finds it used. With
-    `try_counted`, the code that is being accepted was counted as a try already; an
-    activation `by_link` does not care for wrong codes (token_usable)."""
+    """Use the token up, or raise Gone: the compare-and-set is the single use. With
+    `try_counted`, this code's try was counted already."""
     now = db_now()
     tries = Q() if by_link else (Q(wrong_codes__lte=tokens.MAX_WRONG_CODES) if try_counted
                                  else Q(wrong_codes__lt=tokens.MAX_WRONG_CODES))
@@ -152,10 +142,8 @@ def _consume(token: Token, *, try_counted: bool = False, by_link: bool = False) 
 
 
 def _count_try(token: Token) -> bool:
-    """Count a try of a code against `token` before the code is checked; False if no try
-    is left. Counting first is what makes the limit hold under parallel guesses: each
-    one takes a try in one UPDATE, and a sixth finds none left, instead of all of them
-    reading "no wrong codes yet" and being checked."""
+    """Count a try before the code is checked (False if none is left): counted first, the
+    limit holds under parallel guesses."""
     return bool(Token.objects.filter(id=token.id, consumed_at=None, expires_at__gt=Now(),
                                      wrong_codes__lt=tokens.MAX_WRONG_CODES)
                 .update(wrong_codes=F("wrong_codes") + 1))
@@ -199,10 +187,8 @@ def account_activate_by_link(*, link_token: str) -> tuple[Account, str]:
 
 
 def account_activate_by_code(*, email: str, code: str) -> tuple[Account, str]:
-    """Activation by the code typed from the mail. An unknown email, a wrong code and a
-    token with no tries left get one and the same answer, so this says nothing about
-    which emails have accounts. Tries are counted per email: against the newest token,
-    which starts where the account's earlier tokens stopped (token_issue)."""
+    """Activation by the mailed code: an unknown email, a wrong code and a burnt token get
+    one answer. Tries count against the newest token, which starts where earlier ones stopped."""
     no_match = InvalidRequest(ACTIVATION_NO_MATCH, field="code")
     token = (Token.objects.select_related("account")
              .filter(account__email__iexact=email, account__status=AccountStatus.PROVISIONED,
@@ -262,11 +248,8 @@ def _email_taken(email: str) -> Account | None:
 
 
 def account_sign_up(*, email: str, login: str) -> IssuedToken | LoginTaken | None:
-    """A new provisioned account and its activation token; call inside the transaction
-    that queues the mail. An email that already has an account gets no second one: if
-    that account is still waiting for activation it gets a fresh token (the first mail
-    may be lost), otherwise None. A new email with a login already taken is LoginTaken.
-    The caller answers the same in every case."""
+    """A new provisioned account and its activation token (inside the mail's transaction);
+    None for a known email, or a fresh token if it awaits activation; LoginTaken for a taken login."""
     login = _valid_login(login)
     existing = _email_taken(email)
     if existing is None:

@@ -1,12 +1,5 @@
-"""One-time tokens as links: `base64url(secret || HMAC-SHA256(key, path || secret [|| code]))`
-(docs/api.md, the mailroom design).
-
-The link proves itself: a forged or altered one fails the HMAC before any database
-lookup. The first key of RELAY_TOKEN_SIGNING_KEYS signs; every key verifies, so a key can
-be rotated in while links signed with the old one are still in people's inboxes.
-
-A recovery link is signed together with its code, so the page it opens must be given
-the code from the same mail: a leaked link alone recovers nothing."""
+"""One-time tokens as self-proving links, `base64url(secret || HMAC)` under the first of
+RELAY_TOKEN_SIGNING_KEYS (any verifies); a recovery link is signed with its code."""
 import base64
 import binascii
 import hashlib

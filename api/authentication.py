@@ -1,6 +1,4 @@
-"""Who is calling, for DRF: `Authorization: Bearer <key>` with an owner's API key or an
-anonymous mailbox's token (mailboxes.keys does the lookup), and the throttle on
-anonymous creation."""
+"""Who is calling, for DRF: a Bearer API key or mailbox token, and anonymous creation's throttle."""
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions, permissions, throttling
 from rest_framework.settings import api_settings
@@ -19,9 +17,7 @@ class Principal(Caller):
 
 
 def bearer_secret(header: str) -> str | None:
-    """The secret of an `Authorization: Bearer <secret>` header (an API key or a mailbox
-    token), or None when the header is no usable bearer credential: the one parser of
-    the API and /mcp."""
+    """The secret of an `Authorization: Bearer` header, or None: the one parser of the API and /mcp."""
     scheme, _, secret = header.partition(" ")
     secret = secret.strip()
     if scheme.lower() != "bearer" or not secret or len(secret) > MAX_KEY_LENGTH:
@@ -48,9 +44,8 @@ class BearerAuthentication(authentication.BaseAuthentication):
 
 
 def challenge(*, credentials_sent: bool) -> str:
-    """The WWW-Authenticate of a 401 (RFC 6750 §3): the realm, and `invalid_token` when
-    credentials were sent and refused, so that a client knows its key is wrong rather
-    than missing (and does not start an OAuth flow Relay does not offer)."""
+    """The WWW-Authenticate of a 401 (RFC 6750 §3): `invalid_token` when credentials were
+    sent and refused."""
     return 'Bearer realm="relay", error="invalid_token"' if credentials_sent else 'Bearer realm="relay"'
 
 
@@ -98,9 +93,7 @@ class AnonymousCreateThrottle(throttling.AnonRateThrottle):
 
 
 class AccountRouteThrottle(throttling.ScopedRateThrottle):
-    """The account routes (sign-up, activation, recovery) per client address, each route
-    its own budget of RELAY_SIGNUP_RATE (the view's `throttle_scope`). Kept in the shared
-    cache, so the limit holds across every web process."""
+    """The account routes per client address, each its own RELAY_SIGNUP_RATE, in the shared cache."""
 
     def get_rate(self) -> str:
         return api_settings.DEFAULT_THROTTLE_RATES[self.scope]

@@ -11,7 +11,7 @@ from api.schema import PAGE_PARAMETERS, paginated
 from api.fields import validated
 from api.pagination import page_response
 from domains.services import domain_create, domain_get, domain_verify, domains_of
-from mailboxes.domain_use import domain_delete
+from mailboxes.domain_removal import domain_delete
 
 
 class DomainCollectionView(APIView):

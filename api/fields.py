@@ -21,9 +21,8 @@ def validated(serializer_class, data) -> dict:
     return serializer.validated_data
 
 
-# Refuses fields it does not know, naming them: a typo such as "ttl" must not silently
-# make a mailbox with the default lifetime. (A comment, not a docstring: the schema
-# would show a docstring as the description of every request body.)
+# Refuses unknown fields, naming them ("ttl" must not silently mean the default). A comment:
+# the schema would show a docstring on every request body.
 class StrictSerializer(serializers.Serializer):
 
     def to_internal_value(self, data):
@@ -122,7 +121,5 @@ class DomainField(StrictCharField):
     pass
 
 
-# What `to` takes: the service's address rule (relay/outbox/header_lines.py). The schema
-# states the same pattern, so a client (or a fuzzer) and the server agree on what an
-# address is.
+# What `to` takes: the service's address rule, stated in the schema too.
 ADDRESS_PATTERN = header_lines.ADDRESS_PATTERN

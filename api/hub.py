@@ -1,11 +1,5 @@
-"""The web process's one Redis subscription, and the waiters it wakes (api/waiting.py):
-held waits, event streams and the MCP server's waits.
-
-It listens on `relay:mailbox:*` (mailboxes/wakeups.py) and wakes the waiters of a mailbox
-when its channel speaks, and on the revocation channel, which wakes every waiter to
-authenticate again. Every waiter also looks again at least every `RECHECK_SECONDS`, so
-a lost event or a Redis outage costs latency, never an answer. Without Redis, waiters
-poll every `POLL_SECONDS`."""
+"""The web process's one Redis subscription (`relay:mailbox:*` and revocations), waking the
+waiters of api/waiting.py; they look again every RECHECK_SECONDS anyway."""
 import asyncio
 import logging
 from collections import defaultdict
@@ -19,10 +13,8 @@ from mailboxes.wakeups import CHANNEL_PREFIX
 logger = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.5
-# With a live subscription no event is lost, so this is only a backstop; each time the
-# subscription (re)connects, every waiter looks at once (events may have been missed).
-# Looking often costs ordinary requests much of their throughput with hundreds of waiters
-# held; every 30 s costs little (docs/benchmarks.md, "Waiting and webhooks").
+# A backstop only: with a live subscription no event is lost, and each (re)connect makes
+# every waiter look at once.
 RECHECK_SECONDS = 30.0
 
 

@@ -1,14 +1,5 @@
-"""Middleware that runs under ASGI without a thread per request (docs/api.md: a held
-`?wait=` request or an event stream must cost a coroutine, not a blocked thread). Each
-is both sync- and async-capable, as Django's own are: one sync-only middleware in the
-chain would park a thread for every request for its whole life.
-
-- JsonErrorsMiddleware: Django answers some errors before any view runs (an unknown
-  route, a body over DATA_UPLOAD_MAX_MEMORY_SIZE, a method on a bare Django view) with an
-  HTML page, and in DEBUG it ignores handler404. Clients of an API want JSON: this turns
-  every such 4xx outside the pages for people into Relay's error format.
-- StaticFilesMiddleware: WhiteNoise (sync only) with an async path that serves static
-  files in a worker thread and passes everything else straight through."""
+"""Middleware both sync- and async-capable, so no request parks a thread: JSON errors for
+what Django answers before a view, and WhiteNoise's static files with an async path."""
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.http import JsonResponse
 from whitenoise.middleware import WhiteNoiseMiddleware

@@ -1,13 +1,5 @@
-"""How many long-poll waits, event streams and MCP waits one account (whichever of its keys
-opened them) or one anonymous mailbox token holds open at once (RELAY_MAX_OPEN_WAITS;
-docs/api.md, "Waiting"). One more is 429 `rate_limited`, and the open ones go on
-undisturbed. Counting per key would let an account multiply the cap by making keys.
-
-Counted across every web process in Redis: one sorted set per caller, a member per open
-wait, scored by when its lease ends. A web process killed mid-wait leaves members behind
-that lapse with their lease; a stream renews its own lease while it stays open. Without
-Redis each process counts its own. If Redis stops answering, waits are let through (and
-logged): an outage must not turn every wait into a 429."""
+"""Open waits per account or mailbox token (RELAY_MAX_OPEN_WAITS, then 429), counted in Redis
+with leases across web processes; each process alone without Redis, let through if it fails."""
 import logging
 import threading
 import uuid
@@ -115,9 +107,9 @@ class OpenWait:
 @contextmanager
 def open_wait(caller):
     """Count one open wait of `caller` while the block runs; RateLimited past the cap."""
-    place = OpenWait(caller_key(caller))
-    place.take()
+    slot = OpenWait(caller_key(caller))
+    slot.take()
     try:
-        yield place
+        yield slot
     finally:
-        place.give_back()
+        slot.give_back()

@@ -1,11 +1,5 @@
-"""The state of the whole system as an operator reads it, for /metrics and the admin's
-first screen: counts by status and state, the oldest owed cleanup, and the last hour's
-cleanups per minute.
-
-Counting a million-row table on every scrape and every page load would make watching
-Relay a load of its own, so the state is read at most once per
-RELAY_METRICS_CACHE_SECONDS and kept in the shared cache: every web process, and every
-scrape within that time, reads the same copy."""
+"""The system's state for /metrics and the admin's first screen, read at most once per
+RELAY_METRICS_CACHE_SECONDS into the shared cache."""
 from datetime import datetime
 
 from django.conf import settings
@@ -13,7 +7,7 @@ from django.core.cache import cache
 
 from expiry.operators import cleanup_oldest_owed_since, cleanups_per_minute
 from mailboxes.models import CleanupState, MailboxStatus
-from mailboxes.selectors import contents_words_owed, mailbox_counts
+from mailboxes.queries import contents_words_owed, mailbox_counts
 from owed.clock import db_now
 from relay.models import OutboxStatus
 from relay.outbox.operators import outbox_counts

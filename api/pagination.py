@@ -5,7 +5,7 @@ from rest_framework.pagination import PageNumberPagination
 from rest_framework.response import Response
 
 from api.serializers import RenderedOnce
-from mailboxes.selectors import OwnerWordSearch
+from mailboxes.queries import OwnerWordSearch
 
 # A page of a list, unless the client asks for another size: also how many a wait's
 # answer and an MCP list tool return.
@@ -30,13 +30,8 @@ class RelayPagination(PageNumberPagination):
 
 
 class CountedWithPage(Paginator):
-    """A paginator that reads the count with the page, in one query (`COUNT(*) OVER ()`
-    beside each row), for a word search: counting apart would repeat the search's whole
-    work, the matching and the owner's mailboxes hashed (docs/benchmarks.md, "Message
-    search"). Not for plain lists, where a count alone is an index-only scan and the page
-    a short ordered one. An OwnerWordSearch reads its page and count in its own written-out
-    statement. The answers are Paginator's: page 1 of nothing is empty, a page past the
-    end is EmptyPage."""
+    """A paginator reading the count with the page (`COUNT(*) OVER ()`), for a word search,
+    whose separate count would repeat the search."""
 
     def page(self, number):
         try:
@@ -46,7 +41,7 @@ class CountedWithPage(Paginator):
         if number < 1:
             raise EmptyPage("That page number is less than 1")
         bottom = (number - 1) * self.per_page
-        if isinstance(self.object_list, OwnerWordSearch):  # written out (mailboxes.selectors)
+        if isinstance(self.object_list, OwnerWordSearch):  # written out (mailboxes.queries)
             rows = self.object_list.page_with_total(bottom, self.per_page)
         else:
             rows = list(self.object_list.annotate(relay_total=Window(Count("*")))[bottom:bottom + self.per_page])
@@ -57,9 +52,8 @@ class CountedWithPage(Paginator):
 
 
 def page_response(request, view, rows, serializer_class, *, count_with_page: bool = False) -> Response:
-    """One page of `rows` as a list route answers it, each rendered by `serializer_class`
-    (at once, where it renders many together). `count_with_page`: the total is read with
-    the page, in one statement (a word search)."""
+    """One page of `rows` as a list route answers it (`count_with_page`: the total read with
+    the page in one statement, for a word search)."""
     paginator = RelayPagination()
     if count_with_page:
         paginator.django_paginator_class = CountedWithPage

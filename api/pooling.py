@@ -1,12 +1,5 @@
-"""Running the API's sync (DRF) views under ASGI without a thread and a database
-connection per request.
-
-Django runs a sync view in a thread of the request's own, made for that request; a
-connection opened there cannot outlive it (config/asgi.py closes them), so every request
-paid for a new PostgreSQL connection: 135 req/s for a trivial authenticated view, against
-919 under WSGI (bench/api.py). `pooled(view)` runs the view in the event loop's shared
-thread pool instead, whose few threads keep their connections from request to request,
-as WSGI workers do."""
+"""Sync (DRF) views under ASGI in the loop's shared thread pool, whose threads keep their
+database connections, instead of a new thread and connection per request."""
 import os
 from concurrent.futures import ThreadPoolExecutor
 from functools import wraps
@@ -15,23 +8,16 @@ from asgiref.sync import sync_to_async
 from django.db import connections
 from django.views.decorators.csrf import csrf_exempt
 
-# Only the ASGI web process pools (config/asgi.py sets it). Under WSGI (manage.py
-# commands, Django's test client) a sync view already has its thread and keeps its
-# connection, and running it elsewhere would move it off the thread whose connection
-# holds the caller's transaction.
+# Only the ASGI web process pools (config/asgi.py): under WSGI a view keeps its own thread,
+# whose connection may hold the caller's transaction.
 SERVING_ASGI = os.environ.get("RELAY_SERVING_ASGI") == "1"
 
-# A domain's verification waits on DNS the caller published (up to
-# RELAY_DNS_TIMEOUT_SECONDS, uncached): it runs in these threads of its own, so a silent
-# nameserver holds them and never the shared ones that serve every other request.
+# A domain's verification waits on DNS a caller published: threads of its own.
 DNS_CHECKS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="dns-checks")
 
 
 def usable_connections() -> None:
-    """Before a pooled call: drop a connection that broke (a database restart, a killed
-    backend) or was left inside a transaction, so the view gets a working one. Kept
-    connections are otherwise reused; the ASGI web process sets CONN_MAX_AGE to 0 for
-    the per-request threads, which does not apply here."""
+    """Before a pooled call: drop a connection that broke or was left in a transaction."""
     for connection in connections.all(initialized_only=True):
         if connection.connection is None:
             continue

@@ -62,10 +62,8 @@ def paginated(serializer_class: type[serializers.Serializer]) -> type[serializer
 
 
 def add_error_responses(result: dict, generator, request, public) -> dict:
-    """drf-spectacular postprocessing hook: every operation documents the error format
-    for each error status it can answer (and 503 where the backend is called); request
-    bodies allow no other properties than their own (unknown fields are a 400); the send
-    operations link their 202 to the outbox entry they made."""
+    """drf-spectacular hook: each operation's error statuses, closed request bodies, and the
+    sends' 202 linked to their outbox entry."""
     schemas = result.setdefault("components", {}).setdefault("schemas", {})
     schemas["Error"] = ERROR_SCHEMA
     _ttl_for_the_caller(schemas, request)
@@ -117,9 +115,8 @@ def _ttl_for_the_caller(schemas: dict, request) -> None:
 
 
 def _blank_allowed_plainly(prop: dict) -> dict:
-    """drf-spectacular renders a blank-allowed string as oneOf [the string, a string of
-    maxLength 0]; "" matches both, which makes it invalid under oneOf. The first already
-    allows "" (it has no minLength), so it is the whole schema."""
+    """A blank-allowed string as the string alone: drf-spectacular's oneOf with maxLength 0
+    makes "" match twice, which oneOf refuses."""
     branches = prop.get("oneOf")
     if (isinstance(branches, list) and len(branches) == 2 and branches[1] == {"type": "string", "maxLength": 0}
             and not branches[0].get("minLength")):

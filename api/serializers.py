@@ -1,7 +1,5 @@
-"""Input and output shapes of the mailbox and message routes. Input serializers check the
-format; the rules of the domain (TTL bounds per plan, addresses never reused) are the
-services' to enforce. The account routes' shapes are api/account_serializers.py, the
-webhooks' api/webhook_serializers.py; the fields they share are api/fields.py."""
+"""Shapes of the mailbox and message routes: input serializers check the format, the
+services the domain's rules."""
 import json
 
 from django.core.validators import RegexValidator
@@ -25,7 +23,7 @@ from api.fields import (
 )
 from api.schema import ttl_bounds
 from mailboxes.models import Direction, MailboxStatus
-from mailboxes.selectors import MAILBOX_ORDERINGS
+from mailboxes.queries import MAILBOX_ORDERINGS
 from mailboxes.mail_format import header, lineage_of
 from relay.inbound.attachments import without_format_characters
 from relay.authentication import RESULTS, nothing_known
@@ -141,7 +139,7 @@ class MessageSearchQuerySerializer(serializers.Serializer):
 
     @staticmethod
     def filters(query: dict) -> dict:
-        """The validated query as mailboxes.selectors.message_search's keywords."""
+        """The validated query as mailboxes.caller_reads.message_search's keywords."""
         return {"words": query.get("q", ""), "sender": query.get("sender", ""), "subject": query.get("subject", ""),
                 "since": query.get("since"), "until": query.get("until"), "unread": query["unread"],
                 "authenticated": query["authenticated"], "after": query.get("after"),
@@ -149,10 +147,7 @@ class MessageSearchQuerySerializer(serializers.Serializer):
 
 
 class WaitQuerySerializer(MessageSearchQuerySerializer):
-    """`?wait=S&after=MID` on the message list (docs/api.md), with the list's search filters
-    (waiting for the first new message that matches). Query values are text, so these
-    are integer fields with the bounds the schema states, and `after=` is a 400 like any
-    malformed value."""
+    """`?wait=S&after=MID` with the list's search filters; integers within the schema's bounds."""
 
     wait = QueryIntegerField(min_value=0, max_value=60)
     page = QueryIntegerField(min_value=1, max_value=999_999_999, required=False, default=1)
@@ -164,12 +159,8 @@ class EventsQuerySerializer(serializers.Serializer):
 
 
 class RenderedOnce:
-    """For a serializer that only renders plain values (no context, no nested
-    serializers): `represent(instance)` is what `Serializer(instance).data` holds, from
-    fields built and bound once per class. DRF deep-copies every declared field for each
-    serializer it makes, which was most of rendering a mailbox and a tenth of a GET's
-    CPU (docs/benchmarks.md, "API"). These fields keep no state while rendering, so the
-    threads serving requests may share them."""
+    """For a serializer of plain values: `represent(instance)` renders from fields bound once
+    per class (DRF deep-copies every field per serializer); the fields keep no state."""
 
     @classmethod
     def represent(cls, instance) -> dict:
@@ -189,9 +180,7 @@ class RenderedOnce:
         return [cls.represent(instance) for instance in instances]
 
 
-# A mailbox as clients see it. A plain serializer with its fields declared, not a
-# ModelSerializer, which introspects the model on every instance, a large part of a
-# GET's time (docs/benchmarks.md, "API").
+# Plain fields, not a ModelSerializer, which introspects the model for every instance.
 class MailboxSerializer(RenderedOnce, serializers.Serializer):
     id = serializers.UUIDField(read_only=True)
     address = serializers.CharField(read_only=True, max_length=320)
@@ -298,7 +287,11 @@ class MessageDetailSerializer(MessageSummarySerializer):
     links = serializers.SerializerMethodField(help_text="Links from the HTML and the text, in order, each once.")
     authentication = serializers.SerializerMethodField(
         help_text="SPF, DKIM and DMARC as found when the message was received, and the verdict.")
-    message_id = serializers.SerializerMethodField(help_text="Its Message-ID, without the angle brackets.")
+    message_id = serializers.SerializerMethodField(
+        help_text="Its Message-ID header, without the angle brackets (the same as header_message_id; elsewhere "
+                  "message_id is a message's number in Relay).")
+    header_message_id = serializers.SerializerMethodField(help_text="Its Message-ID header, without the angle "
+                                                                    "brackets.")
     in_reply_to = serializers.SerializerMethodField(help_text="The Message-ID it answers.")
     references = serializers.SerializerMethodField(help_text="The Message-IDs of the conversation before it.")
     cc = serializers.CharField(source="cc_header")
@@ -308,8 +301,12 @@ class MessageDetailSerializer(MessageSummarySerializer):
                                                                 "skipped.")
 
     @extend_schema_field(serializers.CharField(allow_null=True))
-    def get_message_id(self, message) -> str | None:
+    def get_header_message_id(self, message) -> str | None:
         return message.message_id or None
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_message_id(self, message) -> str | None:
+        return self.get_header_message_id(message)
 
     @extend_schema_field(serializers.CharField(allow_null=True))
     def get_in_reply_to(self, message) -> str | None:

@@ -25,10 +25,10 @@ from api.serializers import (
     MessageSearchQuerySerializer,
     MessageSummarySerializer,
 )
-from mailboxes import access, selectors, services
+from mailboxes import caller_reads, changes, queries
 from mailboxes.ending import mailbox_delete
 from mailboxes.errors import NotFound
-from mailboxes.services import LABEL_FIELDS
+from mailboxes.changes import LABEL_FIELDS
 from relay.inbound.attachments import SAFETY_HEADERS, attachment_of, safe_filename, served_content_type
 from relay.models import OutboxMail
 from relay.outbox.outbound import outbound_get, outbound_list, outbound_queue
@@ -122,7 +122,7 @@ class MailboxCollectionView(APIView):
     )
     def get(self, request):
         query = validated(MailboxListQuerySerializer, request.query_params)
-        mailboxes = access.mailbox_list(
+        mailboxes = caller_reads.mailbox_list(
             caller=request.user, include_expired=query["include_expired"], status=query.get("status"),
             tags=query.get("tag", []), text=query.get("q", ""), created_after=query.get("created_after"),
             created_before=query.get("created_before"), ordering=query["ordering"])
@@ -156,7 +156,7 @@ class MailboxDetailView(APIView):
     def patch(self, request, mailbox_id):
         mailbox = reading.mailbox_open(caller=request.user, mailbox_id=mailbox_id)
         labels = validated(MailboxPatchSerializer, request.data)
-        return Response(MailboxSerializer.represent(services.mailbox_label(mailbox=mailbox, labels=labels)))
+        return Response(MailboxSerializer.represent(changes.mailbox_label(mailbox=mailbox, labels=labels)))
 
     @extend_schema(operation_id="mailboxes_delete", summary="Delete a mailbox: it stops receiving and is deprovisioned", responses={204: None})
     def delete(self, request, mailbox_id):
@@ -171,7 +171,7 @@ class MailboxRenewView(APIView):
     def post(self, request, mailbox_id):
         mailbox = reading.mailbox_open(caller=request.user, mailbox_id=mailbox_id)
         body = validated(MailboxRenewSerializer, request.data)
-        mailbox = services.mailbox_renew(mailbox=mailbox, plan=request.user.plan, ttl_ms=body.get("ttl_ms"))
+        mailbox = changes.mailbox_renew(mailbox=mailbox, plan=request.user.plan, ttl_ms=body.get("ttl_ms"))
         return Response(MailboxSerializer.represent(mailbox))
 
 
@@ -233,15 +233,15 @@ class MessageDetailView(APIView):
                    responses=MessageDetailSerializer)
     def get(self, request, mailbox_id, message_id):
         mailbox = reading.mailbox_open(caller=request.user, mailbox_id=mailbox_id)
-        message = selectors.message_get(mailbox=mailbox, message_id=message_id)
-        services.message_mark_read(message=message)
+        message = queries.message_get(mailbox=mailbox, message_id=message_id)
+        changes.message_mark_read(message=message)
         base_url = request.build_absolute_uri("/").rstrip("/")
         return Response(MessageDetailSerializer(message, context={"base_url": base_url}).data)
 
     @extend_schema(operation_id="messages_delete", summary="Delete a message", responses={204: None})
     def delete(self, request, mailbox_id, message_id):
         mailbox = reading.mailbox_open(caller=request.user, mailbox_id=mailbox_id)
-        if not services.message_delete(mailbox=mailbox, message_id=message_id):
+        if not changes.message_delete(mailbox=mailbox, message_id=message_id):
             raise NotFound()
         return Response(status=status.HTTP_204_NO_CONTENT)
 
@@ -250,7 +250,7 @@ class MessageRawView(APIView):
     @extend_schema(operation_id="messages_raw", summary="The exact bytes received", responses={(200, "message/rfc822"): OpenApiTypes.BINARY})
     def get(self, request, mailbox_id, message_id):
         mailbox = reading.mailbox_open(caller=request.user, mailbox_id=mailbox_id)
-        raw = selectors.message_raw(mailbox=mailbox, message_id=message_id)
+        raw = queries.message_raw(mailbox=mailbox, message_id=message_id)
         return HttpResponse(raw, content_type="message/rfc822")
 
 
@@ -259,7 +259,7 @@ class AttachmentView(APIView):
                    responses={(200, "*/*"): OpenApiTypes.BINARY})
     def get(self, request, mailbox_id, message_id, attachment_id):
         mailbox = reading.mailbox_open(caller=request.user, mailbox_id=mailbox_id)
-        found = attachment_of(selectors.message_raw(mailbox=mailbox, message_id=message_id), attachment_id)
+        found = attachment_of(queries.message_raw(mailbox=mailbox, message_id=message_id), attachment_id)
         if found is None:
             raise NotFound("No such attachment.")
         meta, payload = found

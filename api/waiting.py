@@ -1,9 +1,5 @@
-"""Waiting for mail without a thread per waiter (docs/api.md): `GET …/messages?wait=S&after=MID`
-and the event stream `GET …/events`. Both are async views; the rest of the API stays
-DRF's.
-
-Waiters are woken by the web process's one Redis subscription (api/hub.py) and then read
-the database, which stays the record."""
+"""Waiting for mail without a thread per waiter: `GET …/messages?wait=S` and the event
+stream `GET …/events`, async views woken by the web process's one Redis subscription."""
 import json
 import logging
 import time
@@ -20,7 +16,7 @@ from api.pagination import PAGE_SIZE
 from api.pooling import in_pool
 from api.serializers import (EventsQuerySerializer, MessageDetailSerializer, MessageSummarySerializer,
                              WaitQuerySerializer, message_codes)
-from mailboxes import selectors, services
+from mailboxes import changes, queries
 from mailboxes.errors import Forbidden, RelayError
 from mailboxes.models import Direction, Mailbox, MailboxStatus
 from owed.clock import db_now
@@ -65,23 +61,16 @@ def _count_after(mailbox, after: int, search: dict) -> int:
     return _messages_after(mailbox, after, search, lambda rows: rows.count())
 
 
-def _open(caller, mailbox_id, after: int = 0) -> Mailbox:
-    """Before a wait or a stream reads anything for a mailbox: the caller may see it and it
-    is live (NotFound, MailboxExpired), `after` is one of its messages (400), and then,
-    where a mail server holds the mail, what it delivered a moment ago is read
-    (relay/mailserver/); later news comes by the poll's wake-up. Ownership comes first, so
-    a stranger's wait never makes the mail server read someone else's mailbox."""
+def _open_fresh(caller, mailbox_id, after: int = 0) -> Mailbox:
+    """Open the mailbox for a wait or a stream (relay.reading.mailbox_open), with the mail
+    server's newest deliveries; later news comes by the poll's wake-up."""
     return reading.mailbox_open(caller=caller, mailbox_id=mailbox_id, after=after, fresh=True)
 
 
-def _look(authenticate, mailbox_id, after: int, *, ascending: bool, page: int = 1, size: int = MAX_RESULTS,
+def _messages_now(authenticate, mailbox_id, after: int, *, ascending: bool, page: int = 1, size: int = MAX_RESULTS,
           search: dict | None = None, caller: Principal | None = None):
-    """The mailbox as it is now (expired on the spot if due: raises MailboxExpired) and
-    one page of its messages after `after` that match `search` (message_search's filters).
-    The caller is authenticated again (`authenticate()`) on every look after a wait
-    (`caller` is given only to a look right after its authentication), so a key revoked
-    while its request is held is refused (401/403) at the next look (docs/api.md, "Keys
-    and revocation")."""
+    """The mailbox now (MailboxExpired once it ended) and a page of its messages after
+    `after`; authenticated again at each look after a wait, so a revoked key is refused."""
     caller = caller or authenticate()
     mailbox = reading.mailbox_open(caller=caller, mailbox_id=mailbox_id)
     return mailbox, _new_messages(mailbox, after, ascending=ascending, page=page, size=size, search=search)
@@ -93,9 +82,7 @@ async def _start(request, mailbox_id, query_serializer) -> tuple[Principal, dict
 
 
 def error_response(exc: Exception, request) -> JsonResponse:
-    """The error body (docs/api.md, "Errors") for what the async views can meet: bad
-    credentials (401/403), a bad query (400), a domain error (404, 410) or too many open
-    waits (429)."""
+    """The error body (docs/api.md, "Errors") for what the async views can meet."""
     if isinstance(exc, exceptions.APIException) and not isinstance(exc, exceptions.ValidationError):
         response = JsonResponse(error_body(exc.status_code, str(exc.detail)), status=exc.status_code)
         if exc.status_code == 401:
@@ -104,16 +91,12 @@ def error_response(exc: Exception, request) -> JsonResponse:
     return json_error_response(exc)
 
 
-async def hold(caller, mailbox_id, seconds: float, look):
-    """Call `look(caller)` (in the pool; `caller` is None after a wait, for the look to
-    authenticate again) until it finds something or `seconds` pass, woken by the
-    mailbox's channel in between; `(mailbox, found)` from the last look. Holds one of the
-    caller's open-wait places meanwhile (429 past RELAY_MAX_OPEN_WAITS), given back
-    however the wait ends, a client that went away included. The look raises
-    MailboxExpired once the mailbox ends, so an expiry ends the wait."""
+async def wait_until_found(caller, mailbox_id, seconds: float, look):
+    """Call `look(caller)` until it finds something or `seconds` pass, woken by the mailbox's
+    channel; an open-wait slot held meanwhile. `caller` is None after a wait: authenticate again."""
     deadline = time.monotonic() + seconds
-    place = OpenWait(caller_key(caller))
-    await in_pool(place.take)()
+    open_wait = OpenWait(caller_key(caller))
+    await in_pool(open_wait.take)()
     try:
         event = hub.register(mailbox_id)
         try:
@@ -129,21 +112,20 @@ async def hold(caller, mailbox_id, seconds: float, look):
         finally:
             hub.unregister(mailbox_id, event)
     finally:
-        place.give_back()  # one quick Redis call
+        open_wait.give_back()  # one quick Redis call
 
 
 # --- GET /mailboxes/{id}/messages?wait=S&after=MID -----------------------------------------------
 async def wait_for_messages(request, mailbox_id):
-    """Messages after `after` (all when absent) that match the search filters, newest
-    first, held up to `wait` seconds until there is one. 410 if the mailbox expires
-    meanwhile, 404 if it is deleted; 429 past the caller's open waits."""
+    """Messages after `after` matching the filters, newest first, held up to `wait` seconds
+    until there is one (410 if the mailbox expires meanwhile, 429 past the open waits)."""
     try:
         caller, query = await _start(request, mailbox_id, WaitQuerySerializer)
         search = WaitQuerySerializer.filters(query)
         # Checked once, here; each look then only asks for ids above it.
         after = search.pop("after") or 0
-        await in_pool(_open)(caller, mailbox_id, after)
-        mailbox, results = await hold(caller, mailbox_id, query["wait"], lambda authenticated: _look(
+        await in_pool(_open_fresh)(caller, mailbox_id, after)
+        mailbox, results = await wait_until_found(caller, mailbox_id, query["wait"], lambda authenticated: _messages_now(
             lambda: _principal_of(request), mailbox_id, after, ascending=False, page=query["page"],
             size=query["page_size"], search=search, caller=authenticated))
         count = await in_pool(_count_after)(mailbox, after, search)
@@ -153,12 +135,10 @@ async def wait_for_messages(request, mailbox_id):
 
 
 # --- the first message to come (the MCP server's wait_for_message and wait_for_code) --------------
-def _look_first(authenticate, base_url: str, mailbox_id, cursor: list[int], search: dict, with_code: bool,
+def _first_message_now(authenticate, base_url: str, mailbox_id, cursor: list[int], search: dict, with_code: bool,
                 caller: Principal | None):
-    """The oldest message after `cursor[0]` that matches `search` (and holds a code, if
-    `with_code`), whole as the message route shows it (its download URLs under
-    `base_url`), marked read; None if there is none yet. Messages without a code are passed
-    over for good: the cursor moves past them. The caller is authenticated as by _look."""
+    """The oldest message after `cursor[0]` matching `search` (with a code, if `with_code`:
+    the cursor moves past those without), whole and marked read; None if none yet."""
     caller = caller or authenticate()
     mailbox = reading.mailbox_open(caller=caller, mailbox_id=mailbox_id)
     candidates = _messages_after(mailbox, cursor[0], search, lambda rows: list(
@@ -167,26 +147,21 @@ def _look_first(authenticate, base_url: str, mailbox_id, cursor: list[int], sear
         if with_code and not message_codes(message):
             cursor[0] = message.id
             continue
-        services.message_mark_read(message=message)
+        changes.message_mark_read(message=message)
         return mailbox, MessageDetailSerializer(message, context={"base_url": base_url}).data
     return mailbox, None
 
 
 async def first_message(*, caller: Principal, authenticate, base_url: str, mailbox_id, seconds: float, filters: dict,
                         with_code: bool = False):
-    """The first message to match `filters` (the wait route's query: `from`, `subject`,
-    `after`, …), one already there included, held up to `seconds` until one comes: the
-    message whole (as GET …/messages/{mid} shows it, and marked read), or None. Raises
-    what the wait route answers with: 401/403, 400 for a bad filter or `after`, 404, 410,
-    429. `caller`: the credentials as authenticated a moment ago; `authenticate()`
-    authenticates them again after each wait; `base_url`: where the caller reaches the
-    API, which the message's download URLs start with. The MCP tools' wait_for_message
-    and wait_for_code."""
+    """The first message matching `filters` (the wait route's query), held up to `seconds`:
+    whole and marked read, or None; raises what the wait route answers. MCP's
+    wait_for_message and wait_for_code; `base_url` starts its download URLs."""
     search = WaitQuerySerializer.filters(validated(WaitQuerySerializer, {**filters, "wait": 0}))
     after = search.pop("after") or 0
-    await in_pool(_open)(caller, mailbox_id, after)
+    await in_pool(_open_fresh)(caller, mailbox_id, after)
     cursor = [after]
-    _, found = await hold(caller, mailbox_id, seconds, lambda authenticated: _look_first(
+    _, found = await wait_until_found(caller, mailbox_id, seconds, lambda authenticated: _first_message_now(
         authenticate, base_url, mailbox_id, cursor, search, with_code, authenticated))
     return found
 
@@ -199,7 +174,7 @@ def _sse(event: str, data: dict, event_id: int | None = None) -> str:
 
 def _latest_id(caller, mailbox_id) -> int:
     mailbox = reading.mailbox_open(caller=caller, mailbox_id=mailbox_id)
-    return selectors.message_list(mailbox=mailbox).values_list("id", flat=True).first() or 0
+    return queries.message_list(mailbox=mailbox).values_list("id", flat=True).first() or 0
 
 
 def _ended(caller, mailbox_id) -> dict:
@@ -213,20 +188,19 @@ def _ended(caller, mailbox_id) -> dict:
 
 
 async def mailbox_events(request, mailbox_id):
-    """text/event-stream: `message` events (id = the message's id), a comment every
-    HEARTBEAT_SECONDS, and `expired` when the mailbox ends, which closes the stream.
-    `Last-Event-ID` resumes after that message; without it, only new mail is sent."""
+    """text/event-stream: `message` events (id = the message's id), heartbeats, and
+    `expired`, which closes it. `Last-Event-ID` resumes after that message."""
     if request.method != "GET":
         return HttpResponseNotAllowed(["GET"])
     try:
         caller, _ = await _start(request, mailbox_id, EventsQuerySerializer)
         # Checked before the stream starts, so a wrong id is a plain 404/410.
-        await in_pool(_open)(caller, mailbox_id)
+        await in_pool(_open_fresh)(caller, mailbox_id)
         resume = request.headers.get("Last-Event-ID", "").strip()
         after = int(resume) if resume.isdigit() and len(resume) < 19 else await in_pool(_latest_id)(
             caller, mailbox_id)
-        place = OpenWait(caller_key(caller))
-        await in_pool(place.take)()
+        open_wait = OpenWait(caller_key(caller))
+        await in_pool(open_wait.take)()
     except (exceptions.APIException, RelayError) as exc:
         return error_response(exc, request)
 
@@ -238,7 +212,7 @@ async def mailbox_events(request, mailbox_id):
             yield ": connected\n\n"
             while True:
                 try:
-                    mailbox, results = await in_pool(_look)(lambda: _principal_of(request), mailbox_id, after,
+                    mailbox, results = await in_pool(_messages_now)(lambda: _principal_of(request), mailbox_id, after,
                                                            ascending=True)
                 except (exceptions.APIException, Forbidden) as exc:
                     # The key was revoked, or its account suspended, while the stream was open.
@@ -257,13 +231,13 @@ async def mailbox_events(request, mailbox_id):
                 if time.monotonic() - last_sent >= HEARTBEAT_SECONDS:
                     yield ": keep-alive\n\n"
                     last_sent = time.monotonic()
-                    await in_pool(place.renew)()
+                    await in_pool(open_wait.renew)()
                 until_expiry = await in_pool(_seconds_until)(mailbox.expires_at) + 0.05
                 heartbeat_in = HEARTBEAT_SECONDS - (time.monotonic() - last_sent)
                 await hub.wait(event, max(0.0, min(until_expiry, heartbeat_in)))
         finally:
             hub.unregister(mailbox_id, event)
-            place.give_back()
+            open_wait.give_back()
 
     response = StreamingHttpResponse(stream(), content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"

@@ -118,7 +118,7 @@ def ingest_cost(count: int) -> tuple[float, float]:
     (contents_index_words, in batches)."""
     from accounts.services import account_create_with_key
     from mailboxes.keys import Caller
-    from mailboxes.services import contents_index_words
+    from mailboxes.changes import contents_index_words
     from mailboxes.creation import mailbox_create
     from relay.backends import get_backend
     from mailboxes.storing import recipient_by_address

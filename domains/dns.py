@@ -1,11 +1,5 @@
-"""Every DNS look-up Relay makes goes through here: the resolvers of RELAY_DNS_RESOLVERS
-(the system's when unset), within a budget of RELAY_DNS_TIMEOUT_SECONDS for all the
-look-ups of one message or one verification.
-
-The cached resolver is also installed as dnspython's default, so the libraries that look
-up on their own (pyspf; dkimpy and authheaders when not handed a function) use the same
-servers. Its cache keeps answers as long as their TTLs allow; a verification asks
-uncached, since its user has just published the records."""
+"""Every DNS look-up goes through here: RELAY_DNS_RESOLVERS within one budget per message or
+verification, installed as dnspython's default (verifications ask uncached)."""
 import threading
 import time
 

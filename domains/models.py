@@ -1,6 +1,4 @@
-"""A domain of one's own (docs/api.md, "Domains"): a name an account proves it holds by
-publishing the records Relay asks for, after which its mailboxes may live there and the
-mail they send is signed with the domain's key."""
+"""A domain of one's own (docs/api.md, "Domains"), proven by the records Relay asks for."""
 import uuid
 
 from django.db import models
@@ -22,9 +20,7 @@ class Domain(models.Model):
     verified_at = models.DateTimeField(null=True, blank=True)
     # The DKIM selector the key was published under (RELAY_DKIM_SELECTOR when it was made).
     selector = models.CharField(max_length=63)
-    # The public key as a DKIM record's p= (base64 of the DER SubjectPublicKeyInfo), and
-    # the private key, PEM, encrypted with a key derived from DJANGO_SECRET_KEY
-    # (domains/keys.py): never in the clear in the database.
+    # DKIM's p= value, and the private key sealed with a key derived from DJANGO_SECRET_KEY.
     dkim_public_key = models.TextField()
     dkim_private_key = models.TextField()
     # What the last verification found for each record (domains/records.py): {kind: status}.

@@ -1,6 +1,4 @@
-"""Domains of one's own: add one (its key pair made and sealed), list, look at, verify
-by DNS. Removing one is mailboxes.domain_use.domain_delete, since it may not go while
-mailboxes live on it."""
+"""Domains of one's own: add (a sealed key pair made), list, look at, verify by DNS."""
 import logging
 import re
 from datetime import timedelta
@@ -24,9 +22,8 @@ NAME_RE = re.compile(rf"({_LABEL}\.)+[a-z]([a-z0-9-]{{0,61}}[a-z0-9])?")
 
 
 def name_check(name: str) -> str:
-    """`name` lowercased, without a final dot, if it may be added: a domain name of two
-    labels or more (ASCII; an international name in its xn-- form), not one of
-    RELAY_DOMAINS nor under one. InvalidRequest naming `name` otherwise."""
+    """`name` lowercased without a final dot, if it may be added (two labels or more, ASCII,
+    not under RELAY_DOMAINS); InvalidRequest otherwise."""
     name = name.strip().lower().removesuffix(".")
     if len(name) > 253 or not NAME_RE.fullmatch(name):
         raise InvalidRequest("name must be a domain name such as mail.example.com (ASCII; xn-- for an "
@@ -55,12 +52,8 @@ def claims_purge_lapsed() -> int:
 
 
 def domain_create(*, owner: Account, name: str) -> Domain:
-    """Claim `name` for `owner`, pending until verified. Other accounts may claim the
-    same name meanwhile, each with its own key: the first to publish its records and
-    verify wins it, and the other claims go (domain_verify). A name another account has
-    verified, or that this one already claimed, is Conflict; a pending claim says
-    nothing to anyone else. At most RELAY_MAX_DOMAINS of the owner's plan
-    (QuotaExceeded), lapsed claims not counted."""
+    """Claim `name` for `owner`, pending until verified; other accounts may claim it too and
+    the first to verify wins. Conflict if verified elsewhere; at most the plan's domains."""
     name = name_check(name)
     limit = plan_limit(owner.plan, "domains")
     lapsed = claims_lapsed(db_now()).filter(Q(owner=owner) | Q(name=name)).delete()[0]
@@ -100,9 +93,8 @@ def domain_get(*, owner: Account, domain_id) -> Domain:
     return domain
 
 
-# Verifications one account may start in a minute of the database's clock (a fixed
-# window: across a minute's end, twice as many may come close together): each is up to
-# RELAY_DNS_TIMEOUT_SECONDS of uncached look-ups at names the caller chose.
+# Verifications an account may start in a minute of the database's clock: each is
+# uncached look-ups at names the caller chose.
 VERIFIES_PER_MINUTE = 6
 
 
@@ -124,9 +116,8 @@ def _verify_budget_spend(owner: Account) -> None:
 
 
 def domain_verify(*, owner: Account, domain_id) -> Domain:
-    """Look the domain's records up and keep what was found. Verified once its MX and
-    DKIM records match; a verified domain stays verified (its mailboxes live on), and a
-    new check only reports. At most VERIFIES_PER_MINUTE an account (QuotaExceeded)."""
+    """Look the domain's records up: verified once MX and DKIM match, and it stays verified.
+    At most VERIFIES_PER_MINUTE an account."""
     domain = domain_get(owner=owner, domain_id=domain_id)
     _verify_budget_spend(owner)
     found = records.check(domain)

@@ -1,7 +1,5 @@
-"""The operator's admin for mailboxes and their cleanups. Rows are read-only: a status or
-a cleanup state changes only through the actions and buttons here, which call the same
-services as the API and the workers, so no edit can mark a dead letter done without
-deprovisioning it."""
+"""The operator's admin for mailboxes and their cleanups: read-only rows, changed only by
+actions calling the same services as the API and the workers."""
 from django.contrib import admin, messages
 from django.db.models import F
 from django.http import HttpResponseNotAllowed, HttpResponseRedirect
@@ -58,9 +56,7 @@ class CleanupStateFilter(admin.SimpleListFilter):
 
 @admin.register(Cleanup)
 class CleanupAdmin(DeadLettersFirstAdmin):
-    """Dead letters first, then the most recently queued. A row opens as a read-only case
-    file with the buttons that apply to it: Retry cleanup for a dead letter, Expire now
-    for a mailbox still active."""
+    """Dead letters first; a row opens read-only with the buttons that apply to it."""
 
     list_display = ["address", "status", "cleanup_state", "attempts", "short_error", "cleanup_queued_at"]
     list_filter = [CleanupStateFilter, "status"]

@@ -1,12 +1,5 @@
-"""Beat's scheduler: django-celery-beat's, with the schedule's last run never taken from
-the future.
-
-The last run is stored in the database by whichever beat ran it, on that beat's clock. A
-beat whose clock is minutes slow (or one started after a beat whose clock ran fast)
-would otherwise wait until its own clock passed that instant, sending no sweep for
-minutes (docs/architecture.md, "One clock"). A last run ahead of this beat's clock is
-taken as a run one interval ago, so an interval task is due at once; a crontab task is
-taken as run now and keeps its next slot."""
+"""Beat's scheduler: django-celery-beat's, with a stored last run ahead of this beat's clock
+taken as due now (docs/architecture.md, "One clock")."""
 from celery import schedules
 from celery.utils.time import maybe_make_aware
 from django_celery_beat.schedulers import DatabaseScheduler, ModelEntry, logger

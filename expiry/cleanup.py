@@ -1,10 +1,5 @@
-"""The cleanup of one mailbox: deprovision it on the mail backend, once.
-
-A cleanup is owed work (owed/, mailboxes.models.CLEANUPS): a task runs it only after
-taking the row, a compare-and-set from `pending` to `running` under a fresh claim that
-counts the attempt. A duplicate message, a redelivery or a second worker finds nothing
-to take and stops; the outcome is recorded only by the runner still holding the claim.
-The attempt count lives in the row, where no lost message can reset it."""
+"""The cleanup of one mailbox: deprovision it on the mail backend once, as owed work
+(mailboxes.models.CLEANUPS)."""
 import logging
 import uuid
 from datetime import timedelta
@@ -41,13 +36,8 @@ class CleanupOutcome(StrEnum):
 
 
 def mailbox_cleanup(*, mailbox_id, retries: int = 0) -> CleanupOutcome:
-    """Deprovision one mailbox, if its cleanup is pending and nobody else runs it.
-    `retries`: how many times the task already retried (its next wait grows with it).
-
-    Raises TransientBackendError when attempts remain and the caller should retry; the
-    row then goes back to pending, leased past the longest the retry may wait. Anything
-    else the backend raises is recorded and re-raised: the task fails, the lease lapses,
-    and a sweep tries again, each try counted, until the cleanup is dead."""
+    """Deprovision one mailbox if its cleanup is pending and nobody else runs it. Raises
+    TransientBackendError to retry (the row leased past the retry's wait)."""
     taken = _take(mailbox_id)
     # A task queued before the mailbox was due expires it itself once it is.
     if taken is None and mailboxes_expire_due(mailbox_ids=[mailbox_id], announce=False):
@@ -93,13 +83,8 @@ def mailbox_cleanup(*, mailbox_id, retries: int = 0) -> CleanupOutcome:
 
 
 def mailboxes_cleanup(*, mailbox_ids: list, expire_due: bool = False) -> dict[str, int]:
-    """A batch of cleanups, where a deprovision calls no server (expiry.dispatch.
-    cleanups_per_task): the pending ones among `mailbox_ids` taken with one claim (FOR
-    UPDATE SKIP LOCKED: a row another run holds is left to it), each deprovisioned, the
-    done ones settled in one statement. One that fails is settled alone, as
-    mailbox_cleanup would (a dead letter, or given back and queued again on its own).
-    `expire_due`: a batch scheduled for its mailboxes' due instant first expires those of
-    them that are due, in one statement. Returns how many ended done and dead."""
+    """A batch of cleanups where a deprovision calls no server: taken with one claim, each
+    deprovisioned, the done settled in one statement, a failure settled alone."""
     now = db_now()
     if expire_due:
         mailboxes_expire_due(mailbox_ids=mailbox_ids, now=now, announce=False)
@@ -138,13 +123,8 @@ def mailboxes_cleanup(*, mailbox_ids: list, expire_due: bool = False) -> dict[st
 
 
 def _queue_left_over(mailbox_ids: set, *, now) -> None:
-    """What a batch did not take. A row another transaction held at that instant may be
-    a second run of the same batch, which then has it; or a short write of the API's,
-    such as a delete of a mailbox a read expired a moment earlier, whose cleanup nobody
-    else would take before its lease lapsed (two minutes). Those still pending are queued
-    on their own: a single cleanup's take waits for the row instead of skipping it. And a
-    scheduled batch whose timer fired a hair before some of its mailboxes were due comes
-    back for those at their instant (as mailbox_cleanup's EARLY)."""
+    """What a batch did not take: those still pending are queued on their own, and mailboxes
+    its timer reached a hair early come back at their instant."""
     if not mailbox_ids:
         return
     rows = Mailbox.objects.filter(id__in=mailbox_ids).filter(

@@ -1,9 +1,5 @@
-"""Which Celery task runs which cleanup, and when: expiry's dispatch.
-
-mailboxes/ ends a mailbox and records the cleanup it owes (mailboxes.ending); it says so
-with the `mailboxes_ended` signal, and this module queues the cleanup tasks once that
-transaction commits. The sweep and the cleanup tasks queue through here too. A publish
-that fails is only logged: the cleanup's lease lapses and a sweep queues it again."""
+"""Which Celery task runs which cleanup, and when: queued once the transaction that ended
+the mailboxes commits (a failed publish is the sweep's to redo)."""
 import logging
 import time
 from datetime import datetime, timedelta
@@ -27,16 +23,13 @@ SCHEDULED_BATCH_SPAN = timedelta(milliseconds=50)
 
 
 def cleanups_per_task() -> int:
-    """A batch where deprovisioning calls no server (the local backend's mailboxes are
-    Relay's rows alone); else one per task, each call with its own slot under the
-    backend's limit, its own retries and its own dead letter."""
+    """A batch where a deprovision calls no server, else one per task."""
     return 1 if keeps_accounts() else CLEANUP_BATCH
 
 
 def publish_cleanups(mailbox_ids: list, *, etas: list[datetime] | None = None, batch: int | None = None) -> None:
-    """Queue the expire tasks of these cleanups over one broker connection: one each, or
-    `batch` (cleanups_per_task) each. With `etas`, each task runs at its mailboxes' due
-    instant and first expires those that are due."""
+    """Queue the expire tasks of these cleanups over one connection (`etas`: each at its
+    mailboxes' due instant)."""
     batch = batch or cleanups_per_task()
     if etas:
         tasks = _scheduled_batches(mailbox_ids, etas, batch)
@@ -91,9 +84,7 @@ _last_queue_length_warning = 0.0
 
 
 def queue_length(name: str) -> int | None:
-    """Messages waiting in the queue `name`: 0 for an empty one (on Redis an empty queue
-    is a missing key, which a passive declare reports as not found), None when the
-    broker cannot answer."""
+    """Messages waiting in queue `name` (0 when empty), or None when the broker cannot answer."""
     global _last_queue_length_warning
     try:
         with current_app.connection_for_read() as conn:

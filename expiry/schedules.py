@@ -1,11 +1,5 @@
-"""Every beat schedule Relay needs, kept in django-celery-beat's tables: the expiry and
-webhook sweeps, the search words' backstop, and the daily tasks. One table, one
-installer, the tasks named by their names (relay/task_names.py; this module imports
-none of them).
-
-Installed by a migration so a fresh deployment needs no manual step, and brought in line
-with the settings after every `migrate` (a changed RELAY_SWEEP_INTERVAL_SECONDS takes
-effect on the next deploy)."""
+"""Every beat schedule Relay needs, by task name, installed by a migration and brought in
+line with the settings after every `migrate`."""
 from django.conf import settings
 
 from relay import task_names
@@ -23,10 +17,8 @@ WORDS_BACKSTOP_SECONDS = 60
 
 
 def every_few_seconds() -> list[tuple[str, str, int, bool]]:
-    """(name, task, every so many seconds, enabled) of the interval tasks. Their messages
-    never expire: an expiry is judged by the clock of the worker that receives it, and
-    a worker minutes fast would drop every sweep (docs/architecture.md, "One clock"). The
-    mail server is read only where it holds the mail."""
+    """(name, task, every so many seconds, enabled) of the interval tasks; their messages
+    never expire, since a fast worker would drop every sweep."""
     sweep, poll = settings.RELAY_SWEEP_INTERVAL_SECONDS, settings.RELAY_MAILSERVER_POLL_SECONDS
     return [
         (SWEEP_TASK_NAME, task_names.SWEEP, sweep, True),

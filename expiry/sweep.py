@@ -1,19 +1,5 @@
-"""The sweep: beat runs it every RELAY_SWEEP_INTERVAL_SECONDS. It expires every due
-mailbox, gives up on provisionings whose creator vanished, requeues every cleanup whose
-lease lapsed, and schedules expire tasks for mailboxes falling due before the next
-sweeps.
-
-Each batch is claimed in its own short transaction with FOR UPDATE SKIP LOCKED, so two
-sweeps running at once (two beats, a slow sweep overlapping the next) take disjoint rows
-instead of waiting on each other. Where SKIP LOCKED is missing (SQLite), the
-compare-and-set in mailboxes_expire_due keeps them disjoint all the same.
-
-A cleanup whose lease lapses may have lost its task (a killed worker, a flushed broker,
-a failed publish), or may only be waiting behind a backlog longer than the lease. So a
-requeue never invalidates the task already queued (whichever arrives first runs the
-cleanup), and each requeue of a never-started cleanup doubles its lease: a backlog costs
-a few duplicate messages, not a storm of them.
-"""
+"""The sweep (beat, every RELAY_SWEEP_INTERVAL_SECONDS): expire what is due, abandon lapsed
+provisionings, requeue lapsed cleanups, schedule the next ones; batches FOR UPDATE SKIP LOCKED."""
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -42,12 +28,8 @@ class SweepResult:
 
 
 def _in_batches(claim_batch, batch_size: int, *, max_batches: int | None = None) -> int:
-    """Run `claim_batch(batch_size)` in its own durable transaction until a batch comes
-    back short, at most `max_batches` (RELAY_SWEEP_MAX_BATCHES) times; returns the total
-    it handled.
-    The cap bounds what one sweep publishes (a 100,000-mailbox burst would otherwise be
-    50,000 messages from one task, and the worker's memory for them): the rest is the
-    next sweep's, an interval later, which the workers are still busy for anyway."""
+    """Run `claim_batch(batch_size)` in its own durable transaction until a batch comes back
+    short, at most `max_batches` times (what one sweep publishes is bounded); returns the total."""
     total = 0
     for _ in range(max_batches or settings.RELAY_SWEEP_MAX_BATCHES):
         with transaction.atomic(durable=True):
@@ -64,9 +46,8 @@ def sweep_due_and_lapsed(*, batch_size: int | None = None) -> SweepResult:
     result = SweepResult()
     result.expired = _in_batches(_expire_due_batch, batch_size)
     result.abandoned = _in_batches(_abandon_lapsed_provisionings_batch, batch_size)
-    # While expire tasks are queued, a never-started cleanup whose lease lapsed is most
-    # likely waiting in that queue: only those that started and stalled, or waited past
-    # the longest lease, are queued again, or a backlog would be republished every lease.
+    # While tasks are queued, a lapsed never-started cleanup is most likely in the queue:
+    # only stalled ones, or those past the longest lease, are queued again.
     backlog = bool(queue_length(settings.CELERY_TASK_DEFAULT_QUEUE))
     result.requeued = _in_batches(lambda size: _requeue_lapsed_batch(size, backlog=backlog), batch_size)
     if result.expired or result.requeued or result.abandoned:
@@ -77,9 +58,7 @@ def sweep_due_and_lapsed(*, batch_size: int | None = None) -> SweepResult:
 
 def _expire_due_batch(batch_size: int) -> tuple[int, int]:
     now = db_now()
-    # A mailbox whose expire task was scheduled for this very expires_at is left to that
-    # task for one sweep interval; after that the sweep takes it anyway (the task may
-    # have been lost). Taking it at once would only queue a twin.
+    # A mailbox scheduled for this very expires_at is left to its task for one interval.
     grace = now - timedelta(seconds=settings.RELAY_SWEEP_INTERVAL_SECONDS)
     due = list(
         Mailbox.objects.due(now).select_for_update(skip_locked=True)
@@ -106,12 +85,8 @@ def _max_wait() -> timedelta:
 
 
 def _requeue_lapsed_batch(batch_size: int, *, backlog: bool) -> tuple[int, int]:
-    """Queue again the cleanups whose lease lapsed.
-
-    A running one lost its worker mid-call: it goes back to pending with a fresh lease.
-    A pending one may have lost its message, or may still be waiting behind a backlog:
-    it is queued once more without touching the message already queued, and leased for
-    as long again as it has been waiting (capped), so each requeue doubles the wait."""
+    """Queue again the cleanups whose lease lapsed; a never-started one is leased for as long
+    again as it waited (capped), so a backlog costs a few duplicates, not a storm."""
     now = db_now()
     lapsed = Mailbox.objects.filter(CLEANUPS.lapsed(now))
     if backlog:
@@ -132,18 +107,8 @@ def _requeue_lapsed_batch(batch_size: int, *, backlog: bool) -> tuple[int, int]:
 
 
 def schedule_upcoming(*, batch_size: int | None = None, now: datetime | None = None) -> int:
-    """Queue expire tasks to run at `expires_at` for active mailboxes that fall due
-    before the sweep after next, so their cleanup starts at the due instant instead of
-    up to a sweep interval later. The task expires the mailbox itself when it runs
-    (expiry/cleanup.py); if it is lost, or the mailbox was renewed, the sweep still
-    expires it when due: this only shortens the lag, correctness never depends on it.
-
-    Each mailbox is scheduled once per `expires_at` (`expiry_scheduled_for`). Workers
-    hold scheduled tasks in memory until they run, so where a task cleans up one mailbox
-    a sweep schedules at most `batch_size`; where one task runs a batch (those due within
-    50 ms of each other, expiry.dispatch.publish_cleanups), they hold a timer per batch,
-    not per mailbox, and a sweep schedules batch after batch, as it expires them
-    (RELAY_SWEEP_MAX_BATCHES)."""
+    """Queue expire tasks at `expires_at` for mailboxes falling due before the sweep after
+    next (once per `expires_at`): it only shortens the lag, the sweep still expires them."""
     batch_size = batch_size or settings.RELAY_SWEEP_BATCH_SIZE
     now = now or db_now()
     horizon = now + timedelta(seconds=2 * settings.RELAY_SWEEP_INTERVAL_SECONDS)

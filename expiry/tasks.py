@@ -14,20 +14,14 @@ from relay.backends import NoBackendSlot, TransientBackendError
 _LEASE = settings.RELAY_CLEANUP_LEASE_SECONDS
 
 
-# The card's declaration: the backend's transient errors are retried by Celery itself,
-# with exponential backoff and full jitter (the formula owed/ leases the row for, from
-# the same settings), at most RELAY_CLEANUP_MAX_RETRIES times.
+# Transient errors are retried by Celery with full-jitter backoff, owed/'s formula.
 @shared_task(bind=True, acks_late=True, autoretry_for=(TransientBackendError,),
              retry_backoff=settings.RELAY_CLEANUP_RETRY_BACKOFF_SECONDS,
              retry_backoff_max=settings.RELAY_CLEANUP_RETRY_BACKOFF_MAX_SECONDS, retry_jitter=True,
              max_retries=settings.RELAY_CLEANUP_MAX_RETRIES, soft_time_limit=_LEASE // 2, time_limit=_LEASE * 3 // 4)
 def expire_mailbox(self, mailbox_id: str) -> str:
-    """Deprovision one expired or deleted mailbox; see expiry.cleanup.mailbox_cleanup.
-
-    With no slot free under the backend limit, the cleanup steps aside unattempted and a
-    fresh copy of the task comes back later: a wait, not a retry, so it spends none of
-    max_retries. A backend that answered with Retry-After is retried no sooner than that;
-    any other transient error is autoretry_for's."""
+    """Deprovision one ended mailbox (expiry.cleanup.mailbox_cleanup). No slot under the
+    backend's limit is a wait, not a retry: a fresh task comes back later."""
     retries = self.request.retries
     try:
         outcome = cleanup.mailbox_cleanup(mailbox_id=uuid.UUID(mailbox_id), retries=retries)
@@ -46,10 +40,7 @@ def expire_mailbox(self, mailbox_id: str) -> str:
 
 @shared_task(acks_late=True, soft_time_limit=_LEASE // 2, time_limit=_LEASE * 3 // 4)
 def expire_mailboxes(mailbox_ids: list[str], expire_due: bool = False) -> dict:
-    """A batch of cleanups where deprovisioning calls no server; see
-    expiry.cleanup.mailboxes_cleanup. A run lost with its worker leaves the batch's
-    leases to lapse, and the sweep queues those cleanups again (a scheduled batch's
-    mailboxes, not yet expired, are the sweep's once due)."""
+    """A batch of cleanups where a deprovision calls no server (expiry.cleanup.mailboxes_cleanup)."""
     return cleanup.mailboxes_cleanup(mailbox_ids=[uuid.UUID(mailbox_id) for mailbox_id in mailbox_ids],
                                      expire_due=expire_due)
 

@@ -1,13 +1,5 @@
-"""Creating a mailbox, crash-safe: the start of its lifecycle, which ends in
-mailboxes/ending.py.
-
-The row comes first: the address is reserved and the mailbox written as `provisioning`,
-leased, before `provision()` is called. Success makes it `active`. A failure makes it
-owe a deprovision at once; a creator that dies mid-call leaves a lease that lapses, and
-the sweep then does the same (expiry/sweep.py). So no backend account ever exists
-without a Relay row that owns it, and an address whose mailbox never came to be stays
-reserved, like every address ever handed out.
-"""
+"""Creating a mailbox, crash-safe: the row reserved and written `provisioning` before the
+backend is asked, so no backend account exists without a row that owns it."""
 import logging
 import re
 from datetime import timedelta
@@ -20,7 +12,7 @@ from mailboxes.errors import (AccountNotRelays, AddressTaken, BackendFailure, Ba
                               InvalidRequest)
 from mailboxes.keys import Caller
 from mailboxes.models import Mailbox
-from mailboxes.services import mailbox_activate, mailbox_insert
+from mailboxes.changes import mailbox_activate, mailbox_insert
 from owed.clock import db_now
 
 logger = logging.getLogger(__name__)
@@ -40,11 +32,8 @@ _LOCAL_PART = re.compile(LOCAL_PART_PATTERN)
 
 def address_allowed(*, backend, local_part: str | None, domain: str | None,
                     owner=None) -> tuple[str | None, str | None]:
-    """The rules on what address may be handed out, for every door: the local part a
-    dot-atom (LOCAL_PART_PATTERN) and not reserved (RELAY_RESERVED_LOCAL_PARTS, and the
-    backend's own names), the domain one of RELAY_DOMAINS or one of `owner`'s verified
-    domains (docs/api.md, "Domains"). Returns both lowercased; InvalidRequest naming the
-    field."""
+    """The address rules for every door: a dot-atom local part not reserved, a domain of
+    RELAY_DOMAINS or the owner's verified ones. Both lowercased; InvalidRequest naming the field."""
     local_part, domain = (local_part or None) and local_part.lower(), (domain or None) and domain.lower()
     if local_part is not None and (len(local_part) > 64 or not _LOCAL_PART.fullmatch(local_part)):
         raise InvalidRequest("local_part must be 1 to 64 of a-z, 0-9, '.', '_' and '-', with no leading, trailing or "
@@ -59,12 +48,8 @@ def address_allowed(*, backend, local_part: str | None, domain: str | None,
 
 def mailbox_create(*, backend, caller: Caller | None, local_part: str | None, domain: str | None,
                    ttl_ms: int | None, labels: dict | None = None) -> tuple[Mailbox, str | None]:
-    """Create a mailbox, provisioned on `backend` (relay.backends.get_backend(): the
-    caller hands it in, as the backends sit above this app). Returns it and, for an
-    anonymous caller, its token (shown once). Raises AddressTaken (also when the mail
-    server already has an account of that name, which Relay never takes over),
-    InvalidRequest, or BackendUnavailable (the address then stays reserved, and nothing
-    else is kept)."""
+    """Create a mailbox provisioned on `backend` (handed in: backends sit above). Returns it
+    and an anonymous caller's token; AddressTaken, InvalidRequest or BackendUnavailable."""
     local_part, domain = address_allowed(backend=backend, local_part=local_part, domain=domain,
                                          owner=caller.owner if caller else None)
     if not backend.keeps_accounts:

@@ -1,14 +1,5 @@
-"""How a mailbox stops: lazy expiry, deletion, "expire now", and a provisioning that
-never finished. Every path that ends a mailbox goes through here, so the API, the SMTP
-server, the sweep and the workers agree on it.
-
-A mailbox that stops being active owes one deprovision on the mail backend: the same
-UPDATE that ends it records the cleanup as owed (mailboxes.models.cleanup_owed). Inside
-that transaction `event_happened` lets webhooks/ record its deliveries and
-`mailboxes_ended` lets expiry/ queue the cleanup after commit; its waiters are woken
-after commit too (mailboxes.wakeups). A lost publish loses nothing: the lease lapses and
-a sweep queues the cleanup again.
-"""
+"""How a mailbox stops (lazy expiry, deletion, "expire now", a provisioning that never
+finished): the UPDATE that ends it owes its cleanup, and signals tell webhooks/ and expiry/."""
 import logging
 import uuid
 from datetime import datetime
@@ -31,9 +22,8 @@ def announce_ended(mailbox_ids: list, *, not_before: datetime | None = None) -> 
 
 
 def mailboxes_expire_due(*, mailbox_ids: list, now: datetime | None = None, announce: bool = True) -> list:
-    """Expire those of `mailbox_ids` that are due and mark their cleanup owed; with
-    `announce`, expiry/ queues the cleanups and the waiters wake after commit. Returns
-    the ids this call expired: a mailbox another caller expired first is not among them."""
+    """Expire those of `mailbox_ids` that are due and owe their cleanup (`announce`: queued
+    and waiters woken after commit). Returns the ids this call expired."""
     if not mailbox_ids:
         return []
     now = now or db_now()
@@ -104,9 +94,7 @@ def mailbox_delete(*, mailbox: Mailbox, now: datetime | None = None) -> None:
             owes_cleanup = Mailbox.objects.filter(id=mailbox.id, status=MailboxStatus.EXPIRED).update(
                 status=MailboxStatus.DELETED, deleted_at=now)
         if owes_cleanup:
-            # Its mail leaves the owner's searches (Message.owner). A message stored
-            # before the mailbox row was marked is committed by now (storing holds that
-            # row's lock to its commit), and none is stored after.
+            # Its mail leaves the owner's searches; storing holds this row's lock to commit.
             Message.objects.filter(mailbox_id=mailbox.id).update(owner=None)
             event_happened.send(sender=Mailbox, event="mailbox.deleted", mailbox_ids=[mailbox.id])
             wakeups.publish_on_commit([mailbox.id], "ended")
@@ -121,9 +109,7 @@ def mailboxes_force_expire(*, mailbox_ids: list) -> list:
 
 
 def provisioning_refused(*, mailbox_id, reason: str, now: datetime | None = None) -> None:
-    """A provisioning the backend refused because the account was already there, made by
-    someone else: the mailbox ends deleted (invisible, its address reserved for good),
-    owing nothing, since there is nothing of Relay's on the backend to remove."""
+    """A provisioning refused because someone else's account was there: deleted, owing nothing."""
     now = now or db_now()
     with transaction.atomic():
         refused = Mailbox.objects.filter(id=mailbox_id, status=MailboxStatus.PROVISIONING).update(
@@ -136,13 +122,8 @@ def provisioning_refused(*, mailbox_id, reason: str, now: datetime | None = None
 
 def provisionings_abandon(*, mailbox_ids: list, now: datetime | None = None, reason: str,
                           not_before: datetime | None = None) -> list:
-    """Give up on mailboxes still `provisioning`: the backend failed, or their creator
-    died mid-call. They were never handed out, so they end as deleted (invisible, their
-    address reserved for good), owing a deprovision in case the backend created the
-    account after all; "not found" then counts as done. That deprovision waits until
-    `not_before`: a create that timed out on our side may still finish on the backend's,
-    and a deprovision that ran first would find nothing and leave the account behind.
-    Returns the ids moved."""
+    """Give up on mailboxes still `provisioning` (the backend failed, or their creator died):
+    deleted, owing a deprovision from `not_before`, in case the backend made the account late."""
     if not mailbox_ids:
         return []
     now = now or db_now()

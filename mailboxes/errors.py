@@ -49,15 +49,11 @@ class MessageTooLarge(RelayError):
 
 
 class BackendFailure(Exception):
-    """A call to the mail backend failed. The kinds (transient, permanent) are the
-    backends' own (relay/backends/errors.py); creating a mailbox only needs to know that
-    the call failed."""
+    """A call to the mail backend failed."""
 
 
 class AccountNotRelays(BackendFailure):
-    """The mail server already holds an account of that name, which Relay did not create:
-    provisioning never takes it over (docs/configuration.md, "A mail server as the
-    backend"). The mailbox is refused with 409, and nothing is owed to the account."""
+    """The mail server holds an account of that name Relay did not make: refused (409)."""
 
 
 class BackendUnavailable(RelayError):

@@ -1,6 +1,4 @@
-"""Who is calling: an account's API key, or the token of one anonymous mailbox. Only the
-SHA-256 of either is stored: both are 256-bit random strings, so a fast hash is enough
-and a lookup stays one indexed equality."""
+"""Who is calling: an account's API key or an anonymous mailbox's token, stored as SHA-256."""
 import logging
 import uuid
 from dataclasses import dataclass
@@ -39,9 +37,8 @@ class Caller:
 
 
 def caller_for_secret(key: str) -> Caller | None:
-    """The caller a presented key or token belongs to; None if it is unknown or revoked.
-    A token of a mailbox that was deleted, or never finished provisioning, is dead. A
-    key of a suspended account raises AccountSuspended (403, not 401: the key is right)."""
+    """The caller a key or token belongs to, or None; a suspended account's key raises
+    AccountSuspended (403: the key is right)."""
     digest = hash_key(key)
     if key.startswith(MAILBOX_TOKEN_PREFIX):
         mailbox_id = Mailbox.objects.visible().filter(token_hash=digest).values_list("id", flat=True).first()

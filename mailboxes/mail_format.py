@@ -1,8 +1,5 @@
-"""The shape of mail, read (docs/architecture.md, "Mail's shape"): a received message parsed
-(headers decoded, text and HTML bodies, attachment descriptions), its header look-up, its
-place in a conversation (Lineage) and the readable text of an HTML body. Parsing never
-raises and is capped in size and time: malformed MIME yields less, not an error.
-"""
+"""The shape of mail: a message parsed (never raising, capped in size and time), its header
+look-up, its place in a conversation (Lineage), and an HTML body's readable text."""
 import email
 import html
 import logging
@@ -53,10 +50,8 @@ def clean_text(value: str) -> str:
 
 
 def unescape_8bit(value: str) -> str:
-    """A header value as the parser read it from bytes, with its 8-bit bytes decoded: as
-    UTF-8 (RFC 6532, which SMTPUTF8 announces, and what most senders write anyway), else
-    as Latin-1, which maps every byte to a character and so loses none. The parser keeps
-    such bytes as surrogate escapes; left alone they end up as U+FFFD."""
+    """A header value read from bytes, its 8-bit bytes decoded as UTF-8, else Latin-1 (which
+    loses none)."""
     if not ESCAPED_BYTE.search(value):
         return value
     data = value.encode("utf-8", "surrogateescape")
@@ -132,9 +127,8 @@ def is_attachment(part: EmailMessage) -> bool:
 
 
 def bounded_bytes(raw: bytes) -> tuple[bytes, bool]:
-    """The bytes handed to the parser: the header section cut at MAX_HEADER_SECTION_BYTES
-    and the body cut before its MAX_PARTS-th boundary line, so the parser's own work is
-    bounded too. Returns them and whether anything was cut."""
+    """The bytes handed to the parser, header section and parts cut to the caps, and whether
+    anything was cut."""
     end = raw.find(b"\r\n\r\n")
     end = len(raw) if end < 0 else end
     cut = False
@@ -162,9 +156,7 @@ def parse_message(raw: bytes) -> ParsedMessage:
         except Exception:
             return parsed
 
-    # The clock starts once the structure is split: that step is linear in the bytes
-    # (bounded above), and on slow cores it alone can take a second for a large message,
-    # which would leave no time to list a large attachment's part.
+# The clock starts once the structure is split (linear in the bounded bytes).
     deadline = time.monotonic() + PARSE_SECONDS
     items = list(message.raw_items())
     if len(items) > MAX_HEADERS:
@@ -218,9 +210,8 @@ TAG = re.compile(r"<[^<>]*>?")
 
 
 def text_of_html(html_body: str) -> str:
-    """Readable text of an HTML-only mail: tags, scripts and styles dropped, entities
-    decoded. One pass, whatever the markup (docs/api.md, "Codes and links"): a hidden
-    element runs to its closing tag, or to the end if it never closes."""
+    """Readable text of an HTML-only mail in one pass: tags, scripts and styles dropped,
+    entities decoded."""
     body = html_body[:HTML_SCAN_MAX]
     lowered = body.lower()
     visible = []
@@ -238,8 +229,7 @@ def text_of_html(html_body: str) -> str:
 
 
 # --- headers and lineage ------------------------------------------------------------------
-# A Message-ID as written in the headers: <left@right>. Ids longer than a key holds are
-# cut (two ids sharing their first 250 characters would share a thread).
+# A Message-ID as written: <left@right>, cut to what a key holds.
 ID = re.compile(r"<([^<>\s]+)>")
 KEY_CHARS = 250
 # A References header may list thousands of ids; the thread's root (the first) and the

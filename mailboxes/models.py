@@ -21,9 +21,7 @@ class AddressReservation(models.Model):
 
 
 class MailboxStatus(models.TextChoices):
-    # Written before the backend is asked to provision it (mailboxes/creation.py):
-    # invisible to the API, refusing mail, and owing a deprovision if it never
-    # becomes active.
+    # Before the backend is asked: invisible, refusing mail, owing a deprovision if it fails.
     PROVISIONING = "provisioning"
     ACTIVE = "active"
     EXPIRED = "expired"
@@ -79,46 +77,34 @@ class Mailbox(models.Model):
     deleted_at = models.DateTimeField(null=True, blank=True)
     # SHA-256 of the anonymous creator's token, if any.
     token_hash = models.CharField(max_length=64, null=True, blank=True, unique=True)
-    # Kept in step with the messages by every insert and delete (relay.ingest, the
-    # API), so reading a mailbox is one primary-key lookup: counting per read is dear
-    # (docs/benchmarks.md, "API").
+    # Kept in step with the messages on every insert and delete: a read never counts.
     message_count = models.PositiveIntegerField(default=0)
-    # The bytes of the messages it holds (each counted in full, shared or not), kept in
-    # step the same way: the plan's storage quota is checked against it.
+    # Checked against the plan's storage quota.
     stored_bytes = models.PositiveBigIntegerField(default=0)
     # The owner's labels (docs/api.md): set at creation or by PATCH, filtered on by the list.
     name = models.CharField(max_length=100, blank=True, default="")
     tags = models.JSONField(default=list, blank=True)
-    # A JSON object kept as its JSON text: PostgreSQL's jsonb cannot hold the NUL
-    # character that a JSON string may, and the owner's metadata is returned as given.
+    # JSON text: PostgreSQL's jsonb cannot hold a NUL that a JSON string may.
     metadata = models.TextField(default="{}", blank=True)
     # The mail backend's id for this mailbox's principal (Stalwart account id).
     backend_id = models.CharField(max_length=100, blank=True, default="")
-    # Where the mail reader (relay/mailserver/) got to in the account on a mail server
-    # that holds the mail: the JMAP Email state it has read up to, and the server's
-    # marker of the account (Cyrus: its HIGHESTMODSEQ) when it last looked. Empty for the
-    # local backend.
+    # How far the reader (relay/mailserver/) got: the JMAP Email state, and the account's
+    # marker (Cyrus: HIGHESTMODSEQ) when it last looked.
     server_state = models.CharField(max_length=255, blank=True, default="", db_default="")
     server_marker = models.CharField(max_length=255, blank=True, default="", db_default="")
 
-    # Until then a `provisioning` mailbox is trusted to its creator; after it, a sweep
-    # takes the creator for dead and makes the mailbox owe a deprovision.
+    # After it, a sweep takes the creator for dead and owes a deprovision.
     provision_lease_until = models.DateTimeField(null=True, blank=True)
 
-    # The expires_at an expire task was queued for ahead of time (see
-    # expiry.services.mailboxes_schedule_upcoming); a renew makes it stale by itself.
+    # The expires_at an expire task was queued for ahead (expiry.sweep.schedule_upcoming).
     expiry_scheduled_for = models.DateTimeField(null=True, blank=True)
 
-    # Cleanup bookkeeping, written by expiry/ (see expiry/services.py).
     cleanup_state = models.CharField(max_length=8, choices=CleanupState.choices, default=CleanupState.NONE, blank=True)
-    # The token of the last caller that moved the cleanup (queued it, or is running it):
-    # how a compare-and-set learns which rows it won, and how a runner knows it still
-    # holds the cleanup when it records the outcome.
+    # The last claim on the cleanup: how a compare-and-set learns which rows it won.
     cleanup_claim = models.UUIDField(null=True, blank=True)
     # When the cleanup last became pending (queued, awaiting a worker).
     cleanup_queued_at = models.DateTimeField(null=True, blank=True)
-    # Until then, the queued or running task is trusted to finish; after it, a sweep
-    # queues the cleanup again.
+    # After it, a sweep queues the cleanup again.
     cleanup_lease_until = models.DateTimeField(null=True, blank=True)
     cleanup_attempts = models.PositiveIntegerField(default=0)
     cleanup_last_error = models.TextField(blank=True, default="")
@@ -131,8 +117,7 @@ class Mailbox(models.Model):
     class Meta:
         verbose_name_plural = "mailboxes"
         indexes = [
-            # The sweep's "due active mailboxes": only active rows are in it, so it stays
-            # as small as the live set however many millions have expired.
+            # The sweep's due mailboxes: only active rows, so it stays as small as the live set.
             models.Index(fields=["expires_at"], condition=Q(status="active"), name="mailbox_active_due"),
             # An owner's list, newest first.
             models.Index(fields=["owner", "status", "-created_at"], name="mailbox_owner_list"),
@@ -167,8 +152,7 @@ class Mailbox(models.Model):
         return self.status == MailboxStatus.ACTIVE and self.expires_at > now
 
 
-# A mailbox's cleanup on the mail backend is owed work (owed/): its bookkeeping is the
-# cleanup_* columns above. expiry/ takes and settles it; ending a mailbox records it.
+# A mailbox's cleanup is owed work (owed/), in its cleanup_* columns.
 CLEANUPS = OwedWork(
     model=Mailbox, state="cleanup_state", prefix="cleanup_",
     owed=CleanupState.PENDING, running=CleanupState.RUNNING, dead=CleanupState.DEAD,
@@ -187,34 +171,25 @@ def cleanup_owed(*, now: datetime, claim: uuid.UUID, not_before: datetime | None
 
 
 class MessageContent(models.Model):
-    """What one SMTP DATA delivered: the raw bytes, which are the record, and what could
-    be parsed out of them. Stored once however many recipients share it (a 10 MB DATA
-    to 50 mailboxes is one copy, not 50); each recipient has a Message pointing here."""
+    """What one DATA delivered: the raw bytes (the record) and what was parsed out of them,
+    stored once however many recipients share it."""
 
     raw = models.BinaryField()
     text = models.TextField(blank=True, default="")
     html = models.TextField(blank=True, default="")
     headers = models.JSONField(default=list)
     attachments = models.JSONField(default=list)
-    # What a client reads out of the message (docs/api.md, "Codes and links"), computed
-    # once when it is stored: a read never runs the extraction, whatever the mail holds.
+    # Found once when stored, so a read never runs the extraction.
     codes = models.JSONField(default=list, db_default=[], blank=True)
     links = models.JSONField(default=list, db_default=[], blank=True)
-    # False when parsing stopped at a cap (header lines, MIME parts, time): the raw bytes
-    # are whole, the parsed fields hold what was read before the cap.
+    # False when parsing stopped at a cap: the raw bytes are whole.
     parsed_fully = models.BooleanField(default=True)
-    # Who really sent it (docs/api.md, "Verdicts"): SPF, DKIM and DMARC as found when it
-    # was stored (relay/authentication.py). Empty for mail stored before verdicts.
+    # SPF, DKIM and DMARC as found when it was stored (relay/authentication.py).
     authentication = models.JSONField(default=dict, db_default={}, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
-    # The words of the subject and text for `q` (docs/api.md): PostgreSQL's to_tsvector with
-    # the `simple` configuration, so codes and words of any language match as written.
-    # Here, not on each Message, because every recipient of one DATA has the same subject
-    # and text: 50 recipients share one word list, as they share the bytes. Null until
-    # written: SMTP leaves them owed, and a worker or the first search that needs them
-    # writes them (mailboxes.services.contents_index_words). Always null on SQLite, where
-    # `q` is a substring match. Its GIN index, and the partial index of the owed ones,
-    # are made by migration on PostgreSQL only, so they are not declared here.
+    # Words of the subject and text for `q`, shared by every recipient of the content.
+    # Null until a worker or a search writes them (mailboxes.changes.contents_index_words);
+    # its GIN index is made by migration, on PostgreSQL only.
     words = SearchVectorField(null=True, blank=True)
 
 
@@ -229,9 +204,8 @@ class Thread(models.Model):
 
 
 class ThreadKey(models.Model):
-    """A Message-ID seen in a mailbox, as a message's own or as one it answers, and the
-    thread it belongs to: how a message finds its thread whatever order the thread's
-    messages arrive in."""
+    """A Message-ID seen in a mailbox and the thread it belongs to, whatever order the
+    thread's messages arrive in."""
 
     # Indexed by thread_key_once.
     mailbox = models.ForeignKey(Mailbox, on_delete=models.CASCADE, related_name="+", db_index=False)
@@ -251,8 +225,7 @@ class Message(models.Model):
     """A message as one mailbox received or sent it: the envelope and the few parsed
     fields a list shows, with the shared content (raw bytes, bodies) behind `content`."""
 
-    # Indexed by message_mailbox_list below, whose first column it is: an index of its
-    # own would only cost every stored message one more insert.
+    # Indexed by message_mailbox_list (its first column).
     mailbox = models.ForeignKey(Mailbox, on_delete=models.CASCADE, related_name="messages", db_index=False)
     content = models.ForeignKey(MessageContent, on_delete=models.CASCADE, related_name="messages")
     received_at = models.DateTimeField(auto_now_add=True)
@@ -267,23 +240,14 @@ class Message(models.Model):
     is_read = models.BooleanField(default=False)
     # The content's verdict is pass: what `authenticated=true` filters on.
     authenticated = models.BooleanField(default=False, db_default=False)
-    # The message's id on the mail server that holds it (its JMAP Email id), for mail the
-    # reader fetched (relay/mailserver/); empty for mail Relay's own SMTP received. One
-    # row per id and mailbox, whatever crashes, retries or overlapping reads happen. The
-    # new columns have database defaults too, so rows written by SQL of their own (the
-    # benchmarks' fills) need not name them.
+    # Its JMAP Email id, for mail the reader fetched from a mail server: stored once.
     server_id = models.CharField(max_length=255, blank=True, default="", db_default="")
     direction = models.CharField(max_length=3, choices=Direction.choices, default=Direction.IN,
                                  db_default=Direction.IN)
     # Its Message-ID header, without the angle brackets ("" without one).
     message_id = models.CharField(max_length=255, blank=True, default="", db_default="")
-    # The owner of its mailbox while the mailbox is visible (active or expired): set when
-    # the message is stored, cleared when the mailbox is deleted (mailboxes/ending.py);
-    # null for an ownerless mailbox's mail. An owner's search across their mailboxes
-    # filters on it, where filtering on the set of their mailboxes hashed all of them for
-    # every search (docs/benchmarks.md, "Message search"). No foreign key constraint: it
-    # copies the mailbox's owner, whose own constraint holds, and a check would cost every
-    # stored message a look-up and a lock on the account's row.
+    # The mailbox's owner while it is visible (cleared on delete): an owner's search filters
+    # on it. No constraint: a check would lock the account's row for every stored message.
     owner = models.ForeignKey("accounts.Account", null=True, blank=True, on_delete=models.DO_NOTHING,
                               db_constraint=False, related_name="+", db_index=False)
     # Null for mail stored before threads were kept. Indexed by message_thread below.

@@ -1,13 +1,5 @@
-"""Statements prepared once per database connection (PostgreSQL's PREPARE), for the few
-that run for every message stored: the recipient look-up, storing, the webhooks check.
-Parsing and planning them anew for each message cost PostgreSQL more than running them
-(docs/benchmarks.md, "SMTP ingest, round four").
-
-A prepared statement lives as long as its connection, whatever its transactions do, and
-PostgreSQL plans it again by itself when a table it reads changes. A connection pooler
-that hands one client's statements to several server connections (PgBouncer in
-transaction mode) loses them: point Relay at PostgreSQL itself, or at a pooler in
-session mode. On other databases the statement is simply executed."""
+"""Statements prepared once per connection for those that run for every stored message. A
+pooler must keep a client on one server connection (PgBouncer's session mode)."""
 from django.db import connection
 from django.db.backends.signals import connection_created
 
@@ -21,10 +13,8 @@ connection_created.connect(_forget, dispatch_uid="relay-prepared-statements")
 
 
 def execute_prepared(cursor, name: str, sql: str, params: list, *, first: str = "", first_params: list = ()) -> None:
-    """Execute `sql` (with %s placeholders, none of them quoted or escaped) with `params`,
-    through the statement `name` prepared on this connection the first time. `first`:
-    statements sent ahead of it in the same round trip (a SET LOCAL), with
-    `first_params`. `name` must differ for each different `sql`."""
+    """Execute `sql` with `params` through the statement `name`, prepared on this connection
+    the first time (`first`: statements sent ahead in the same round trip)."""
     if connection.vendor != "postgresql":
         cursor.execute(sql, params)
         return

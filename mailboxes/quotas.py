@@ -1,10 +1,5 @@
-"""The plans' quotas (accounts.plans): active mailboxes per owner, sends per day,
-recipients per send, stored bytes per mailbox. Each check raises QuotaExceeded with the
-seconds until the call could succeed.
-
-The checks hold a lock on the owner's row until the caller's transaction commits, so two
-concurrent creates (or sends) cannot both take the last unit. Sends are counted in the
-outbox (relay.outbox.outbound.check_send)."""
+"""The plans' quotas (accounts.plans), each raising QuotaExceeded with the seconds until it
+could succeed, under the owner's row lock."""
 from collections import Counter
 
 from django.db.models import F
@@ -18,9 +13,8 @@ from owed.clock import db_now
 
 
 def take_mailbox_slot(owner: Account) -> None:
-    """Count one more live mailbox for `owner`, or raise QuotaExceeded. Call inside the
-    transaction that creates the mailbox: the conditional UPDATE is the check, and its
-    row lock lasts until that commits, so two creates cannot both take the last slot."""
+    """Count one more live mailbox for `owner` or raise QuotaExceeded, inside the creating
+    transaction: the conditional UPDATE is the check."""
     limit = plan_limit(owner.plan, "active_mailboxes")
     if Account.objects.filter(id=owner.id, live_mailboxes__lt=limit).update(live_mailboxes=F("live_mailboxes") + 1):
         return

@@ -1,10 +1,5 @@
-"""Storing mail in mailboxes: who may receive it, and one message for every accepted
-mailbox. The SMTP server (relay.ingest) and the mail-server reader
-(relay.mailserver.reader) both store through here.
-
-The statements are written out rather than built by the ORM on every RCPT and DATA: on
-the ingest hot path, building them was a large share of runsmtp's time
-(docs/benchmarks.md, "SMTP ingest")."""
+"""Storing mail in mailboxes: who may receive it, and one message per accepted mailbox,
+in statements written out (the ORM's building was most of SMTP's cost)."""
 import logging
 import uuid
 from dataclasses import dataclass
@@ -61,10 +56,8 @@ _BY_ADDRESS = (
 
 
 def recipient_by_address(address: str) -> Recipient | None:
-    """The mailbox that may receive mail at `address` now (Mailbox.receives, by the
-    database's clock, read in the look-up itself), or None. A mailbox past its time is
-    expired on the spot and refused, as the API would. Its domain is one of RELAY_DOMAINS
-    or a verified custom domain: no mailbox is ever made on any other."""
+    """The mailbox that may receive mail at `address` now (by the database's clock), or
+    None; one past its time is expired on the spot and refused."""
     address = address.strip().lower()
     local_part, at, domain = address.rpartition("@")
     if not at or not local_part or not domain or len(address) > 320:
@@ -97,16 +90,9 @@ def recipient_by_id(mailbox_id) -> Recipient | None:
 def message_store(*, content: MessageContent, envelope_from: str, from_header: str, to_header: str, subject: str,
                   recipients: list[Recipient], server_id: str = "", cc_header: str = "",
                   lineage: Lineage = Lineage(), direction: str = Direction.IN, joining: int | None = None) -> list[int]:
-    """Store `content` once and one Message for each recipient that still takes it: not
-    deleted or purged since, with room under its quota. None: MailboxFull if a quota
-    refused it, else []. `server_id`: the message's id on the mail server it was read
-    from; a second copy with that id in a mailbox is refused (IntegrityError). On
-    PostgreSQL the transaction has a deadline (RELAY_SMTP_STORE_SECONDS): storing that
-    cannot finish in time is rolled back whole, so nothing is stored twice.
-
-    Each message joins its thread (mailboxes/threads.py; `lineage` and `joining`). Mail
-    a mailbox sent (`direction` out) is stored read, and neither announced nor waited
-    for: waits and webhooks are about mail received."""
+    """Store `content` once and one Message for each recipient that still takes it, in its
+    thread. MailboxFull if a quota refused it; IntegrityError for a second copy of
+    `server_id`. Mail sent (`direction` out) is stored read and not announced."""
     size = len(content.raw)
     messages = [
         Message(mailbox_id=recipient.mailbox_id, owner_id=recipient.owner_id, content=content,
@@ -138,17 +124,9 @@ class _NoneLive(Exception):
 
 def _store_in_two_statements(content: MessageContent, messages: list[Message], recipients: list[Recipient], *,
                              lineage: Lineage, subject: str, joining: int | None) -> list[Message]:
-    """PostgreSQL: the rule of _store_step_by_step in two statements, each one round trip.
-
-    The first counts the message against each recipient's quota (the liveness check,
-    the quota check and the counters: the mailbox rows are locked from here to commit)
-    and inserts the content. The second, whose snapshot is taken once those locks are
-    held, so it sees every key a message committed before it brought, files the message
-    in its threads (mailboxes/threads.py's rule as SQL: the oldest thread any of its keys
-    leads to, a new one where none does) and inserts the messages; where the keys led
-    to several threads, threads_merge then merges the others into it. Statement by
-    statement, the same work took ten round trips, and building and sending them was
-    most of a stored message's cost (docs/benchmarks.md, "SMTP ingest")."""
+    """PostgreSQL: the rule of _store_step_by_step in two statements. The first counts the
+    message (locking the mailboxes) and inserts the content; the second threads it
+    (mailboxes/threads.py's rule as SQL) and inserts the messages."""
     if not recipients:
         raise _NoneLive()
     id_field = Mailbox._meta.pk
@@ -180,9 +158,7 @@ def _store_in_two_statements(content: MessageContent, messages: list[Message], r
             thread_params=lambda message: [id_field.get_db_prep_value(message.mailbox_id, connection)])
         live_ids = [id_field.get_db_prep_value(mailbox_id, connection) for mailbox_id in live]
         keys = lineage.keys
-        # The look-up of the keys names each value, not an array: a prepared statement's
-        # plan is made once for all values, and with arrays of unknown length PostgreSQL
-        # may plan to read every key of the mailbox, or the whole table.
+        # Each key named, not an array: a prepared statement's one plan must use the index.
         keyed = f"key IN ({_placeholders(keys)})" if keys else "false"
         execute_prepared(
             cursor, f"relay_store_messages_{len(messages)}_{len(keys)}",
@@ -238,11 +214,8 @@ def _columns(model) -> list:
 
 def _rows(rows: list, *, database_now: bool = False, thread: str | None = None,
           thread_params=None) -> tuple[str, str, list]:
-    """The column list, the VALUES and their parameters that INSERT `rows` (instances of
-    one model, without ids): each value through its field's preparation (pre_save
-    included), as the ORM sends it. With `database_now` (PostgreSQL), a time set on
-    creation (auto_now_add) is the database's now(). `thread`: SQL for the thread
-    column, with `thread_params(row)` as its parameters."""
+    """The columns, VALUES and parameters that INSERT `rows` as the ORM would; with
+    `database_now`, auto_now_add times are the database's now()."""
     fields = _columns(rows[0])
     quote = connection.ops.quote_name
     values, params = [], []
@@ -277,9 +250,8 @@ def _insert(rows: list) -> None:
 
 
 def _count_one_more_message(recipients: list[Recipient], size: int) -> set:
-    """Add the message to message_count and stored_bytes of the mailboxes still there
-    with room for it under their quota, and return their ids: the liveness check, the
-    quota check (the only one) and the counters in one statement per quota."""
+    """Count the message against each mailbox still there with room for it: the liveness
+    check, the quota check and the counters in one statement; returns their ids."""
     id_field = Mailbox._meta.pk
     live = set()
     by_quota: dict[int, list] = {}

@@ -1,14 +1,5 @@
-"""Threads (docs/api.md, "Threads"): a mailbox's messages grouped into conversations by
-their Message-ID, In-Reply-To and References headers, as mail clients group them.
-
-Every Message-ID a mailbox has seen, as a message's own or as one a message answers, is
-a ThreadKey pointing at a thread. A message stored joins the thread of any of its keys
-and adds the keys it brings, so a reply joins its parent's thread whichever side sent
-either, and a parent that arrives after its replies joins theirs. A message whose keys
-lead to two threads (replies that arrived before the message linking them) merges them
-into the older. Storing takes the mailbox's row lock first (the UPDATE of its counters,
-mailboxes/storing.py), so two messages of one mailbox are threaded one after the other.
-"""
+"""Threads (docs/api.md, "Threads"): each Message-ID a mailbox has seen is a ThreadKey; a
+message joins the oldest thread of its keys, and keys leading to two threads merge them."""
 import uuid
 from email.utils import getaddresses
 
@@ -19,11 +10,8 @@ from mailboxes.mail_format import Lineage, topic
 from mailboxes.models import Direction, Message, Thread, ThreadKey
 
 def threads_assign(*, mailbox_ids, lineage: Lineage, subject: str, joining: int | None = None) -> dict:
-    """The thread each of `mailbox_ids` files a new message in (mailbox id → thread id),
-    made or merged as needed, with the message's keys recorded. `joining`: a thread the
-    message belongs to whatever its headers say (a reply to a message without a
-    Message-ID). Call inside the transaction that stores the message, after the
-    mailboxes' rows are locked."""
+    """The thread each of `mailbox_ids` files a new message in, made or merged as needed,
+    its keys recorded (`joining`: a thread it belongs to whatever its headers say)."""
     keys = lineage.keys
     found: dict = {mailbox_id: set() for mailbox_id in mailbox_ids}
     known: set = set()

@@ -1,12 +1,5 @@
-"""Wake-ups for clients waiting on a mailbox (docs/api.md: `?wait=`, the event stream).
-
-After a message commits, or a mailbox ends, one Redis PUBLISH on `relay:mailbox:<id>`
-says so; every web process holds one subscription for all of its waiters
-(api/waiting.py). The message is only a nudge: a woken waiter reads the database, which
-stays the record. A publish that fails costs latency, not correctness, because waiters
-look at the database again every few seconds anyway.
-
-Without Redis (`make run`'s embedded defaults) nothing is published and waiters poll."""
+"""Wake-ups for waiting clients: a Redis PUBLISH on `relay:mailbox:<id>` after a message
+commits or a mailbox ends, only a nudge (waiters read the database); nothing without Redis."""
 import logging
 import time
 

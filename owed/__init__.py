@@ -1,25 +1,5 @@
-"""Owed work: the one rule for every row that records something Relay still has to do.
-
-Three kinds of work follow it (docs/architecture.md, "Owed work"): a mailbox's cleanup on
-the mail backend (expiry.cleanup), an outbox mail (relay.outbox.send) and a webhook
-delivery (webhooks.delivery). Each is a row, never only a task message, so a lost worker
-or a flushed broker loses nothing:
-
-- **take**: a run takes an owed row with a compare-and-set that writes a fresh claim
-  token and a lease, and counts the attempt then, before any work: a worker killed
-  mid-call leaves its attempt counted. Batches are taken with FOR UPDATE SKIP LOCKED, so
-  any number of takers never take a row twice nor wait on each other.
-- **settle**: only the run still holding the claim writes an outcome. A run whose lease
-  lapsed mid-call lost the row to the next taker, whose outcome counts.
-- **release**: a run that failed with attempts left gives the row back, leased for as
-  long as its retry may wait, so no sweep queues a twin meanwhile.
-- **dead letter**: past the attempts the settings allow, the row is given up; a take that
-  finds them already spent (every earlier run died without an outcome) gives it up at
-  once. An operator requeues dead letters from the admin with a fresh count.
-- **retry delay**: Celery's exponential backoff with full jitter, the formula its own
-  `retry_backoff` uses, so a task's retry and the lease that covers it agree.
-
-This module is below every app: it knows rows and fields, not what the work is."""
+"""Owed work: the one rule (take, settle, release, dead letter, retry delay) for every row
+that records something Relay still has to do; see docs/architecture.md, "Owed work"."""
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -68,9 +48,8 @@ class OwedWork:
         return attempts < self.max_attempts()
 
     def past_last_attempt(self, attempts: int) -> bool:
-        """Taken with more attempts counted than allowed: the earlier runs all ended
-        without an outcome (a poison pill). Give it up rather than let it take workers
-        down for ever."""
+        """More attempts counted than allowed: every earlier run died without an outcome (a
+        poison pill), so give it up rather than let it take workers down for ever."""
         return attempts > self.max_attempts()
 
     def retry_delay(self, retries: int, *, at_least: float = 0) -> int:
@@ -120,9 +99,8 @@ class OwedWork:
                 self.attempts: F(self.attempts) + 1}
 
     def take_one(self, pk, *, returning: tuple[str, ...] = ()) -> tuple[uuid.UUID, dict] | None:
-        """Take one row if it is free to take: (claim, {attempts and the `returning` fields}),
-        or None. One UPDATE … RETURNING: this is the hot path of every cleanup task
-        (bench/expiry_burst.py), where update() and a read would be two statements."""
+        """Take one row if it is free to take: (claim, {attempts and `returning`}), or None.
+        One UPDATE … RETURNING: the hot path of every cleanup task."""
         claim = uuid.uuid4()
         fields = {f.name: f for f in self.model._meta.concrete_fields}
         column = lambda name: connection.ops.quote_name(fields[name].column)  # noqa: E731
@@ -158,9 +136,8 @@ class OwedWork:
         return claim, {name: fields[name].to_python(raw) for name, raw in zip(names, row)}
 
     def take_batch(self, owed_rows, *, limit: int, **changes) -> tuple[uuid.UUID, list]:
-        """Take up to `limit` of `owed_rows` (a queryset of rows free to take, in the order to
-        take them) for one run; `changes` are written with the take. Where the database has no SKIP LOCKED (SQLite, one writer
-        at a time), the conditional UPDATE is the guard against a second taker."""
+        """Take up to `limit` of `owed_rows` (rows free to take, in order) for one run. Without
+        SKIP LOCKED (SQLite) the conditional UPDATE guards against a second taker."""
         claim, now = uuid.uuid4(), db_now()
         with transaction.atomic(durable=True):
             if connection.features.has_select_for_update_skip_locked:
@@ -173,7 +150,7 @@ class OwedWork:
                     ids = list(self.model.objects.filter(self.held_by(claim)).values_list("pk", flat=True))
         return claim, ids
 
-    def hold(self, rows, claim: uuid.UUID, *, seconds: float | None = None, error: str | None = None,
+    def extend_lease(self, rows, claim: uuid.UUID, *, seconds: float | None = None, error: str | None = None,
              **changes) -> int:
         """Keep the rows this claim holds for `seconds` more (the lease's length when not
         given): a retry of the same run, or a batch whose calls come one after another."""
@@ -188,10 +165,8 @@ class OwedWork:
     # --- outcomes -------------------------------------------------------------------------
     def settle(self, rows, claim: uuid.UUID, *, state: str | None = None, error: str | None = None,
                **changes) -> int:
-        """Write an outcome to the rows this claim still holds; returns how many it held.
-        With a state, the rows leave the run: the lease is cleared, and so is the claim
-        where it is what marks a hold (elsewhere it stays, a record of the run that
-        settled the row). Without one, they stay held and only `changes` are written."""
+        """Write an outcome to the rows this claim still holds; returns how many. With a
+        `state` the rows leave the run; without one they stay held."""
         fields = dict(changes)
         if state is not None:
             left = {self.state: state, self.lease_until: None}
@@ -204,9 +179,8 @@ class OwedWork:
 
     def release(self, pk, claim: uuid.UUID, *, hold_seconds: float, error: str | None = None,
                 give_back_attempt: bool = False, **changes) -> int:
-        """Give a held row back for a retry that comes within `hold_seconds`: owed again,
-        leased until then so that the retry, not a sweep, takes it. `give_back_attempt`
-        when the run made no attempt after all (no slot under a limit, say)."""
+        """Give a held row back for a retry within `hold_seconds`, leased until then so the
+        retry, not a sweep, takes it (`give_back_attempt`: the run made no attempt)."""
         fields = {self.lease_until: self.lease(seconds=hold_seconds), **changes}
         if give_back_attempt:
             fields[self.attempts] = F(self.attempts) - 1
@@ -226,10 +200,8 @@ class OwedWork:
                     self.last_error: error[:ERROR_MAX_CHARS], **changes})
 
     def requeue_lapsed(self, rows, now: datetime, *, owed_lease=None, **changes) -> list:
-        """The sweep's requeue: `rows` whose lease lapsed, owed again for a new task. A held
-        one (its run was lost) gets a fresh lease and `changes`; an owed one (its task was
-        lost, or waits behind others) is leased until `owed_lease` (a fresh lease if not
-        given). Returns the primary keys requeued."""
+        """The sweep's requeue of `rows` whose lease lapsed: a held one gets a fresh lease and
+        `changes`, an owed one is leased until `owed_lease`. Returns the keys requeued."""
         lapsed = self.model.objects.filter(self._rows(rows), self.lapsed(now))
         if self.running == self.owed:
             ids = list(lapsed.values_list("pk", flat=True))

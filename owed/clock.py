@@ -1,10 +1,5 @@
-"""The one clock (docs/architecture.md, "One clock"): every decision about time that two
-processes could disagree on (a mailbox's end, a lease, a token's expiry, a retry's
-time) is made with the database's clock, so a host whose clock is minutes off neither
-ends a mailbox early nor takes a cleanup another worker still holds. A process's own
-clock only times its own calls (timeouts, backoff waits).
-
-Below every app, beside the rule for owed work, so that any of them may ask it."""
+"""The one clock (docs/architecture.md, "One clock"): what two processes could disagree on is
+decided by the database's clock."""
 from datetime import datetime
 
 from django.db import connection

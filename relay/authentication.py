@@ -1,12 +1,5 @@
-"""Who really sent a message (docs/api.md, "Verdicts"): SPF (RFC 7208) for the connecting
-address and the envelope sender (or HELO), every DKIM signature (RFC 6376), and DMARC
-(RFC 7489) alignment with the From domain, worked out once when the message is stored.
-
-The field's libraries do the work: pyspf, dkimpy, authheaders for DMARC records, and
-publicsuffix2 for organizational domains. Every look-up goes through domains.dns, and all
-of one message's share one budget (RELAY_DNS_TIMEOUT_SECONDS): what has no answer in
-time is temperror. The functions block; the SMTP server runs them in threads of their
-own (relay/inbound/server.py), so its event loop never waits on DNS."""
+"""Who really sent a message (docs/api.md, "Verdicts"): SPF, DKIM and DMARC by the field's
+libraries, every look-up through domains.dns within one budget per message (then temperror)."""
 import base64
 import logging
 import re
@@ -53,10 +46,8 @@ MAX_HEADER_LINES = 5000
 
 
 def _parsed(raw: bytes) -> dkim.DKIM | None:
-    """The message as dkimpy splits it (its headers serve DMARC's From too); None when
-    its header block cannot be split, or is over MAX_HEADER_LINES lines, so nothing can
-    be checked. A message without a DKIM-Signature is split as its header block alone:
-    only a signature needs the body, and splitting it was a tenth of a verdict's time."""
+    """The message as dkimpy splits it; None when it cannot be split or has too many header
+    lines. Without a DKIM-Signature, only the header block is split."""
     end = _HEADER_END.search(raw)
     if raw.count(b"\n", 0, end.start() if end is not None else len(raw)) > MAX_HEADER_LINES:
         logger.info("a message's header block is over %d lines: its DKIM and DMARC are not checked", MAX_HEADER_LINES)
@@ -93,11 +84,8 @@ def check_spf(*, ip: str | None, mail_from: str, helo: str, budget: dns.Budget) 
     return {"result": result if result in RESULTS else PERMERROR, "domain": domain}
 
 
-# What one message may make the verdict do, whatever its sender wrote: the first few
-# signatures only (a mail of thousands would cost a look-up each, and dkimpy's time grows
-# with their square), signatures over a bounded list of headers, and RSA keys of a usual
-# size and exponent (a 16k-bit modulus or a huge exponent makes one check run for a
-# minute, holding the GIL). Refused ones are permerror, before any arithmetic.
+# Bounds on what one message makes the verdict do: the first few signatures, bounded
+# header lists, usual RSA sizes and exponents; refused ones are permerror before any arithmetic.
 MAX_SIGNATURES = 5
 MAX_SIGNED_HEADERS = 64
 MAX_SIGNATURE_BYTES = 8192  # a real one is under 2 KB; dkimpy's b= search grows with the square of a longer one
@@ -200,9 +188,7 @@ _suffixes_lock = threading.Lock()
 
 
 def organizational_domain(domain: str) -> str:
-    """RFC 7489 §3.2: the public suffix (publicsuffix2's list) and one label more. A name
-    under a suffix the list does not know takes its last label as the suffix, as the
-    list's default rule says."""
+    """RFC 7489 §3.2: the public suffix and one label more (an unknown suffix: the last label)."""
     global _suffixes
     with _suffixes_lock:
         if _suffixes is None:
@@ -255,11 +241,8 @@ def check_dmarc(from_domain: str | None, spf_result: dict, dkim_results: list[di
 
 def authenticate(raw: bytes, *, ip: str | None, mail_from: str, helo: str, spf_result: dict | None = None,
                  budget: dns.Budget | None = None) -> dict:
-    """The verdict on `raw` as received from `ip` (MAIL FROM `mail_from`, HELO `helo`).
-    `spf_result`: SPF as another server found it (mail read from a mail server), instead
-    of checking it here. `verdict` is pass when DMARC passes or, where the From domain
-    publishes no DMARC record, an aligned DKIM signature or SPF passes; fail when DMARC
-    fails; none otherwise."""
+    """The verdict on `raw` as received from `ip` (`spf_result`: SPF as another server found
+    it). pass: DMARC passes, or without DMARC an aligned DKIM or SPF pass; fail: DMARC fails."""
     budget = budget or dns.Budget()
     message = _parsed(raw)
     spf_found = spf_result or check_spf(ip=ip, mail_from=mail_from, helo=helo, budget=budget)
@@ -276,11 +259,8 @@ def authenticate(raw: bytes, *, ip: str | None, mail_from: str, helo: str, spf_r
 
 
 def spf_of_mail_server(headers: list[list[str]], envelope_from: str) -> dict | None:
-    """SPF as the mail server that received the message found it, from the topmost
-    Authentication-Results header alone, and only when its authserv-id is the one the
-    operator named (RELAY_AUTHSERV_ID) and the sender it judged is the envelope sender the
-    server recorded (`envelope_from`, its Return-Path). A header lower down, or under any
-    other name, may have been written by the sender. None when nothing can be trusted."""
+    """SPF as the receiving mail server found it: its topmost Authentication-Results only,
+    under RELAY_AUTHSERV_ID, for the recorded envelope sender; None when nothing is trusted."""
     if not settings.RELAY_AUTHSERV_ID:
         return None
     topmost = next((value for name, value in headers if name.lower() == "authentication-results"), None)

@@ -1,28 +1,12 @@
-"""What a client usually wants out of a mail (docs/api.md): the one-time code, and the links.
-
-Codes are 4–8 digits (also written 123-456 or 123 456), or 6–12 letters and digits with
-at least one digit, found in the subject and the text near a word that announces a code
-(code, OTP, PIN, verification, token, and their kin in some thirty languages). The nearer the
-word, the likelier the code; a number that is part of a phone number, a date, a year, a
-price or a URL is not a code. Links come from the HTML's anchors and the text's URLs, in
-order, without duplicates.
-
-Pure functions over strings, no network, no database, and linear in the text's size
-whatever the text (docs/api.md, "Codes and links"): every pattern either starts only
-where a run of its characters starts (a look-behind) or is bounded in length, so no
-input makes one backtrack over what it read before. Links are read by a scanner of our
-own rather than html.parser, which is quadratic on unclosed tags. Each message's codes
-and links are computed once, when it is stored (relay.ingest), never per read."""
+"""One-time codes and links in a mail (docs/api.md, "Codes and links"): pure functions,
+linear in the text whatever it holds, run once when a message is stored."""
 import bisect
 import html
 import re
 import unicodedata
 
-# Words that announce a code, matched anywhere in a word (so "Bestätigungscode" and
-# "passcode" count) and ignoring case.
-# Each pattern that may start anywhere opens with a look-ahead at the characters it can
-# start with: a position that cannot begin a match is passed over at once, instead of
-# trying every alternative there (most of a 10 KB text's scanning time otherwise).
+# Words that announce a code, matched anywhere in a word, any case. Patterns open with a
+# look-ahead at their first characters, so a position that cannot start one is passed at once.
 KEYWORDS = re.compile(
     r"(?=[cotpvs2alkmxкκرקकรكک코인확コパ認验驗確校动])"
     r"(?:code|otp|\bpin\b|passcode|verif|vérif|token|one[- ]time|2fa|two[- ]factor|two[- ]step|2-step|"
@@ -47,9 +31,7 @@ ASCII_KEYWORD_STEMS = tuple(stem for stem in KEYWORD_STEMS if stem.isascii())
 # How far (in characters) a keyword may be from a code for it to count.
 NEAR = 80
 URL = re.compile(r"https?://[^\s<>\"'()\[\]{}]+", re.IGNORECASE)
-# An address: starts only where a run of address characters starts, and each part is
-# bounded as RFC 5321 bounds it (64 for the local part, 63 a label), so a long run of
-# letters or digits without an "@" costs one pass, not one pass per starting position.
+# An address starts only where a run of its characters starts, each part bounded.
 EMAIL = re.compile(r"(?<![\w.+-])[\w.+-]{1,64}@[\w-]{1,63}(?:\.[\w-]{1,63}){1,8}")
 # A letter of a script written without spaces (Thai, Japanese, Chinese, Korean) may touch a
 # code ("验证码是482913"): only other word characters glue one to a word.

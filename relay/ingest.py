@@ -1,9 +1,5 @@
-"""Taking a message into Relay's store, the one way for every source of mail: SMTP
-(relay.inbound.server), the mail-server reader (relay.mailserver.reader) and the copies
-of what a mailbox sends (relay.outbox.outbound). Parsed, its codes and links found, its
-verdict checked if the source brought none, stored by mailboxes.storing, its search words
-asked of a worker.
-"""
+"""Taking a message into Relay's store, the one way for SMTP, the mail-server reader and
+sent copies: parsed, codes and links found, verdict, stored, words owed."""
 import logging
 import threading
 import time
@@ -24,13 +20,8 @@ logger = logging.getLogger(__name__)
 def message_ingest(*, raw: bytes, mail_from: str, recipients: list[Recipient], server_id: str = "",
                     authentication: dict | None = None, direction: str = Direction.IN,
                     joining: int | None = None) -> list[int]:
-    """Parse `raw` and store it for each accepted mailbox that still takes it
-    (mailboxes.storing.message_store: MailboxFull, IntegrityError for a second copy of
-    `server_id`); its search words are owed, asked of a worker after commit.
-    `authentication`: the verdict the SMTP server found; without it (mail read from a
-    mail server) DKIM and DMARC are checked here, and SPF taken from that server's
-    Authentication-Results. `direction` and `joining`: mail a mailbox sent, kept in it
-    (relay.outbox.outbound), in that thread."""
+    """Parse `raw` and store it for each mailbox that still takes it (message_store's
+    errors). `authentication`: SMTP's verdict; without it DKIM and DMARC are checked here."""
     parsed = parse_message(raw)
     if authentication is None:
         authentication = authenticate(raw, ip=None, mail_from=mail_from, helo="",
@@ -59,12 +50,8 @@ _words_next_publish = 0.0
 
 
 def words_owed() -> None:
-    """Ask a worker to write the words of the messages just stored (search's index; see
-    mailboxes.services.contents_index_words), at most once per WORDS_DELAY_SECONDS in
-    this process. The task runs WORDS_DELAY_SECONDS after it is asked for, so it finds
-    every message committed before the next ask. Words that a lost or unpublished task
-    leaves owed are written by the next one, by beat's backstop, or by the first search
-    that needs them: nothing a client sees waits on this."""
+    """Ask a worker to write the words of the messages just stored, at most once per
+    WORDS_DELAY_SECONDS; what a lost task leaves is beat's or the next search's."""
     global _words_next_publish
     if connection.vendor != "postgresql":
         return

@@ -1,13 +1,5 @@
-"""The counters every Relay process keeps for /metrics (docs/architecture.md; api/metrics.py serves
-them with the gauges read from the database).
-
-With PROMETHEUS_MULTIPROC_DIR set (run.sh and docker-compose set it), prometheus_client
-writes each process's counters to files there, and /metrics sums the files of every
-process on the host: gunicorn's workers, Celery's pool processes, the mailer. The
-variable must be set before this module is first imported, which the environment does.
-
-Files are named by host and process id, not the process id alone: docker-compose's
-containers share one directory, and each container numbers its processes from 1."""
+"""The counters every process keeps for /metrics, written per host and process under
+PROMETHEUS_MULTIPROC_DIR (set before this is imported) and summed by api/metrics.py."""
 import os
 import socket
 

@@ -1,6 +1,4 @@
-"""The outbox: every mail Relay sends, one row each, written in the transaction that
-causes it (a sign-up, a recovery request, a send request). `runmailer` claims rows in
-batches and a worker sends each batch over one SMTP connection (relay/outbox/send.py)."""
+"""The outbox: every mail Relay sends, a row written in the transaction that causes it."""
 from django.db import models
 from django.db.models import Q
 
@@ -20,10 +18,8 @@ KIND_PRIORITY = {OutboxKind.RECOVERY: 0, OutboxKind.ACTIVATION: 1, OutboxKind.SE
 
 
 class OutboxStatus(models.TextChoices):
-    """queued: waiting for a mailer to claim it; sending: claimed, in a worker's hands
-    until `lease_until`; sent: the relay answered 250; failed: given up (a dead letter,
-    requeued from the admin); skipped: a token mail whose token could no longer be used
-    when its turn came, so there was nothing worth sending."""
+    """queued, sending (a worker's until `lease_until`), sent, failed (a dead letter), or
+    skipped (a token mail whose token could no longer be used)."""
 
     QUEUED = "queued"
     SENDING = "sending"
@@ -49,9 +45,7 @@ class OutboxMail(models.Model):
     subject = models.CharField(max_length=998)
     text = models.TextField()
     html = models.TextField(blank=True, default="")
-    # The mail as it goes on the wire (RFC 5322, CRLF), built once when it is queued: a
-    # retry sends the same bytes with the same Message-ID, and a worker only transmits.
-    # Dropped with the text once a token mail has left.
+    # The mail as it goes on the wire, built once (dropped with the text once a token mail left).
     message = models.BinaryField(blank=True, default=b"")
     status = models.CharField(max_length=8, choices=OutboxStatus.choices, default=OutboxStatus.QUEUED)
     attempts = models.PositiveIntegerField(default=0)
@@ -91,9 +85,8 @@ class OutboxMail(models.Model):
 
 
 class BackendCallSlot(models.Model):
-    """One call to the mail backend, for the limiter's database form (relay/backends/limiter.py),
-    used when there is no Redis: held while `hold_until` is ahead, counted in the
-    per-minute window while `started_at` is within the last minute."""
+    """One call to the mail backend, for the limiter without Redis: held until `hold_until`,
+    counted in the minute from `started_at`."""
 
     token = models.CharField(max_length=32, primary_key=True)
     started_at = models.DateTimeField()

@@ -1,19 +1,11 @@
-"""Reading a mailbox: the one entry every door calls (the API's views, its held waits and
-event streams, the MCP tools), so that none restates what a read owes first. Opening a
-mailbox (mailbox_open), and searching its messages (messages_read).
-
-In order: the caller may see the mailbox (NotFound otherwise, exactly as a missing one);
-a mailbox past its time is expired on the spot (mailboxes.access); a read that needs it
-live gets MailboxExpired once it ended; a cursor (`after`) must be one of its messages;
-and, where a mail server holds the mail, what it delivered a moment ago is read first
-(relay.mailserver), after the ownership check, so nothing is ever read for a mailbox the
-caller may not see."""
+"""Reading a mailbox, the one entry every door calls: open it (ownership, lazy expiry, the
+live check, a cursor, then the mail server's newest mail) and search its messages."""
 from collections.abc import Callable
 from typing import TypeVar
 
 from django.db.models import QuerySet
 
-from mailboxes import access, selectors
+from mailboxes import caller_reads, queries
 from mailboxes.keys import Caller
 from mailboxes.models import Mailbox
 from relay import mailserver
@@ -23,12 +15,11 @@ Answer = TypeVar("Answer")
 
 def mailbox_open(*, caller: Caller, mailbox_id, live: bool = True, fresh: bool = False,
                  after: int | None = None) -> Mailbox:
-    """The caller's mailbox, for reading or acting on it. `live`: it must not have ended
-    (MailboxExpired). `after`: a cursor that must be one of its messages (InvalidRequest).
-    `fresh`: the mail server's newest deliveries are read into it first."""
-    mailbox = (access.mailbox_get_active if live else access.mailbox_get)(caller=caller, mailbox_id=mailbox_id)
+    """The caller's mailbox (`live`: MailboxExpired once ended; `after`: a cursor of its
+    messages; `fresh`: the mail server's newest deliveries read first)."""
+    mailbox = (caller_reads.mailbox_get_active if live else caller_reads.mailbox_get)(caller=caller, mailbox_id=mailbox_id)
     if after:
-        selectors.message_cursor_check(messages=selectors.message_list(mailbox=mailbox), after=after)
+        queries.message_cursor_check(messages=queries.message_list(mailbox=mailbox), after=after)
     if fresh:
         mailserver.read_now(Mailbox.objects.filter(id=mailbox.id))
     return mailbox
@@ -37,18 +28,15 @@ def mailbox_open(*, caller: Caller, mailbox_id, live: bool = True, fresh: bool =
 def mailboxes_freshen(caller: Caller) -> QuerySet:
     """Before a read across all the caller's mailboxes (a search): the mail server's
     newest deliveries into them are read first. Returns the mailboxes the caller sees."""
-    visible = selectors.mailboxes_visible_to(caller)
+    visible = queries.mailboxes_visible_to(caller)
     mailserver.read_now(visible)
     return visible
 
 
 def messages_read(*, caller: Caller | None, search: dict, answer: Callable[[QuerySet], Answer],
                   mailbox: Mailbox | None = None, pages: bool = False) -> Answer:
-    """The messages in `mailbox` (or all the caller's) matching `search`
-    (mailboxes.access.message_search's filters), turned into the door's answer by
-    `answer(rows)` under the word search's plan: the words they owe written first, the
-    rows read through the words' index. `pages`: the rows a client pages through
-    (access.message_search_pages)."""
-    rows = (access.message_search_pages if pages else access.message_search)(caller=caller, mailbox=mailbox, **search)
-    with selectors.words_search_plan(search.get("words", "")):
+    """The messages in `mailbox` (or all the caller's) matching `search`, made into the door's
+    answer by `answer(rows)` under the word search's plan (`pages`: the rows a client pages)."""
+    rows = (caller_reads.message_search_pages if pages else caller_reads.message_search)(caller=caller, mailbox=mailbox, **search)
+    with queries.words_search_plan(search.get("words", "")):
         return answer(rows)

@@ -1,11 +1,5 @@
-"""Reconciliation: accounts on the mail backend that no live Relay mailbox owns.
-
-Crash-safe creation (mailboxes/creation.py) means Relay itself leaves none behind; this
-finds what came before it, or what someone made on the backend by hand. An account is
-owned while a mailbox row with its address is provisioning or active, or still owes its
-cleanup (pending, running, or dead and waiting for an operator): those the cleanup
-machinery sees to. Listing comes first and destroying after, since destroying while
-paging would shift the pages."""
+"""Reconciliation: accounts on the mail backend that no live mailbox owns or still owes a
+cleanup; listed first, destroyed after."""
 import logging
 import time
 from dataclasses import dataclass, field
@@ -59,11 +53,8 @@ def orphans_find(*, domains: list[str]) -> list[Orphan]:
 
 
 def _orphaned_names(backend, domains: list[str]) -> list[Orphan]:
-    """For a backend whose accounts are named by local part, in no domain (Cyrus): an
-    account is Relay's only if Relay handed its name out (reserved as `name@` with its
-    mailbox), and an orphan if no live mailbox of that local part, in any of `domains`,
-    owns it. Any other account on the server (its admin, the operator's own users) is not
-    Relay's to judge."""
+    """For Cyrus (accounts named by local part): an account is Relay's if it handed the name
+    out, and an orphan if no live mailbox of that local part owns it."""
     names = [name for name, _ in backend.accounts(domains[0])]
     orphans: list[Orphan] = []
     for start in range(0, len(names), LOOKUP_BATCH):

@@ -5,7 +5,7 @@ import uuid
 from celery import shared_task
 from django.conf import settings
 
-from mailboxes.services import contents_index_words
+from mailboxes.changes import contents_index_words
 from relay.outbox import send as outbox
 from relay.outbox.account_mail import account_recovery_request
 from relay import mailserver
@@ -34,9 +34,8 @@ def send_outbox_batch(self, claim: str, mail_ids: list[int]) -> dict:
 
 @shared_task(acks_late=True)
 def mail_key_recovery(email: str) -> None:
-    """POST /accounts/recover's work, done off the request: the request only queues this,
-    so it answers in the same time whether the email has an account or not (looking it
-    up, making a token and queueing its mail took measurably longer than finding none)."""
+    """POST /accounts/recover's work, off the request, so it answers in the same time
+    whether the email has an account or not."""
     account_recovery_request(email=email)
 
 
@@ -47,9 +46,8 @@ WORDS_RUN_SECONDS = 60
 
 @shared_task(acks_late=True, soft_time_limit=WORDS_RUN_SECONDS * 3, time_limit=WORDS_RUN_SECONDS * 4)
 def index_owed_words() -> int:
-    """Write the search words that stored messages owe (relay.ingest.words_owed, and beat's
-    backstop every minute), batch by batch, passing over batches another run holds.
-    Safe to overlap."""
+    """Write the search words stored messages owe, batch by batch, passing over batches
+    another run holds."""
     started, total = time.monotonic(), 0
     while indexed := contents_index_words(skip_locked=True):
         total += indexed
@@ -63,9 +61,7 @@ def index_owed_words() -> int:
 
 @shared_task(acks_late=True, soft_time_limit=3000, time_limit=3300)
 def reconcile_report() -> int:
-    """Daily: count the backend's accounts that no live mailbox owns, and say so in the
-    log. Only reports: destroying them is the operator's call (`manage.py reconcile
-    --destroy`)."""
+    """Daily: log how many backend accounts no live mailbox owns (`manage.py reconcile --destroy` removes them)."""
     try:
         orphans = orphans_find(domains=settings.RELAY_DOMAINS)
     except NothingToReconcile:
@@ -77,16 +73,13 @@ def reconcile_report() -> int:
     return len(orphans)
 
 
-# The poll holds its lock (relay/mailserver/reader.py) for at most POLL_LOCK_SECONDS; the
-# task ends before that. No `expires`: a worker on a fast clock would drop every poll
-# (docs/architecture.md, "One clock"); polls that queued up meanwhile find the lock
-# taken or nothing new.
+# The task ends before the poll's lock lapses; no `expires`, which a fast worker's clock
+# would judge (docs/architecture.md, "One clock").
 @shared_task(soft_time_limit=mailserver.reader.POLL_LOCK_SECONDS - 5,
              time_limit=mailserver.reader.POLL_LOCK_SECONDS - 2)
 def read_mail_server() -> int:
-    """Beat, every RELAY_MAILSERVER_POLL_SECONDS, with a mail server as the backend: copy
-    what it delivered since the last poll into Relay's store (relay.mailserver.poll).
-    Safe to overlap: a poll that finds another running does nothing."""
+    """Beat, with a mail server as the backend: copy what it delivered into Relay's store
+    (relay.mailserver.poll). Safe to overlap."""
     stored = mailserver.poll()
     if stored:
         logger.info("read %d message(s) from the mail server", stored)

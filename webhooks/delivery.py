@@ -1,16 +1,5 @@
-"""Delivering one webhook event: claim the row (a compare-and-set, so a duplicate task
-finds nothing), POST the signed body, record the outcome.
-
-- 2xx: delivered.
-- Timeouts, connection errors, 408, 429 and 5xx: retried with backoff, the same
-  `webhook-id` each time, until RELAY_WEBHOOK_MAX_RETRIES retries are spent; then failed.
-- 410 Gone: failed, and the webhook is disabled.
-- Any other status (4xx, and 3xx: redirects are not followed): failed at once.
-
-A failed delivery is a dead letter an operator redelivers from the admin. The HTTP call
-and its guards (one deadline, the checked address pinned, no redirect, no body kept) are
-webhooks.transport's. A delivery's stored error names the status, never the answer's
-body: the body of a receiver is the receiver owner's business, not ours to pass on."""
+"""Delivering a webhook event: take the row, POST the signed body, record the outcome
+(docs/api.md, "Webhooks": 2xx delivered, 408/429/5xx retried, 410 disables, else failed)."""
 import json
 import logging
 import time
@@ -71,18 +60,14 @@ DELIVER_TASK = task_names.DELIVER_WEBHOOK
 
 
 def deliver_many(*, delivery_ids: list[int]) -> dict[str, int]:
-    """One attempt at each of these deliveries (to one receiver, as events queue them):
-    taken with one claim, sent one after another, the delivered ones settled in one
-    statement. That outcome does not wait for the commit to reach the disk: if it is lost
-    the lease lapses and the sweep sends the delivery again, which at-least-once allows.
-    A delivery that fails is recorded alone, as `deliver` would; one with a retry left
-    comes back later as a task of its own. Returns the outcomes counted."""
+    """One attempt at each of these deliveries to one receiver: one claim, sent in turn, the
+    delivered settled in one statement (not synchronously committed: a lost one is sent again)."""
     claim, taken = DELIVERIES.take_batch(WebhookDelivery.objects.filter(DELIVERIES.free_to_take(db_now()),
                                                                         id__in=delivery_ids).order_by("id"),
                                          limit=len(delivery_ids))
     _queue_skipped(set(delivery_ids) - set(taken))
     if len(taken) > 1:  # sent one after another: each may take its whole deadline
-        DELIVERIES.hold(taken, claim, seconds=DELIVERIES.lease_seconds()
+        DELIVERIES.extend_lease(taken, claim, seconds=DELIVERIES.lease_seconds()
                         + settings.RELAY_WEBHOOK_TIMEOUT_SECONDS * (len(taken) - 1))
     counted = {"delivered": 0, "failed": 0, "retrying": 0}
     delivered: dict[int, list[WebhookDelivery]] = {}  # by status code
@@ -116,10 +101,8 @@ def deliver_many(*, delivery_ids: list[int]) -> dict[str, int]:
 
 
 def _queue_skipped(delivery_ids: set) -> None:
-    """The batch's take skips a row another transaction holds at that instant (a second
-    run of the same batch, which then has it; or an operator's redeliver). One still owed
-    and free now goes to a task of its own, whose take waits for the row, instead of
-    waiting out its lease for the sweep."""
+    """A row another transaction held when the batch took, if still owed, goes to a task of
+    its own rather than waiting out its lease."""
     skipped = list(WebhookDelivery.objects.filter(DELIVERIES.free_to_take(db_now()), id__in=delivery_ids)
                    .values_list("id", flat=True)) if delivery_ids else []
     for delivery_id in skipped:

@@ -19,9 +19,8 @@ def publish_quietly(task, delivery_ids) -> None:
 
 
 def publish_by_receiver(deliveries: list[tuple[int, int]]) -> None:
-    """Queue new deliveries, given as (webhook id, delivery id): those to one webhook go
-    together, up to delivery.BATCH to a task (deliver_webhooks), a lone one as its own
-    task. A publish that fails loses nothing, as above."""
+    """Queue new deliveries (webhook id, delivery id): those to one webhook together, up to
+    delivery.BATCH a task."""
     by_webhook: dict[int, list[int]] = {}
     for webhook_id, delivery_id in deliveries:
         by_webhook.setdefault(webhook_id, []).append(delivery_id)
@@ -50,9 +49,7 @@ def deliver_webhook(self, delivery_id: int) -> str:
 @shared_task(acks_late=True, soft_time_limit=settings.RELAY_WEBHOOK_TIMEOUT_SECONDS * (delivery.BATCH + 2),
              time_limit=settings.RELAY_WEBHOOK_TIMEOUT_SECONDS * (delivery.BATCH + 3))
 def deliver_webhooks(delivery_ids: list[int]) -> dict:
-    """One attempt at each of a batch of deliveries to one receiver; see
-    webhooks.delivery.deliver_many. Lost with its worker, the batch's leases lapse and
-    the sweep queues each delivery again."""
+    """One attempt at each of a batch of deliveries to one receiver (webhooks.delivery.deliver_many)."""
     return delivery.deliver_many(delivery_ids=delivery_ids)
 
 

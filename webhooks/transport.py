@@ -1,18 +1,5 @@
-"""The one HTTP call a webhook delivery makes, and what guards it (SECURITY.md, "Webhooks").
-
-- The receiver's name is resolved once, and every address it resolves to must be public
-  (unless RELAY_WEBHOOK_ALLOW_PRIVATE): no loopback, private, link-local, site-local,
-  multicast or reserved address, nor an IPv6 one that carries such an IPv4 address
-  (IPv4-compatible, IPv4-mapped, IPv4-translated, NAT64, 6to4, Teredo): one that carries
-  an IPv4 address is judged by that address alone. One rule (`public`), at creation and
-  at every delivery.
-- The connection goes to the address that was checked, not to whatever the name
-  resolves to a moment later (DNS rebinding); TLS still checks the certificate against
-  the URL's host name.
-- The whole call has one deadline, RELAY_WEBHOOK_TIMEOUT_SECONDS, from connect to the
-  last byte read: a receiver that answers one byte at a time is cut off when it passes,
-  not after each byte. At most MAX_BODY bytes of the answer are read; none is kept.
-- No redirect is followed, and no proxy or netrc from the environment is used."""
+"""The one HTTP call a webhook delivery makes (SECURITY.md, "Webhooks"): only public
+addresses, the checked one pinned, one deadline, no redirect, proxy or kept body."""
 import ipaddress
 import socket
 import threading
@@ -26,9 +13,7 @@ from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 MAX_BODY = 4096
-# IPv6 ranges whose last 32 bits are an IPv4 address that a router or the stack itself may
-# reach: IPv4-compatible (deprecated), IPv4-mapped, IPv4-translated (SIIT) and NAT64's
-# well-known prefix.
+# IPv6 ranges whose last 32 bits are an IPv4 address a router may reach.
 CARRIES_IPV4_LOW_BITS = [ipaddress.ip_network(net) for net in
                          ("::/96", "::ffff:0:0/96", "::ffff:0:0:0/96", "64:ff9b::/96")]
 # NAT64's local-use prefix places the IPv4 address where the operator chose: never public.
@@ -75,9 +60,8 @@ def public(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
 
 
 def resolve_checked(url: str) -> str:
-    """The address to connect to for `url`: its host resolved once, every address checked.
-    Raises PrivateAddress. The message never says what the name resolved to, so it tells
-    nothing about names on Relay's own network."""
+    """The address to connect to for `url`, resolved once and checked (PrivateAddress); the
+    error never says what the name resolved to."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise PrivateAddress("The URL must be http:// or https:// with a host.")
@@ -107,9 +91,7 @@ _watched = threading.local()
 
 
 class Deadline:
-    """Cuts the connections opened or used while it is current off when `seconds` pass:
-    a socket timeout only bounds each read, and a receiver can keep a call alive for
-    hours by sending a byte just under it each time."""
+    """Cut the connections off when `seconds` pass: a socket timeout bounds only each read."""
 
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds

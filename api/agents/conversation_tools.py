@@ -1,6 +1,4 @@
-"""The MCP tools for conversations (docs/agents.md, "Conversations"): sending, replying,
-forwarding and threads, the routes of docs/api.md's "Sending" and "Threads". Sending
-needs an account's key, as the routes do."""
+"""The MCP tools for conversations (docs/agents.md): sending, replying, forwarding, threads."""
 from typing import Annotated
 
 from mcp_types import CallToolResult

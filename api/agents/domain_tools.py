@@ -11,7 +11,7 @@ from api.agents.results import Deleted, DomainList, DomainOut, result
 from api.pooling import DNS_CHECKS
 from api.domain_serializers import DomainCreateSerializer, DomainSerializer
 from domains.services import domain_create, domain_verify, domains_of
-from mailboxes.domain_use import domain_delete
+from mailboxes.domain_removal import domain_delete
 
 DomainId = Annotated[uuid.UUID, Field(description="The domain's id (a UUID), as create_domain or list_domains gave it.")]
 LISTED_MAX = 100

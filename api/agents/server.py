@@ -1,19 +1,5 @@
-"""The MCP server (docs/agents.md): the tools of api/agents/tools.py on the official SDK,
-over streamable HTTP at `/mcp` (the web process, config/asgi.py) and over stdio
-(`manage.py runmcp`).
-
-Over HTTP it is stateless: every POST carries its own credentials and is answered on
-its own, so any web process answers any request and a restart loses nothing. Each
-answer is one JSON body (the SDK's JSON-response mode, cheaper than a one-event stream
-for both ends), so nothing needs the server-to-client stream a GET would open: GET (and
-every method but POST) is 405, and no stream is ever held outside the open-wait cap.
-While a call is in flight the gate below listens to the connection, so a client that
-hangs up ends its call (a held wait with its open-wait place). A request without valid
-credentials is refused with 401 before the SDK sees it, so a key revoked between two
-calls is refused on the next one; a held wait authenticates again at each wake-up.
-
-Arguments are strict (RelayServer.call_tool): an unknown argument or a wrong type is a
-tool error naming it, and the tool does not run."""
+"""The MCP server (docs/agents.md): the tools on the official SDK, over stateless streamable
+HTTP at `/mcp` (one JSON body an answer, POST only) and over stdio (`manage.py runmcp`)."""
 import asyncio
 import json
 import logging
@@ -48,9 +34,8 @@ INSTRUCTIONS = (
 
 
 def _invalid_arguments(tool, arguments: dict) -> str | None:
-    """Why `arguments` do not fit `tool`, naming the argument, or None: an argument the
-    tool does not take, or a value of the wrong type or out of range, judged as JSON
-    Schema would (strict: "10" is not an integer, "true" not a boolean)."""
+    """Why `arguments` do not fit `tool` (an unknown argument, a wrong type or range, judged
+    as JSON Schema would, strictly), or None."""
     known = tool.parameters.get("properties", {})
     unknown = sorted(set(arguments) - set(known))
     if unknown:
@@ -82,10 +67,8 @@ def build() -> MCPServer:
         server.add_tool(tool, annotations=tool.annotations)
         # The schema says what call_tool enforces: no argument but these.
         server._tool_manager.get_tool(tool.__name__).parameters["additionalProperties"] = False
-    # The SDK wraps every message in an OpenTelemetry span, which records nothing until an
-    # exporter is installed, and Relay installs none; the span still costs each answer its
-    # share of a held wait's wake-up (docs/benchmarks.md, "MCP waits").
-    # The SDK says to drop it from the list to opt out; it exports no name for it.
+    # The SDK's OpenTelemetry span records nothing without an exporter yet costs each wake-up;
+    # the SDK says to drop it from the list to opt out.
     server.middleware[:] = [layer for layer in server.middleware
                             if type(layer).__name__ != "OpenTelemetryMiddleware"]
     return server
@@ -157,9 +140,8 @@ def _origin(value: str) -> tuple[str, str, int] | None:
 
 
 def origin_allowed(scope) -> bool:
-    """A browser's request is served only from the origin it was sent to (its scheme,
-    Host and port, exactly) or RELAY_PUBLIC_URL's; a request without Origin is no
-    browser's. ALLOWED_HOSTS plays no part: `*` there does not turn this off."""
+    """A browser's request is served only from exactly its own origin or RELAY_PUBLIC_URL's;
+    ALLOWED_HOSTS plays no part."""
     headers = dict(scope["headers"])
     sent = headers.get(b"origin")
     if sent is None:
@@ -181,9 +163,7 @@ def _base_url(scope) -> str:
 
 
 async def _watch_for_hang_up(receive, gone: asyncio.Event) -> None:
-    """Set `gone` when the client disconnects: the request's body has been read, so the
-    next message the server has for this request is its disconnect (or, once the answer
-    is sent, the end of the request, when nothing is in flight any more)."""
+    """Set `gone` when the client disconnects (the body read, the next message is that)."""
     while (await receive())["type"] != "http.disconnect":
         pass
     if not gone.is_set():
@@ -198,10 +178,8 @@ async def _refuse(send, status: int, body: bytes, headers: list) -> None:
 
 
 class CredentialsGate:
-    """The API's refusal (403 from a web page of another origin, 405 for anything but
-    POST, 401 without a valid key or mailbox token, 403 for a suspended account) for an
-    HTTP request to `/mcp`; everything else
-    (the lifespan, POSTs with valid credentials) goes to the SDK."""
+    """The API's refusals for `/mcp` (403 from another origin, 405 but for POST, 401, 403 for
+    a suspended account); everything else goes to the SDK."""
 
     def __init__(self, app) -> None:
         self.app = app
@@ -227,10 +205,8 @@ class CredentialsGate:
         await self.app(scope, receive, send)
 
     async def answer(self, scope, receive, send) -> None:
-        """Let the SDK answer, and watch for the client going away meanwhile: once the
-        SDK has read the request's body, nothing else listens to the connection (each
-        answer is one JSON body), and a tool's call in flight (a held wait and its
-        open-wait place) must end with its client (CLIENT_GONE)."""
+        """Let the SDK answer while watching for the client going away: a call in flight (a
+        held wait) must end with its client (CLIENT_GONE)."""
         gone = asyncio.Event()
         CLIENT_GONE.set(gone)
         watcher: asyncio.Task | None = None

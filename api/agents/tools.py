@@ -1,15 +1,5 @@
-"""The MCP tools (docs/agents.md): one per thing an agent does with a mailbox.
-
-Each tool is a door like an API route: its arguments arrive typed and checked (a UUID, an
-integer; api/agents/server.py refuses an unknown argument or a wrong type before the tool
-runs), it parses them with the route's own serializer where the route has format rules,
-and calls the same service or selector the route calls, in the web process's shared
-thread pool. No HTTP request is built: an id is a value handed to a service, never a
-piece of a path. The two waits run the wait route's own code (api.waiting.first_message).
-
-An error a caller caused becomes a tool error (`isError`) whose text starts with the
-API's code (`expired: …`, `not_found: …`, `invalid_request: <argument>: …`), worded in
-the tool's own terms (minutes, not ms). Every result matches the tool's outputSchema."""
+"""The MCP tools (docs/agents.md), each a door like a route: typed arguments, the route's
+serializer for formats, the same service; errors start with the API's code."""
 import base64
 import math
 import uuid
@@ -35,7 +25,7 @@ from api.serializers import (
     MessageSearchQuerySerializer,
     MessageSummarySerializer,
 )
-from mailboxes import access, selectors, services
+from mailboxes import caller_reads, changes, queries
 from mailboxes.creation import mailbox_create
 from mailboxes.ending import mailbox_delete
 from mailboxes.errors import NotFound
@@ -97,7 +87,7 @@ def create_mailbox(ttl_minutes: TtlMinutes = None,
     mailbox, _ = mailbox_create(backend=get_backend(), caller=owner, local_part=body.get("local_part"),
                                 domain=body.get("domain"),
                                 ttl_ms=minutes_to_ms(ttl_minutes),
-                                labels={field: body[field] for field in services.LABEL_FIELDS if field in body})
+                                labels={field: body[field] for field in changes.LABEL_FIELDS if field in body})
     return result(_mailbox_out(mailbox))
 
 
@@ -106,7 +96,7 @@ def list_mailboxes(include_expired: Annotated[bool, Field(
         description="Also list mailboxes that have expired (still kept for a while).")] = False) -> CallToolResult:
     """List your mailboxes, newest first: {"mailboxes": [mailbox, ...]}. Active ones only
     unless include_expired."""
-    mailboxes = access.mailbox_list(caller=calling(), include_expired=include_expired)
+    mailboxes = caller_reads.mailbox_list(caller=calling(), include_expired=include_expired)
     return result({"mailboxes": [_mailbox_out(mailbox) for mailbox in mailboxes]})
 
 
@@ -124,7 +114,7 @@ def renew_mailbox(mailbox_id: MailboxId, ttl_minutes: TtlMinutes = None) -> Call
     invalid_request (ttl_minutes over the plan's cap)."""
     principal = calling()
     mailbox = reading.mailbox_open(caller=principal, mailbox_id=mailbox_id)
-    return result(_mailbox_out(services.mailbox_renew(mailbox=mailbox, plan=principal.plan,
+    return result(_mailbox_out(changes.mailbox_renew(mailbox=mailbox, plan=principal.plan,
                                                       ttl_ms=minutes_to_ms(ttl_minutes))))
 
 
@@ -178,16 +168,15 @@ def get_message(mailbox_id: MailboxId, message_id: MessageId) -> CallToolResult:
     or out), thread_id, message_id, in_reply_to, references, cc, reply_to; sent mail
     also has outbox_status. Errors: not_found, expired."""
     mailbox = reading.mailbox_open(caller=calling(), mailbox_id=mailbox_id)
-    message = selectors.message_get(mailbox=mailbox, message_id=message_id)
-    services.message_mark_read(message=message)
+    message = queries.message_get(mailbox=mailbox, message_id=message_id)
+    changes.message_mark_read(message=message)
     return result(MessageDetailSerializer(message, context={"base_url": credentials().base_url}).data)
 
 
 async def _first_message(mailbox_id: uuid.UUID, *, wait: int, after: int | None, from_: str | None,
                          subject: str | None, authenticated: bool, with_code: bool) -> dict | None:
-    """The first message to match, held up to `wait` seconds: the wait route's own code
-    (api.waiting.first_message: its wake-up, its open-wait cap, its errors). It ends when
-    the MCP client hangs up."""
+    """The first message to match, held up to `wait` seconds by the wait route's own code
+    (api.waiting.first_message); it ends when the MCP client hangs up."""
     found = credentials()
     caller = found.principal or await in_pool(found.authenticate)()
     filters = {name: value for name, value in {"after": after, "from": from_, "subject": subject,
@@ -257,7 +246,7 @@ def get_attachment(mailbox_id: MailboxId, message_id: MessageId,
     Over 1 MiB: a too_large error naming its download_url (fetch it over HTTP with your
     key). Errors: not_found, expired."""
     mailbox = reading.mailbox_open(caller=calling(), mailbox_id=mailbox_id)
-    found = attachment_of(selectors.message_raw(mailbox=mailbox, message_id=message_id), attachment_id)
+    found = attachment_of(queries.message_raw(mailbox=mailbox, message_id=message_id), attachment_id)
     if found is None:
         raise NotFound(f"The message has no attachment {attachment_id}.")
     meta, payload = found

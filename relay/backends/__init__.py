@@ -1,12 +1,5 @@
-"""Mail backends: where a mailbox's principal lives (docs/architecture.md). This package
-holds the backends, their errors (relay/backends/errors.py) and the limit on calls to
-them that every worker shares (relay/backends/limiter.py).
-
-A backend has two calls, `provision(mailbox)` and `deprovision(mailbox)`. Both raise
-TransientBackendError for what a retry may fix (timeouts, 5xx, rate limits) and
-PermanentBackendError for what it will not (bad credentials, a rejected request).
-`provision` returns the backend's id for the principal ("" when it has none).
-"""
+"""Mail backends: `provision(mailbox)` and `deprovision(mailbox)`, raising
+TransientBackendError for what a retry may fix and PermanentBackendError otherwise."""
 from functools import lru_cache
 from collections.abc import Iterator
 from typing import Protocol
@@ -31,13 +24,9 @@ class MailboxLike(Protocol):
 
 class MailBackend(Protocol):
     name: str
-    # Whether provision() makes something outside Relay (an account on a mail server)
-    # that a crash could leave without an owner. Only then is a mailbox written as
-    # `provisioning` first (mailboxes/creation.py).
+    # Whether provision() makes something outside Relay a crash could orphan.
     keeps_accounts: bool
-    # The longest one provision() call can take, all its requests and timeouts together.
-    # A mailbox being provisioned is leased for at least this long, so a sweep never
-    # gives up on it (and deprovisions) while the backend may still be creating it.
+    # The longest one provision() may take: a provisioning mailbox is leased at least this long.
     provision_seconds_max: float
 
     # Whether the backend's accounts are named by local part alone, whatever the domain
@@ -84,9 +73,8 @@ def get_backend() -> MailBackend:
 
 
 def keeps_accounts() -> bool:
-    """Whether the configured backend is a mail server with accounts of its own (Cyrus,
-    Stalwart): each deprovision calls it, and it holds the mail (the one answer to "does
-    this backend call a server"). The local backend's mailboxes are Relay's rows alone."""
+    """Whether the backend is a mail server with accounts of its own (Cyrus, Stalwart): the
+    one answer to "does this backend call a server"."""
     return get_backend().keeps_accounts
 
 

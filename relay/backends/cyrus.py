@@ -1,25 +1,6 @@
-"""Cyrus IMAP (3.6 or later) as the mail store: accounts made and removed by an IMAP
-admin, mail read over Cyrus's JMAP (docs/configuration.md, "A mail server as the
-backend").
-
-Relay signs in to Cyrus only as the admin. A mailbox is the account named after its local
-part (`user/<local part>`; Cyrus with `virtdomains: off` delivers `local@any-domain` to
-it), so one local part is one account whatever the domain. Provisioning creates the
-account, marks it as Relay's (the mailbox's id in its `/shared/comment` annotation) and
-gives the admin every right on it, so that the admin's JMAP session sees it as a shared
-account (accountId = the account's name); deprovisioning deletes it, after which Cyrus
-refuses its mail.
-
-Relay never takes over an account it did not create: a CREATE that finds the account
-already there fails (AccountExists: the mailbox is refused, 409), and a deprovision
-deletes only an account that carries that mailbox's mark (NotMadeByRelay otherwise).
-The admin's own name and Cyrus's reserved names are never handed out (`reserved_names`).
-
-The admin's IMAP connection is opened per call and closed after it: account changes are
-rare (one at creation, one at the end), and a kept connection would only add the
-question of when it went stale. What changed in which account is asked once for all of
-them (`markers`: one LIST with STATUS), so that the reader asks JMAP only about accounts
-with news."""
+"""Cyrus IMAP (3.6+) as the mail store: an account per local part, made and removed by the
+IMAP admin and marked as Relay's, mail read over JMAP. Relay never takes over or deletes
+an account it did not make (docs/configuration.md, "A mail server as the backend")."""
 import imaplib
 import logging
 import re
@@ -62,7 +43,7 @@ class CyrusBackend:
     name = "cyrus"
     keeps_accounts = True
     # One account per local part, whatever the domain: a local part is unique across
-    # RELAY_DOMAINS (mailboxes.services reserves it).
+    # RELAY_DOMAINS (mailboxes.changes reserves it).
     one_account_per_local_part = True
 
     def __init__(self, *, imap_url: str, jmap_url: str, admin: str, password: str, timeout: float) -> None:
@@ -142,9 +123,7 @@ class CyrusBackend:
         return ""
 
     def accounts(self, domain: str):
-        """Every account Cyrus holds, as (account name, its address in `domain`). Cyrus
-        has no domains here (virtdomains: off): relay.reconcile only counts the names
-        Relay itself handed out."""
+        """Every account Cyrus holds, as (account name, its address in `domain`)."""
         for account in self.markers():
             yield account, f"{account}@{domain}"
 
@@ -155,8 +134,7 @@ class CyrusBackend:
         return mailbox.address.rsplit("@", 1)[0]
 
     def markers(self) -> dict[str, str]:
-        """Every account's HIGHESTMODSEQ, which any change to its mail raises, in one IMAP
-        command whatever the number of accounts: the reader asks JMAP only about the
+        """Every account's HIGHESTMODSEQ in one IMAP command: the reader asks JMAP only about
         accounts whose marker moved."""
         with self._imap() as imap:
             prefix = f"user{self._delimiter_of(imap)}"

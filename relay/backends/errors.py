@@ -1,8 +1,5 @@
-"""What a backend call can fail with, and the count of calls by how they ended.
-
-Two kinds, as types (docs/architecture.md, "Expiry"): TransientBackendError for what a
-retry may fix, PermanentBackendError for what it will not. Their own module, below the
-backends and the limiter, so that each imports them without importing the other."""
+"""What a backend call can fail with (transient or permanent), below the backends and the
+limiter so each imports them alone."""
 import functools
 
 from mailboxes.errors import AccountNotRelays, BackendFailure
@@ -23,9 +20,7 @@ class TransientBackendError(BackendError):
 
 
 class NoBackendSlot(TransientBackendError):
-    """Relay's own limiter (relay/backends/limiter.py) had no slot for a call within the wait it
-    allows: the call was not made. Waiting for a slot is not a retry: a cleanup that
-    meets this is put back unattempted and comes back after `retry_after` seconds."""
+    """The limiter had no slot within its wait: no call was made, so it is no retry."""
 
 
 class PermanentBackendError(BackendError):

@@ -1,11 +1,5 @@
-"""A JMAP client (RFC 8620), as much of it as Relay reads mail with (RFC 8621): the
-session, method calls several to a request, and blob downloads. Cyrus and Stalwart both
-speak it (docs/architecture.md, "Mail read from the mail server").
-
-Every call has a timeout. What a retry may fix (no answer, a timeout, a 5xx, a 429, a
-request-level limit) is a TransientBackendError; bad credentials and a rejected request
-are a PermanentBackendError. An error of one method call is not raised: it comes back
-as that call's answer (`["error", {"type": …}]`), for the caller to judge per account."""
+"""A JMAP client (RFC 8620/8621) for Cyrus and Stalwart: session, batched method calls, blobs,
+every call timed out; a method's own error comes back as its answer."""
 import threading
 from contextlib import nullcontext
 from urllib.parse import quote

@@ -1,20 +1,5 @@
-"""One limit on calls to the mail backend for all workers together (docs/architecture.md):
-RELAY_BACKEND_MAX_CONCURRENT calls at once and RELAY_BACKEND_MAX_PER_MINUTE in any
-sliding minute, Stalwart's own limits, so that a burst of expiries waits its turn
-instead of being refused by the backend and burning retries.
-
-Two sorted sets in Redis, checked and taken in one Lua script (atomic, on Redis's clock):
-- holders: one member per call in flight, scored by when its hold expires. A worker
-  killed mid-call never releases its slot; its hold expires after RELAY_BACKEND_SLOT_HOLD_SECONDS
-  (longer than any call's timeout) and the slot comes back.
-- starts: one member per call started in the last minute, scored by when it started.
-
-Without Redis the same two sets are rows of one table (BackendCallSlot), taken under a
-lock that serialises the takers: a PostgreSQL advisory lock, or SQLite's one writer.
-That costs a few round trips more than Redis, which no backend call notices.
-
-Waiting for a slot is not a retry (docs/architecture.md): `slot()` raises NoBackendSlot, and the
-callers give the attempt back."""
+"""One limit on calls to the mail backend for all workers: RELAY_BACKEND_MAX_CONCURRENT at
+once and RELAY_BACKEND_MAX_PER_MINUTE, in Redis (one Lua script) or in a table under a lock."""
 import time
 import uuid
 from contextlib import contextmanager
@@ -29,10 +14,7 @@ from relay import metrics
 from relay.backends.errors import NoBackendSlot
 from relay.models import BackendCallSlot
 
-# A call counts against the minute for a little more than a minute: the backend starts
-# its own minute when the request reaches it, a moment after the slot was taken here, so
-# a window of exactly 60 s would let the 1001st call in while the backend still counts
-# the first. Half a second costs under 1 % of the rate.
+# A call counts a little more than a minute: the backend starts its minute a moment later.
 WINDOW_MS = 60_500
 KEY_HOLDERS = "relay:backend:holders"
 KEY_STARTS = "relay:backend:starts"

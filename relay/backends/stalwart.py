@@ -1,17 +1,5 @@
-"""Stalwart (0.16+) as the mail store, managed over its JMAP management API.
-
-One mailbox is one Stalwart account (`x:Account`, type User) named by the local part in
-the domain of the address. Calls go to the `apiUrl` announced at `/.well-known/jmap`,
-through the JMAP client the mail reader uses too (relay/backends/jmap.py). Stalwart may
-answer HTTP 200 with an error inside the body, so every method's answer is read, not
-just the status.
-
-Relay never takes over an account it did not create: a create that finds the account
-already there fails (AccountExists: the mailbox is refused, 409). Each account Relay
-creates carries its mailbox's id in its description (`MARK_PREFIX`), and an account is
-destroyed only by the id its create returned, or, where that answer was lost, when its
-description names the mailbox; reconcile sees only accounts with Relay's mark.
-"""
+"""Stalwart (0.16+) as the mail store, over its JMAP management API: an account per address,
+marked with its mailbox's id; Relay never takes over or deletes an account it did not make."""
 
 from django.conf import settings
 

@@ -1,14 +1,5 @@
-"""A stored message's attachments, read back from its raw bytes (docs/api.md,
-"Attachments").
-
-Ingest stores each attachment's description only (mailboxes.mail_format); the bytes stay
-in the raw message, stored whole. An attachment's id is its number in the order ingest
-listed them, found again here by the same walk over the same bytes.
-
-Serving them is where a hostile mail could strike: an HTML or SVG attachment opened on
-Relay's origin would run its script with the reader's session. So an attachment is
-always a download, in a sandbox, never sniffed, and typed as what it says only when that
-type cannot run in a browser."""
+"""A stored message's attachments, read back from its raw bytes by ingest's own walk, and
+served only as downloads a browser cannot run (docs/api.md, "Attachments")."""
 import codecs
 import email
 import re
@@ -17,9 +8,7 @@ from email import policy
 
 from mailboxes.mail_format import MAX_ATTACHMENTS, MAX_PARTS, attachment_description, bounded_bytes, is_attachment
 
-# Types a browser shows without running anything: served as declared. Anything else
-# (text/html, image/svg+xml, application/xhtml+xml, text/xml, JavaScript, …) is served
-# as application/octet-stream.
+# Types a browser shows without running anything, served as declared; any other is octet-stream.
 INERT_TYPES = frozenset({
     "text/plain", "text/csv", "text/calendar",
     "image/png", "image/jpeg", "image/gif", "image/webp", "image/bmp", "image/avif",
@@ -43,9 +32,8 @@ CHARSET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:+-]{0,39}")
 
 
 def attachment_of(raw: bytes, number: int) -> tuple[dict, bytes] | None:
-    """Attachment `number` (1, 2, … in the order ingest listed them) of a message's raw
-    bytes: its description (with its declared charset) and its decoded bytes, or None
-    if it has no such one."""
+    """Attachment `number` (from 1) of a message's raw bytes: its description and decoded
+    bytes, or None."""
     bounded, _ = bounded_bytes(raw)
     try:
         message = email.message_from_bytes(bounded, policy=policy.compat32)
@@ -75,9 +63,7 @@ def attachment_of(raw: bytes, number: int) -> tuple[dict, bytes] | None:
 
 
 def safe_charset(charset: str | None) -> str:
-    """The charset to name for a text attachment: the sender's when it is a charset name
-    Python knows, else utf-8. The sender wrote it, and an RFC 2231 value can hold a CR or
-    LF that no header may carry."""
+    """The charset named for a text attachment: the sender's if Python knows it, else utf-8."""
     if not charset or not CHARSET_NAME.fullmatch(charset):
         return "utf-8"
     try:
@@ -106,10 +92,8 @@ def without_format_characters(text: str | None) -> str | None:
 
 
 def safe_filename(filename: str | None, number: int) -> str:
-    """A filename for Content-Disposition: the last path segment of the declared name,
-    without control or format characters (Unicode Cc and Cf: a right-to-left override
-    makes `invoice\u202efdp.exe` read as a PDF), quotes or separators; `attachment-N`
-    when none is left."""
+    """A filename for Content-Disposition: the declared name's last segment without control,
+    format (a right-to-left override), quote or separator characters; `attachment-N` if empty."""
     name = (filename or "").replace("\\", "/").rsplit("/", 1)[-1]
     name = without_format_characters(name)
     name = UNSAFE_IN_FILENAME.sub("_", name).strip(" .")[:MAX_FILENAME_CHARS]

@@ -1,10 +1,5 @@
-"""Relay's inbound SMTP server (aiosmtpd): `manage.py runsmtp`. It only ever delivers to
-its own mailboxes, through relay/ingest.py.
-
-One process serves one port. To use more cores, run several `runsmtp --reuse-port` on
-the same port under the process manager (systemd, compose, Kubernetes): the kernel
-spreads connections among them (SO_REUSEPORT), and the manager restarts one that dies.
-"""
+"""Relay's inbound SMTP server (aiosmtpd), `manage.py runsmtp`: delivers only to its own
+mailboxes, through relay.ingest. Several `--reuse-port` processes may share a port."""
 import asyncio
 import functools
 import logging
@@ -30,16 +25,11 @@ from relay.ingest import message_ingest
 
 logger = logging.getLogger(__name__)
 
-# RCPT lookups and DATA storage run in pools of their own: a slow message (parsing,
-# storing) can hold the storage threads, never the threads that answer other sessions'
-# RCPT commands.
+# Look-ups and storing have pools of their own: a slow message never holds RCPT's threads.
 LOOKUP_THREADS = 8
 STORAGE_THREADS = 4
-# Verdicts mostly wait on DNS; one whose answer is slow holds its thread for at most
-# RELAY_DNS_TIMEOUT_SECONDS (relay/authentication.py bounds the rest). One client
-# group (relay.clients) runs at most a few at once, and the pool has a thread for every
-# connection allowed: a sender whose mail is slow to judge waits for its own slots,
-# never for a thread another's mail needs.
+# Verdicts wait on DNS: each client group runs a few at once, and the pool has a thread
+# for every connection allowed, so a slow sender waits for its own slots only.
 VERDICTS_PER_CLIENT = 4
 
 
@@ -61,9 +51,7 @@ class DatabasePool:
         return await asyncio.get_running_loop().run_in_executor(self.executor, call)
 
     async def close(self) -> None:
-        """Close the connection each thread holds, then the pool. Django keeps
-        connections per thread, so each thread must close its own: one task per thread,
-        held at a barrier so no thread can take two."""
+        """Close each thread's database connection (Django keeps one per thread), then the pool."""
         barrier = threading.Barrier(self.size)
 
         def close() -> None:
@@ -86,9 +74,7 @@ def _declared_size(envelope: Envelope) -> int:
 
 class RelayHandler:
     def __init__(self) -> None:
-        # DATA commands between their first byte and their reply, counted so a shutdown
-        # can wait for them: a message answered 250 must be stored, and one being stored
-        # must get its 250 out before the connection closes.
+        # DATA commands in progress: a shutdown waits for them, so a 250 is always stored.
         self.deliveries_in_flight = 0
         self.idle = asyncio.Event()
         self.idle.set()
@@ -101,15 +87,9 @@ class RelayHandler:
         self.verdict_users: dict[str, int] = {}
 
     async def authenticate(self, session: Session, envelope: Envelope, raw: bytes, group: str) -> dict:
-        """The message's verdict (relay/authentication.py), worked out in a thread
-        of the verdict pool: the event loop, and so every other session, never waits on
-        DNS. The budget starts now, so time spent waiting for one of its client group's
-        slots counts: past RELAY_DNS_TIMEOUT_SECONDS the message is stored with a
-        temperror verdict. A slot is given back when the check ends, not when the wait for
-        it does, so a sender's slow checks hold its own slots only."""
-        # The look-ups end a little before the reply must go (dnspython may overrun a
-        # lifetime by its retry back-off), so their own temperrors, naming the domains,
-        # arrive in time; the wait is the hard limit.
+        """The message's verdict, worked out in the verdict pool within one DNS budget that
+        counts the wait for its client group's slots (past it: temperror)."""
+        # The look-ups end a little before the reply must go, so their temperrors arrive.
         if not settings.RELAY_SMTP_VERDICTS:
             return nothing_known()
         seconds = settings.RELAY_DNS_TIMEOUT_SECONDS
@@ -202,10 +182,8 @@ def _address_in(arg: str) -> tuple[str | None, str | None]:
 
 
 class RelaySMTP(SMTP):
-    """aiosmtpd's SMTP with Relay's limits: enhanced status codes on oversize mail, a
-    ceiling on how long one connection may last whatever it does, caps on connections
-    (in all and per client address), and an idle timer that does not count the time
-    Relay itself spends storing a message."""
+    """aiosmtpd's SMTP with Relay's limits: enhanced codes on oversize mail, a ceiling on a
+    connection's life, connection caps, and an idle timer that skips Relay's storing time."""
 
     sessions: set = set()
 
@@ -257,9 +235,7 @@ class RelaySMTP(SMTP):
                 handler.idle.set()
 
     def _getaddr(self, arg: str):
-        # aiosmtpd's own defines a typing.Protocol class on every call (for its type hints),
-        # which cost more than the parse itself (docs/benchmarks.md, "SMTP ingest, round
-        # four"); the same parse, its answers kept for the addresses a server sees again.
+        # aiosmtpd's own builds a typing.Protocol class on every call; same parse, memoized.
         address, rest = _address_in(arg)
         if address and self.local_part_limit and len(address.rpartition("@")[0]) > self.local_part_limit:
             return None, None
@@ -274,9 +250,8 @@ class RelaySMTP(SMTP):
 
 
 def tls_context() -> ssl.SSLContext | None:
-    """The server's TLS context when RELAY_SMTP_TLS_CERT and RELAY_SMTP_TLS_KEY are set:
-    STARTTLS is offered then, and only then. A pair that does not load stops the server
-    at start, naming the settings."""
+    """The TLS context when RELAY_SMTP_TLS_CERT and _KEY are set (STARTTLS offered then);
+    a pair that does not load stops the server at start."""
     if not settings.RELAY_SMTP_TLS_CERT:
         return None
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -303,10 +278,8 @@ def make_smtp(handler: RelayHandler, context: ssl.SSLContext | None = None) -> R
 
 async def serve(host: str, port: int, *, stop: asyncio.Event, ready=None, drain_seconds: float = 30,
                 reuse_port: bool = False) -> None:
-    """Serve until `stop` is set, then stop accepting, let every delivery in progress
-    finish (a message whose DATA was answered 250 is already committed), and close.
-    With `reuse_port`, other processes listen on the same port (SO_REUSEPORT) and the
-    kernel spreads the connections among them."""
+    """Serve until `stop` is set, then stop accepting, let each delivery in progress finish
+    (a 250 is already committed), and close."""
     loop = asyncio.get_running_loop()
     handler = RelayHandler()
     context = tls_context()
@@ -335,9 +308,7 @@ async def serve(host: str, port: int, *, stop: asyncio.Event, ready=None, drain_
 
 
 def run_forever(host: str, port: int, *, reuse_port: bool = False) -> None:
-    """`manage.py runsmtp`: serve until SIGTERM or SIGINT. With `reuse_port`, other
-    processes may listen on the same port (SO_REUSEPORT) and the kernel spreads the
-    connections among them; without it, a port already taken is an error."""
+    """`manage.py runsmtp`: serve until SIGTERM or SIGINT (`reuse_port`: SO_REUSEPORT)."""
     async def main() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

@@ -1,23 +1,6 @@
-"""The JMAP reader (relay/mailserver/__init__.py says when it runs).
-
-For each mailbox it keeps the JMAP Email state it has read up to (Mailbox.server_state)
-and asks `Email/changes` from there, many accounts to one request, so that a mailbox with
-no news costs one method call, and with Cyrus none at all: one IMAP command tells which
-accounts changed since the marker each mailbox keeps (Mailbox.server_marker). A mailbox
-read for the first time is listed whole (`Email/get` for the state first, then
-`Email/query`: what arrives between the two is in both, and stored once). New emails in
-the inbox are fetched as their raw blob and stored by the SMTP path's own function
-(relay.ingest.message_ingest), keyed by their JMAP id: a second copy is refused
-by the database, so a replayed change list, a retried task, two readers or a worker
-killed mid-way never store a message twice. The state is saved only after the messages
-it covers are stored.
-
-Cyrus stamps `receivedAt` to the second, from the kernel's coarse clock (time(2)), which
-lags the real time by up to a scheduler tick: a delivery a few milliseconds into a second
-can carry the second before. A message is shown only if the whole second it was stamped
-with, and a margin for that lag, lies before the mailbox's expires_at, so no mail
-delivered after the end is ever shown (one arriving in the last second before it is
-hidden too)."""
+"""The JMAP reader: Email/changes from each mailbox's saved state, many accounts a request,
+each new email stored once by its id (docs/architecture.md, "Mail read from the mail server").
+Cyrus stamps whole seconds from a lagging clock: only mail stamped wholly before the end shows."""
 import logging
 import threading
 import time
@@ -52,9 +35,7 @@ READ_NOW_MAX = 200
 # for this long: the API serves what is stored, and does not wait on a server that is down.
 QUIET_SECONDS = 5.0
 POLL_LOCK = "relay:mailserver:poll"
-# A poll lasts at most this long (its task's time limit is shorter); the lock of a worker
-# killed mid-poll lapses with it, so polling stops for at most this long. Two polls that
-# overlap after all only repeat work: a message is stored once whatever reads it.
+# The longest a poll lasts; a dead worker's lock lapses with it.
 POLL_LOCK_SECONDS = 10
 # One poll reads for this long at most, chunk by chunk, and leaves the rest (a backlog
 # after an outage) to the next: what it read is saved as it goes.
@@ -111,9 +92,8 @@ def poll() -> int:
 
 
 def read_now(mailboxes) -> None:
-    """Read these mailboxes (a QuerySet; the READ_NOW_MAX newest live ones) now, before an
-    API read shows them. A server that fails is logged and then left alone for
-    QUIET_SECONDS: the API answers from what is stored."""
+    """Read these mailboxes now, before an API read shows them. A failing server is logged
+    and left alone for QUIET_SECONDS: the read answers from what is stored."""
     global _quiet_until
     store = mail_store()
     if store is None or time.monotonic() < _quiet_until:

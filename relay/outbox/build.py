@@ -1,6 +1,5 @@
-"""Building a mail Relay sends (docs/architecture.md, "Mail out"): its bytes made once and
-DKIM-signed, its header lines checked, and the outbox row written in the transaction that
-causes it. relay.outbox.send sends it."""
+"""Building a mail Relay sends: its bytes made once and signed, its header lines checked,
+its outbox row written in the transaction that causes it."""
 import uuid
 from email.mime.base import MIMEBase
 
@@ -17,13 +16,8 @@ def mail_build(*, kind: str, to: list[str], subject: str, text: str, html: str =
                mailbox=None, token=None, cc: list[str] = (), bcc: list[str] = (), reply_to: str = "",
                headers: dict | None = None, attachments: list[MIMEBase] = (),
                verbatim: dict[str, bytes] | None = None) -> OutboxMail:
-    """One outbox mail, not yet saved, with its message built: a mail that cannot be
-    built fails its request, not a worker later; every attempt sends the same bytes and
-    Message-ID; and the worker only transmits (building a MIME message was most of its
-    time, bench/mailer.py). A mail from a domain with a DKIM key is signed here too
-    (relay/outbox/signing.py). Bcc is in the envelope only, never in the headers.
-    `verbatim`: placeholders in the attachments' payloads, each swapped for its bytes as
-    they are once the message is written (a forwarded message, relay/outbox/replies.py)."""
+    """One outbox mail, unsaved, its bytes built and DKIM-signed now: a bad mail fails its
+    request, and every attempt sends the same bytes. `verbatim`: placeholders swapped for bytes."""
     _check_header_lines(to=to, cc=cc, bcc=bcc, reply_to=reply_to, subject=subject, headers=headers or {})
     mail = OutboxMail(kind=kind, priority=KIND_PRIORITY[kind], to=to, cc=list(cc), bcc=list(bcc), subject=subject,
                       text=text, html=html, from_email=from_email or settings.DEFAULT_FROM_EMAIL, mailbox=mailbox,
@@ -52,9 +46,7 @@ def _message(mail: OutboxMail) -> EmailMultiAlternatives:
 
 
 def _check_header_lines(*, to, cc, bcc, reply_to: str, subject: str, headers: dict) -> None:
-    """The one rule for header lines (relay/outbox/header_lines.py), whichever door the
-    values came through: InvalidRequest naming the field, never a message with a header
-    line its sender wrote, nor a 500 from the email package."""
+    """The one rule for header lines (relay.outbox.header_lines): InvalidRequest naming the field."""
     for field, addresses in (("to", to), ("cc", cc), ("bcc", bcc), ("reply_to", [reply_to] if reply_to else [])):
         for value in addresses:
             header_lines.address(value, field)
@@ -65,9 +57,8 @@ def _check_header_lines(*, to, cc, bcc, reply_to: str, subject: str, headers: di
 
 
 def mail_queue(**fields) -> OutboxMail:
-    """Write one mail (mail_build's `fields`) into the outbox. Call inside the transaction
-    that causes it: the mail exists exactly when what caused it does. On PostgreSQL a
-    trigger NOTIFYs the mailers when that transaction commits."""
+    """Write one mail into the outbox inside the transaction that causes it (a trigger
+    NOTIFYs the mailers on commit)."""
     mail = mail_build(**fields)
     mail.save(force_insert=True)
     return mail

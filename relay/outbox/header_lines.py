@@ -1,10 +1,5 @@
-"""What may go into a header line of mail Relay sends, for every door (the API, the MCP
-tools, replies to received mail, account mail): one rule, checked where the message is
-built (relay.outbox.build.mail_build).
-
-Python's email package splits a header value at every character str.splitlines() takes
-for a line end, not at CR and LF alone: a vertical tab in a subject would start a new
-header line the sender wrote (SECURITY.md, "Mail out")."""
+"""What may go into a header line of mail Relay sends, for every door: no character any
+line breaker splits on (SECURITY.md, "Mail out"), and strict addresses."""
 import re
 
 from mailboxes.errors import InvalidRequest
@@ -15,9 +10,7 @@ _BREAKS = re.compile(f"[{re.escape(LINE_BREAKERS)}]")
 # The same rule as a JSON-schema pattern, for the API's schema.
 ONE_LINE_PATTERN = "^[^" + "".join(f"\\u{ord(character):04x}" for character in LINE_BREAKERS) + "]*$"
 
-# An address whose local part is RFC 5322 atext and dots and whose domain is labels of
-# letters, digits and hyphens: no quoted local part, no control character. The API's
-# schema states the same pattern (api/fields.py).
+# A local part of atext and dots, a domain of letters, digits and hyphens: nothing quoted.
 ADDRESS_PATTERN = r"^[A-Za-z0-9!#$%&'*+/=?^_`{|}~.-]{1,64}@[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+$"
 _ADDRESS = re.compile(ADDRESS_PATTERN)
 

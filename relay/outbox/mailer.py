@@ -1,14 +1,5 @@
-"""The outbox's collector (`manage.py runmailer`, docs/api.md, after mailroom's collector).
-
-On PostgreSQL it LISTENs on `relay_outbox` (a trigger NOTIFYs for every queued row) and
-claims a batch when RELAY_MAILER_BATCH_LIMIT notifications have arrived, or when
-RELAY_MAILER_BATCH_TIMEOUT_MS has passed since the first one: few round trips under
-load, a bounded wait when quiet. On SQLite, which has no notifications, it polls every
-batch timeout. Either way it drains the backlog when it (re)connects, and an idle tick
-picks up batches whose lease lapsed and rows whose notification it missed.
-
-It claims and hands each batch to a Celery task (relay.tasks.send_outbox_batch); it
-sends nothing itself. Any number may run: claims use FOR UPDATE SKIP LOCKED."""
+"""The outbox's collector (`manage.py runmailer`): LISTENs for queued rows (polls on SQLite),
+claims batches by count or time with SKIP LOCKED, and hands each to a Celery task."""
 import logging
 import select
 import signal

@@ -1,7 +1,5 @@
-"""Sending mail from a mailbox (POST /mailboxes/{id}/messages, and a reply or forward,
-relay/outbox/replies.py): an outbox row, within the plan's quotas, sent by the mailer
-like every other mail (relay.outbox.send), and a copy kept in the mailbox as a
-message with direction "out", in its thread, in the same transaction."""
+"""Sending mail from a mailbox: an outbox row within the plan's quotas, and a copy kept in
+the mailbox (direction "out") in the same transaction."""
 from dataclasses import dataclass
 from datetime import timedelta
 from email import encoders
@@ -43,9 +41,7 @@ class Attachment:
 
 
 def check_send(owner: Account, recipients: int) -> None:
-    """The plan's recipients-per-send and sends-per-day. Call inside the transaction that
-    queues the send: the lock on the account's row serializes two concurrent sends, so
-    they cannot both take the day's last one."""
+    """The plan's recipients-per-send and sends-per-day, under the account row's lock."""
     limit = plan_limit(owner.plan, "recipients_per_send")
     if recipients > limit:
         raise QuotaExceeded(f"The {owner.plan} plan allows {limit} recipients per send (To, Cc and Bcc together); "
@@ -64,12 +60,8 @@ def outbound_queue(*, mailbox: Mailbox, to: list[str], subject: str, text: str, 
                    cc: list[str] = (), bcc: list[str] = (), reply_to: str = "", attachments: list[Attachment] = (),
                    headers: dict | None = None, parts: list[MIMEBase] = (), verbatim: dict[str, bytes] | None = None,
                    joining: int | None = None) -> OutboxMail:
-    """Queue a message from `mailbox`, with its address as From, and keep its copy in the
-    mailbox (in thread `joining`, if given, besides any its headers lead to). Only an
-    account's mailbox may send (an anonymous token would make Relay an open spam
-    cannon), within its plan's quotas; every recipient counts. `headers`: extra headers
-    (a reply's In-Reply-To and References); `parts`: MIME parts attached as they are (a
-    forward's original, with `verbatim`: mail_build's)."""
+    """Queue a message from an account's `mailbox` within its plan, keeping its copy in the
+    mailbox (thread `joining`); `headers` and `parts` for replies and forwards."""
     if mailbox.owner_id is None:
         raise Forbidden("Sending mail needs an API key: anonymous mailbox tokens cannot send.")
     for attachment in attachments:

@@ -1,13 +1,11 @@
-"""Replies and forwards (POST …/messages/{mid}/reply and …/forward, docs/api.md): a send
-(relay/outbox/outbound.py) whose recipients, subject and headers come from a message of
-the same mailbox, as a mail client writes them (RFC 5322, section 3.6.4), kept in that
-message's thread."""
+"""Replies and forwards (docs/api.md): a send whose recipients, subject and headers come
+from a message of the same mailbox (RFC 5322, 3.6.4), kept in its thread."""
 import uuid
 from email.mime.base import MIMEBase
 from email.utils import getaddresses
 
 
-from mailboxes import selectors
+from mailboxes import queries
 from mailboxes.errors import InvalidRequest
 from mailboxes.models import Direction, Mailbox, Message
 from mailboxes.mail_format import FORWARD_PREFIX, REPLY_PREFIX, header, lineage_of
@@ -19,10 +17,8 @@ MAX_SUBJECT = 998
 
 
 def addresses(*values: str) -> list[str]:
-    """The addresses in headers' values that Relay can write back as they are (a plain
-    local@domain, relay.outbox.header_lines), each once (compared without case), in
-    order. A header a stranger wrote may hold anything: a quoted local part with control
-    characters in it is skipped, not answered."""
+    """The plain local@domain addresses in headers' values, each once, in order; anything a
+    stranger wrote that Relay could not write back is skipped."""
     found: dict[str, str] = {}
     for _, address in getaddresses([value for value in values if value]):
         if header_lines.strict_address(address):
@@ -38,9 +34,8 @@ def subject_with(prefix: str, pattern, subject: str) -> str:
 
 
 def reply_recipients(original: Message, own: str, *, reply_all: bool) -> tuple[list[str], list[str]]:
-    """To and Cc of a reply to `original` from the mailbox at `own`: to the original's
-    Reply-To or From (to its To again if the mailbox sent it), with `reply_all` its To
-    and Cc too, never the mailbox itself."""
+    """To and Cc of a reply to `original`: its Reply-To or From (its To if the mailbox sent
+    it), with `reply_all` its To and Cc too, never the mailbox itself."""
     if original.direction == Direction.OUT:
         to = addresses(original.to_header)
     else:
@@ -61,7 +56,7 @@ def reply_recipients(original: Message, own: str, *, reply_all: bool) -> tuple[l
 def reply_queue(*, mailbox: Mailbox, message_id: int, text: str, html: str = "", reply_all: bool = False,
                 attachments: list[Attachment] = ()) -> OutboxMail:
     """Reply to message `message_id` of `mailbox` (NotFound for any other's)."""
-    original = selectors.message_get(mailbox=mailbox, message_id=message_id)
+    original = queries.message_get(mailbox=mailbox, message_id=message_id)
     to, cc = reply_recipients(original, mailbox.address.lower(), reply_all=reply_all)
     lineage = lineage_of(original.content.headers)
     headers = {}
@@ -77,11 +72,9 @@ def reply_queue(*, mailbox: Mailbox, message_id: int, text: str, html: str = "",
 def forward_queue(*, mailbox: Mailbox, message_id: int, to: list[str], text: str = "") -> OutboxMail:
     """Forward message `message_id` of `mailbox` to `to`: the original attached as
     message/rfc822, its bytes as they were received."""
-    original = selectors.message_get(mailbox=mailbox, message_id=message_id)
-    raw = selectors.message_raw(mailbox=mailbox, message_id=message_id)
-    # The part holds a placeholder that mail_build swaps for the bytes once the message is
-    # written: Python's generator would re-fold the original's headers, or refuse its
-    # 8-bit bytes.
+    original = queries.message_get(mailbox=mailbox, message_id=message_id)
+    raw = queries.message_raw(mailbox=mailbox, message_id=message_id)
+    # A placeholder mail_build swaps for the original's bytes, which Python would re-fold.
     placeholder = f"relay-forwarded-{uuid.uuid4().hex}"
     part = MIMEBase("message", "rfc822")
     del part["MIME-Version"]

@@ -1,8 +1,5 @@
-"""Sending the outbox (docs/api.md, "Outbox"): every mail is a row first and owed work
-(owed/): the mailer claims batches (batch_claim), a Celery task sends each over one SMTP
-connection and records each mail's outcome under its claim (batch_send); a lost batch is
-claimed again when its lease lapses; a mail that cannot be sent is a dead letter.
-Delivery is at least once, like every mail system's."""
+"""Sending the outbox: the mailer claims batches, a task sends each over one SMTP connection
+and records each mail's outcome under its claim (docs/architecture.md, "Mail out")."""
 import logging
 import smtplib
 import time
@@ -42,10 +39,8 @@ OUTBOX = OwedWork(
 
 
 def batch_claim(*, limit: int, queued_before=None) -> tuple[uuid.UUID, list[int]]:
-    """Claim up to `limit` owed mails for one batch, counting each one's attempt: recovery
-    first, then activation, then the rest, oldest first within each. `queued_before`:
-    only rows queued before then (and lapsed ones), for the idle tick that picks up mails
-    whose NOTIFY was missed."""
+    """Claim up to `limit` owed mails for one batch (recovery, then activation, then the
+    rest); `queued_before`: only older rows, for the idle tick that catches a missed NOTIFY."""
     now = db_now()
     owed = OUTBOX.free_to_take(now, owed_only=Q(created_at__lt=queued_before) if queued_before is not None else None)
     return OUTBOX.take_batch(OutboxMail.objects.filter(owed).order_by("priority", "id"), limit=limit, claimed_at=now)
@@ -106,25 +101,22 @@ def _take_send_slot() -> None:
         time.sleep(max(0.0, second + 1 - time.time()))
 
 
-# Sent mails are recorded in groups of this many, in one UPDATE: a worker killed mid-batch
-# sends at most this many mails a second time (after the lease), and the common path
-# costs one statement per group instead of one per mail (bench/mailer.py).
+# Sent mails are recorded this many at a time: a worker killed mid-batch sends at most
+# this many again, and the common path costs one statement per group.
 SENT_GROUP = 10
 
 
 def _quick_commit() -> None:
-    """The outcome writes below may be lost in a database crash without harm: a row whose
-    outcome is lost stays `sending`, and its lease hands it out again (at least once, as
-    documented). So they need not wait for the WAL flush."""
+    """Outcome writes need not wait for the WAL flush: a lost one leaves the row `sending`,
+    and its lease hands it out again."""
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute("SET LOCAL synchronous_commit = off")
 
 
 def _record_sent(claim: uuid.UUID, mail_ids: list[int]) -> None:
-    """Mark mails sent, if this batch still holds them (a lapsed lease may have handed
-    them to another batch). The wire bytes go: a send's are kept in its mailbox (the
-    `out` message), and a token mail's text goes with them: the link is a credential."""
+    """Mark mails sent if this batch still holds them. The wire bytes go (a send's copy is
+    in its mailbox); a token mail's text too, since its link is a credential."""
     if not mail_ids:
         return
 
@@ -142,7 +134,7 @@ def _record(mail: OutboxMail, claim: uuid.UUID, outcome: Outcome) -> None:
     """Write one mail's outcome other than sent, if this batch still holds it."""
     if outcome.status == "retry":
         # Still held, for as long as the retry may take; a lost retry lapses back to any mailer.
-        OUTBOX.hold(mail.id, claim, error=outcome.error)
+        OUTBOX.extend_lease(mail.id, claim, error=outcome.error)
     elif outcome.status == OutboxStatus.SKIPPED:
         OUTBOX.settle(mail.id, claim, state=outcome.status, error=outcome.error, text="", html="", message=b"")
     else:
@@ -172,14 +164,8 @@ def _transmit(mail: OutboxMail, smtp) -> None:
 
 
 def batch_send(*, claim: uuid.UUID, mail_ids: list[int], again: bool = False) -> dict[str, int]:
-    """Send the mails of one batch that this claim still holds, over one connection
-    (EMAIL_URL). Each mail has its own outcome: sent; skipped; retried after a 4xx or a
-    lost connection while attempts remain; failed on a 5xx or when none remain. Raises
-    RetryableBatch if any mail is to be retried (the task retries the batch with
-    backoff; mails already sent are no longer held, so they are not sent again).
-
-    The mailer's claim counted the first attempt; a retry (`again`) takes the mails it
-    still holds once more, counting the next, before it sends anything."""
+    """Send the mails this claim still holds over one connection, each with its outcome;
+    raises RetryableBatch when any is to be retried. A retry (`again`) counts its attempt first."""
     if again:
         OUTBOX.retry_held(mail_ids, claim)
     mails = list(OutboxMail.objects.select_related("mailbox", "token")

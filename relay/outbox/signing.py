@@ -1,8 +1,5 @@
-"""DKIM signatures on the mail Relay sends (docs/api.md, "Domains"): from a mailbox on a
-domain of one's own, with that domain's key; from RELAY_DOMAINS, with the key of
-RELAY_DKIM_PRIVATE_KEY_FILE when it is set. relaxed/relaxed, over the headers a
-receiver judges a mail by, made once when the mail is queued (every attempt sends the
-same signed bytes)."""
+"""DKIM signatures on mail Relay sends, relaxed/relaxed with the From domain's key or
+RELAY_DKIM_PRIVATE_KEY_FILE's, made once when the mail is queued."""
 import logging
 from email.utils import parseaddr
 
@@ -19,9 +16,8 @@ SIGNED_HEADERS = [b"from", b"to", b"cc", b"subject", b"date", b"message-id", b"r
 
 
 def dkim_signed(message: bytes, from_email: str) -> bytes:
-    """`message` with a DKIM-Signature on top when its From domain has a key; as it is
-    otherwise, and when the key cannot be read (the error is logged: an operator's to
-    fix, not the sender's)."""
+    """`message` with a DKIM-Signature when its From domain has a key (an unreadable key is
+    logged, and the message goes unsigned)."""
     domain = parseaddr(from_email)[1].rpartition("@")[2].lower()
     try:
         key = signing_key(domain) if domain else None

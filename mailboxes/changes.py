@@ -1,6 +1,5 @@
-"""What can be done to a mailbox: reserve its address and record it, activate it, renew
-it, read and delete its mail. Creating it crash-safe on the mail backend is
-mailboxes/creation.py; ending it is mailboxes/ending.py."""
+"""What can be done to a mailbox and its mail: reserve, record, activate, renew, label,
+mark read, delete a message, write its search words."""
 import logging
 import secrets
 import string
@@ -41,10 +40,8 @@ def plan_ttl_ms(*, plan: str, ttl_ms: int | None) -> int:
 
 
 def _reserve(address: str) -> bool:
-    """Reserve an address for good; False if it was ever reserved before. The primary key
-    settles concurrent creates: the second insert waits for the first to commit and then
-    does nothing. One statement, where a savepoint and a caught IntegrityError would be
-    three round trips on the create path (bench/api.py)."""
+    """Reserve an address for good; False if it ever was. One statement: the primary key
+    settles concurrent creates."""
     with connection.cursor() as cursor:
         cursor.execute(
             f"INSERT INTO {AddressReservation._meta.db_table} (address, reserved_at) VALUES (%s, %s)"
@@ -54,10 +51,8 @@ def _reserve(address: str) -> bool:
 
 
 def _reserve_address(*, local_part: str | None, domain: str, per_local_part: bool) -> str:
-    """Reserve the address (a random one when `local_part` is None). With
-    `per_local_part` (a backend whose accounts are named by the local part alone, in
-    every domain at once: Cyrus), the local part is reserved too, as `local@`, so that
-    no other domain hands it out again."""
+    """Reserve the address (random when `local_part` is None); `per_local_part` (Cyrus,
+    whose accounts are the local part alone) reserves `local@` too."""
     if local_part:
         address = f"{local_part}@{domain}"
         if not _reserve(address):
@@ -75,14 +70,9 @@ def _reserve_address(*, local_part: str | None, domain: str, per_local_part: boo
 def mailbox_insert(*, caller: Caller | None, local_part: str | None, domain: str | None,
                    ttl_ms: int | None, lease_seconds: float, active: bool = False,
                    labels: dict | None = None, per_local_part: bool = False) -> tuple[Mailbox, str | None]:
-    """The one way a mailbox row comes to be. Reserve the address and write the mailbox
-    as `provisioning`, leased for
-    `lease_seconds`, before anything is asked of the mail backend: whatever happens to
-    the caller after this, the row is there to own (and clean up) what the backend makes.
-    With `active`, for a backend that keeps no accounts, it is written active at once.
-    `labels`: its name, tags and metadata (docs/api.md), as the API validated them.
-    `per_local_part`: the local part is unique across every domain (see _reserve_address).
-    Returns it and, for an anonymous caller, the token that authorizes it (shown once)."""
+    """The one way a mailbox row comes to be: the address reserved and the row written
+    `provisioning` (leased) before the backend is asked, so it owns what the backend makes.
+    Returns it and, for an anonymous caller, its token (shown once)."""
     owner = caller.owner if caller else None
     plan = caller.plan if caller else Plan.FREE
     ttl_ms = plan_ttl_ms(plan=plan, ttl_ms=ttl_ms)
@@ -93,7 +83,7 @@ def mailbox_insert(*, caller: Caller | None, local_part: str | None, domain: str
             take_mailbox_slot(owner)
         if domain and domain not in settings.RELAY_DOMAINS and not verified_domain(owner=owner, name=domain, lock=True):
             # Checked again under the domain's row lock: a delete of it waits for this
-            # mailbox, and then sees it (mailboxes.domain_use.domain_delete).
+            # mailbox, and then sees it (mailboxes.domain_removal.domain_delete).
             raise DomainRefused()
         address = _reserve_address(local_part=local_part, domain=domain or settings.RELAY_DOMAINS[0],
                                    per_local_part=per_local_part)
@@ -110,9 +100,8 @@ def mailbox_insert(*, caller: Caller | None, local_part: str | None, domain: str
 
 
 def mailbox_activate(*, mailbox: Mailbox, backend_id: str) -> bool:
-    """The backend made the mailbox: hand it out. False if a sweep gave up on it first
-    (its creator outlived the lease); then its cleanup is made owed again, since the
-    account the backend just made may postdate the cleanup that ran."""
+    """The backend made the mailbox: hand it out. False if a sweep gave up on it first; its
+    cleanup is then owed again, since the backend's account may postdate the one that ran."""
     activated = Mailbox.objects.filter(id=mailbox.id, status=MailboxStatus.PROVISIONING).update(
         status=MailboxStatus.ACTIVE, backend_id=backend_id, provision_lease_until=None)
     if activated:
@@ -169,9 +158,8 @@ LABEL_FIELDS = ("name", "tags", "metadata")
 
 
 def mailbox_label(*, mailbox: Mailbox, labels: dict) -> Mailbox:
-    """Set some of a mailbox's name, tags and metadata; each given field is replaced
-    whole. Only the given fields are written, so two PATCHes of different fields at once
-    both stand. Raises MailboxExpired if it stopped being active meanwhile."""
+    """Set the given name, tags or metadata, each replaced whole and only those written (two
+    PATCHes of different fields both stand). MailboxExpired if it ended meanwhile."""
     changes = {field: labels[field] for field in LABEL_FIELDS if field in labels}
     if changes and not Mailbox.objects.filter(id=mailbox.id, status=MailboxStatus.ACTIVE).update(**changes):
         raise MailboxExpired()
@@ -192,21 +180,9 @@ WORDS_BATCH = 200
 
 def contents_index_words(*, messages: QuerySet | None = None, skip_locked: bool = False,
                          limit: int = WORDS_BATCH) -> int:
-    """Write MessageContent.words for up to `limit` contents that still owe them: those of
-    `messages` (a search's scope), or any. Returns how many. Nothing on SQLite, where `q`
-    is a substring match and words stay null.
-
-    SMTP stores a message without its words: to_tsvector and the GIN entry are the dearest
-    part of storing one (docs/benchmarks.md, "SMTP ingest"), so they are owed, and a
-    worker writes them (relay.tasks.index_owed_words) in batches. A word search first
-    indexes what its own scope owes (mailboxes.selectors.message_search), so it finds
-    every message answered 250, as a list does.
-
-    Each content is locked while its words are written. A search waits for a worker that
-    holds its contents and then finds them written (PostgreSQL checks `words IS NULL`
-    again on the row the worker committed) and skips them; a worker (`skip_locked`) passes
-    over what a search or another worker holds. The words are a pure function of the
-    stored subject and text, so whoever writes them writes the same."""
+    """Write MessageContent.words for up to `limit` contents that owe them (those of
+    `messages`, or any); returns how many. Each content is locked while written: a search
+    waits for a worker holding its rows, a worker (`skip_locked`) passes over them."""
     if connection.vendor != "postgresql":
         return 0
     owed = MessageContent.objects.filter(words__isnull=True)
@@ -240,10 +216,8 @@ _ANY_WORDS_OWED = f"SELECT 1 FROM {MessageContent._meta.db_table} WHERE words IS
 
 
 def contents_index_all_words(*, messages: QuerySet) -> int:
-    """contents_index_words for every content of `messages` that owes its words, batch
-    by batch: what a word search calls first. When nothing is owed anywhere (the worker
-    keeps up), one read through the partial index of owed contents says so, without a
-    transaction or the scope's join."""
+    """contents_index_words for every content of `messages` that owes its words, batch by
+    batch: what a word search calls first (one read of the owed index when none are owed)."""
     with connection.cursor() as cursor:
         cursor.execute(_ANY_WORDS_OWED)
         if cursor.fetchone() is None:

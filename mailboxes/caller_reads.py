@@ -1,7 +1,5 @@
-"""What a caller opens: a mailbox, the list of its mailboxes, a message search. Each is a
-read (mailboxes/selectors.py) preceded by the one write it owes the caller: a mailbox
-past its time is expired on the spot, so correctness never waits for a worker, and a
-word search first writes the words its messages still owe, so it finds every message."""
+"""What a caller opens, each read preceded by the write it owes: a due mailbox expired on
+the spot, a word search's owed words written."""
 from django.db import connection
 from django.db.models import QuerySet
 
@@ -9,9 +7,9 @@ from mailboxes.ending import mailbox_lazy_expire, mailboxes_lazy_expire
 from mailboxes.errors import MailboxExpired
 from mailboxes.keys import Caller
 from mailboxes.models import Mailbox, MailboxStatus
-from mailboxes.selectors import (OwnerWordSearch, mailbox_find, mailboxes_filtered, mailboxes_visible_to,
+from mailboxes.queries import (OwnerWordSearch, mailbox_find, mailboxes_filtered, mailboxes_visible_to,
                                  messages_in_scope, messages_matching)
-from mailboxes.services import contents_index_all_words
+from mailboxes.changes import contents_index_all_words
 
 
 def mailbox_list(*, caller: Caller, **filters) -> QuerySet:
@@ -38,9 +36,8 @@ def mailbox_get_active(*, caller: Caller, mailbox_id) -> Mailbox:
 
 def message_search(*, caller: Caller | None, mailbox: Mailbox | None = None, words: str = "",
                    after: int | None = None, **filters) -> QuerySet:
-    """Messages in `mailbox` or all the caller's mailboxes matching every filter
-    (selectors.messages_matching), newest first. With `words` on PostgreSQL, the words
-    the messages it may return still owe (SMTP leaves them to a worker) are written first."""
+    """Messages in `mailbox` or all the caller's matching every filter, newest first, the
+    words they owe written first."""
     messages = messages_in_scope(caller=caller, mailbox=mailbox)
     if words and connection.vendor == "postgresql":
         contents_index_all_words(messages=messages.filter(id__gt=after) if after else messages)
@@ -49,9 +46,8 @@ def message_search(*, caller: Caller | None, mailbox: Mailbox | None = None, wor
 
 def message_search_pages(*, caller: Caller | None, mailbox: Mailbox | None = None, words: str = "",
                          after: int | None = None, **filters) -> "QuerySet | OwnerWordSearch":
-    """What a client pages through for message_search: its queryset, or, for an owner's
-    search of words alone across all their mailboxes (the common one, on PostgreSQL),
-    the same rows as a selectors.OwnerWordSearch, with the owed words written first."""
+    """What a client pages through: message_search's rows, or an owner's words-alone search
+    as a queries.OwnerWordSearch, the owed words written first."""
     if (words and mailbox is None and after is None and caller is not None and caller.owner is not None
             and not any(filters.values()) and connection.vendor == "postgresql"):
         contents_index_all_words(messages=messages_in_scope(caller=caller))

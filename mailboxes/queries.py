@@ -1,6 +1,5 @@
-"""Reads of mailboxes and messages as a caller may see them. Each returns rows or raises
-the domain's NotFound; none writes (what a read must first write, such as a lazy expiry,
-is mailboxes/access.py's)."""
+"""Reads of mailboxes and messages as a caller may see them; none writes (what a read owes
+first is mailboxes/caller_reads.py's)."""
 from contextlib import contextmanager
 from datetime import datetime
 
@@ -36,9 +35,7 @@ def _given(**lookups) -> dict:
 def mailboxes_filtered(visible: QuerySet, *, include_expired: bool = False, status: str | None = None,
                        tags: list[str] = (), text: str = "", created_after: datetime | None = None,
                        created_before: datetime | None = None, ordering: str = "-created_at") -> QuerySet:
-    """`visible` filtered (docs/api.md): `status` (else active ones, and the expired too
-    with `include_expired`), every one of `tags`, `text` in the address or name, created
-    within the bounds; ordered by `ordering`."""
+    """`visible` filtered by status, tags, text and creation time (docs/api.md), ordered."""
     if status:
         visible = visible.filter(status=status)
     elif not include_expired:
@@ -60,18 +57,16 @@ def _has_tag(tag: str) -> Q:
     return Q(tags__icontains=f'"{tag}"')
 
 
-# One written-out statement: building the ORM query anew for every request was a large
-# share of a GET's time (docs/benchmarks.md, "API"). Who may see the row is checked on it.
-# It reads the database's clock too (`read_at`), so lazy expiry costs no round trip of its own.
+# Written out (the ORM's building was much of a GET's time); reads the database's clock
+# too, so lazy expiry costs no round trip.
 _MAILBOX_BY_ID = (f"SELECT *, {{now}} AS read_at FROM {Mailbox._meta.db_table}"
                   f" WHERE {Mailbox._meta.pk.column} = %s")
 _VISIBLE = (MailboxStatus.ACTIVE, MailboxStatus.EXPIRED)
 
 
 def mailbox_find(*, caller: Caller, mailbox_id) -> Mailbox:
-    """The caller's mailbox as stored, with the database's clock when it was read
-    (`read_at`): NotFound for another owner's, a deleted or a still provisioning one, as
-    for one that does not exist."""
+    """The caller's mailbox as stored, with the database's clock (`read_at`); NotFound for
+    another owner's, a deleted or a provisioning one."""
     try:
         key = Mailbox._meta.pk.get_db_prep_value(Mailbox._meta.pk.to_python(mailbox_id), connection)
     except ValidationError:
@@ -99,15 +94,8 @@ def message_list(*, mailbox: Mailbox) -> QuerySet:
 
 @contextmanager
 def words_search_plan(words: str):
-    """Run a word search's queries inside this: on PostgreSQL, in a transaction that
-    allows only bitmap scans, so the words are matched through their GIN index. The
-    planner does not charge for reading each content's words out of line (TOAST): left
-    alone, for a word it expects in many messages it reads every word list, in a
-    sequential scan or a full index scan, where the GIN index answers in a fraction of
-    the time, and the scan grows with the table. And without parallel workers: starting
-    them, each hashing the owner's mailboxes, costs more than the search itself, and
-    under concurrent requests the cores are already busy. The figures are in
-    docs/benchmarks.md, "Message search"."""
+    """Run a word search inside this: on PostgreSQL, bitmap scans only (so the GIN index is
+    used; the planner ignores TOAST's cost) and no parallel workers."""
     if not words or connection.vendor != "postgresql":
         yield
         return
@@ -121,13 +109,8 @@ def words_search_plan(words: str):
 def messages_matching(messages: QuerySet, *, words: str = "", sender: str = "", subject: str = "",
                       since: datetime | None = None, until: datetime | None = None, unread: bool = False,
                       authenticated: bool = False, after: int | None = None, direction: str = "") -> QuerySet:
-    """Those of `messages` matching every filter given (docs/api.md), newest first.
-    `after`: only messages received after that message, which must be one of them
-    (InvalidRequest naming `after` otherwise: a cursor from elsewhere is a client's bug).
-    `words`: all of them in the subject or text (PostgreSQL's full-text search, through
-    the GIN index; a substring of either on SQLite). `sender`: in the From header or the
-    envelope sender. `authenticated`: only mail whose verdict is pass. `direction`: "in"
-    (received) or "out" (sent from the mailbox); both when empty."""
+    """Those of `messages` matching every filter (docs/api.md), newest first. `after` must be
+    one of them (InvalidRequest); `words` are full-text on PostgreSQL, substrings on SQLite."""
     if after:
         message_cursor_check(messages=messages, after=after)
         # Ids grow with each message stored, so "after" in ids is "received after".
@@ -151,12 +134,8 @@ def messages_matching(messages: QuerySet, *, words: str = "", sender: str = "", 
 
 
 class OwnerWordSearch:
-    """An owner's search for words alone across all their mailboxes, newest first: the
-    rows of messages_matching(messages_in_scope(caller=<the owner>), words=words), read
-    a page at a time by one written-out statement (PostgreSQL). It is the search most
-    clients make, and building and compiling its queryset with the ORM cost more CPU
-    than PostgreSQL's answer (docs/benchmarks.md, "Message search"). Run it inside
-    words_search_plan, as the queryset."""
+    """An owner's search for words alone across all their mailboxes, read a page at a time
+    by one written-out statement (the ORM's building cost more than PostgreSQL's answer)."""
 
     PAGE = (f"SELECT m.*, count(*) OVER () AS relay_total FROM {Message._meta.db_table} m"
             f" JOIN {MessageContent._meta.db_table} c ON c.id = m.content_id"
@@ -172,9 +151,8 @@ class OwnerWordSearch:
 
 
 def messages_in_scope(*, caller: Caller | None, mailbox: Mailbox | None = None) -> QuerySet:
-    """The messages of `mailbox`, or of all the caller's mailboxes (expired ones too,
-    while retained; never another owner's). An owner's are those their messages name
-    (Message.owner), through its index."""
+    """The messages of `mailbox`, or of all the caller's (expired ones while retained); an
+    owner's through Message.owner's index."""
     if mailbox is not None:
         return Message.objects.filter(mailbox=mailbox)
     if caller.owner is not None:
@@ -206,18 +184,13 @@ def message_raw(*, mailbox: Mailbox, message_id: int) -> bytes:
 
 
 def contents_words_owed() -> int:
-    """How many stored contents still owe their search words (relay.tasks.index_owed_words
-    writes them): read through the partial index of exactly those. 0 on SQLite, which
-    keeps no words."""
+    """How many contents still owe their search words (0 on SQLite, which keeps none)."""
     if connection.vendor != "postgresql":
         return 0
     return MessageContent.objects.filter(words__isnull=True).count()
 
 
 def mailbox_counts() -> dict[tuple[str, str], int]:
-    """How many mailboxes are in each (status, cleanup state), for the operator's counts:
-    one index-only pass over the index on (cleanup_state, status), grouped in its order.
-    COUNT(id), or a GROUP BY for each, would read the table itself, twice as slow at a
-    million rows (docs/benchmarks.md, "The operator's first screen")."""
+    """How many mailboxes are in each (status, cleanup state): one index-only pass."""
     rows = Mailbox.objects.order_by().values_list("cleanup_state", "status").annotate(n=Count("*"))
     return {(status, cleanup_state): n for cleanup_state, status, n in rows}
