@@ -9,6 +9,7 @@ deadline, a free port, and one way to make each thing.
   time); `expire_now` expires a due mailbox as a cleanup task would; `a_delivery` writes a
   webhook delivery owed to `url`.
 """
+import asyncio
 import threading
 import time
 from contextlib import contextmanager
@@ -171,3 +172,18 @@ def make_operations_scene() -> dict:
                                    status=DeliveryStatus.FAILED)
     return {"active": 3, "expired": 4, "deleted": 1, "owed": 1, "dead": 1, "done": 3, "failed_mails": 1,
             "dead_deliveries": 1, "oldest_owed_seconds": 600, "done_this_minute": 2, "done_last_hour": 3}
+
+
+def run_async(coroutine):
+    """Run `coroutine` as a test's event loop, closing the database connection of the thread
+    its pooled calls ran in (asgiref's one thread outside the web process)."""
+    from asgiref.sync import sync_to_async
+    from django.db import connections
+
+    async def main():
+        try:
+            return await coroutine
+        finally:
+            await sync_to_async(connections.close_all)()
+
+    return asyncio.run(main())

@@ -1,5 +1,5 @@
-"""Conversations (docs/api.md): sent mail kept, threads, reply and forward, sending with
-cc, bcc, reply_to, html and attachments. Mail comes in over Relay's real SMTP server or
+"""Conversations (docs/api.md): sent mail kept, reply and forward, sending with cc, bcc,
+reply_to, html and attachments (threads alone: tests/mailboxes/test_threads.py). Mail comes in over Relay's real SMTP server or
 its storing path, goes out through the real sending code to a real SMTP sink, and the
 replies are threaded by notmuch, a threading implementation Relay does not contain."""
 import base64
@@ -134,36 +134,6 @@ def test_a_conversation_over_smtp_is_one_thread_in_order_and_notmuch_agrees(clie
     # notmuch threads the three as first → reply → answer.
     assert notmuch_threads(tmp_path, [first, delivered.original_content, third]) == [
         [("m1@other.test", [(reply_id, [("m3@other.test", [])])])]]
-
-
-def test_replies_that_arrive_before_their_parents_still_join_one_thread(client_pro):
-    box = box_of(client_pro)
-    to = box["address"]
-    # d answers c, b answers a; c (answering b) links the two; a, the root, comes last.
-    deliver(inbound(to, message_id="d@x.test", subject="Re: Plan", in_reply_to="<c@x.test>"), to)
-    deliver(inbound(to, message_id="b@x.test", subject="Re: Plan", in_reply_to="<a@x.test>"), to)
-    assert len(threads_of(client_pro, box)) == 2
-    deliver(inbound(to, message_id="c@x.test", subject="Re: Plan", in_reply_to="<b@x.test>",
-                    references="<a@x.test> <b@x.test>"), to)
-    deliver(inbound(to, message_id="a@x.test", subject="Plan"), to)
-    deliver(inbound(to, message_id="other@x.test", subject="Something else"), to)
-    threads = threads_of(client_pro, box)
-    assert [thread["message_count"] for thread in threads] == [1, 4]  # newest activity first
-    whole = client_pro.get(f"/api/v1/mailboxes/{box['id']}/threads/{threads[1]['id']}").json()
-    assert whole["subject"] == "Plan"
-    listed = client_pro.get(f"/api/v1/mailboxes/{box['id']}/messages").json()["results"]
-    ids = {item["subject"]: item["thread_id"] for item in listed}
-    assert ids["Plan"] == threads[1]["id"] and ids["Something else"] == threads[0]["id"]
-
-
-def test_a_thread_of_another_mailbox_is_404(client_pro, make_client):
-    box, other = box_of(client_pro), box_of(make_client("mallory"))
-    deliver(inbound(box["address"], message_id="t@x.test"), box["address"])
-    [thread] = threads_of(client_pro, box)
-    stranger = make_client("eve")
-    assert stranger.get(f"/api/v1/mailboxes/{box['id']}/threads/{thread['id']}").status_code == 404
-    assert client_pro.get(f"/api/v1/mailboxes/{box['id']}/threads/999999").status_code == 404
-    assert other["id"] != box["id"]
 
 
 # --- replies -------------------------------------------------------------------------------

@@ -1,12 +1,49 @@
-"""docs/api.md's expiry table: every row, for the info routes and the operational ones."""
+"""Reading a mailbox (relay.reading), the entry every door calls: called directly, and as
+docs/api.md's expiry table says the routes answer, every row, for the info routes and the
+operational ones."""
 from datetime import timedelta
 
 import pytest
 from django.utils import timezone
 
-from mailboxes.models import Mailbox, Message
+from mailboxes.errors import InvalidRequest, MailboxExpired, NotFound
+from mailboxes.keys import caller_for_secret
+from mailboxes.models import Mailbox, MailboxStatus, Message
 from owed.clock import db_now
-from tests.helpers import deliver, earlier
+from relay import reading
+from tests.helpers import deliver, earlier, make_mailbox
+
+
+def test_mailbox_open_checks_ownership_then_life_then_the_cursor(db):
+    from accounts.models import Account
+    from accounts.keys import api_key_create
+
+    owner = Account.objects.create(email="reader@example.com", login="reader", status="active")
+    stranger = Account.objects.create(email="other@example.com", login="other", status="active")
+    caller = caller_for_secret(api_key_create(account=owner)[1])
+    other = caller_for_secret(api_key_create(account=stranger)[1])
+    mailbox = make_mailbox("reading-open", owner=owner)
+    [message_id] = deliver(b"Subject: s\r\n\r\nhello\r\n", mailbox.address)
+
+    assert reading.mailbox_open(caller=caller, mailbox_id=mailbox.id, after=message_id).id == mailbox.id
+    with pytest.raises(NotFound):
+        reading.mailbox_open(caller=other, mailbox_id=mailbox.id)
+    with pytest.raises(InvalidRequest):
+        reading.mailbox_open(caller=caller, mailbox_id=mailbox.id, after=message_id + 1000)
+    Mailbox.objects.filter(id=mailbox.id).update(expires_at=timezone.now() - timedelta(seconds=1))
+    with pytest.raises(MailboxExpired):
+        reading.mailbox_open(caller=caller, mailbox_id=mailbox.id)
+    ended = reading.mailbox_open(caller=caller, mailbox_id=mailbox.id, live=False)
+    assert ended.status == MailboxStatus.EXPIRED, "the due mailbox was not expired on the spot"
+
+
+def test_messages_read_answers_from_the_matching_rows(db):
+    mailbox = make_mailbox("reading-search")
+    deliver(b"Subject: invoice\r\n\r\nyour invoice\r\n", mailbox.address)
+    [wanted] = deliver(b"Subject: code\r\n\r\nyour code 4821\r\n", mailbox.address)
+    found = reading.messages_read(caller=None, mailbox=mailbox, search={"words": "code"},
+                                  answer=lambda rows: [row.id for row in rows])
+    assert found == [wanted]
 
 INFO = ["get", "list"]
 OPERATIONAL = ["messages", "message", "raw", "renew", "send", "delete_message"]

@@ -1,0 +1,38 @@
+"""api.agents.server.CredentialsGate, called as ASGI (tests/api/agents/test_mcp.py drives it
+with the official SDK's client): what it refuses before the SDK, and what it lets through."""
+from accounts.services import account_create_with_key
+from api.agents.server import CredentialsGate
+from api.agents.session import CREDENTIALS
+from tests.helpers import run_async
+
+
+def call(method: str, headers: dict) -> tuple[int, list]:
+    reached = []
+
+    async def app(scope, receive, send):
+        reached.append(CREDENTIALS.get().principal.owner.login)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    sent = []
+
+    async def receive():
+        return {"type": "http.request", "body": b"{}", "more_body": False}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "method": method, "scheme": "http", "server": ("127.0.0.1", 8000), "path": "/mcp",
+             "headers": [(name.lower().encode(), value.encode()) for name, value in
+                         {"host": "127.0.0.1:8000", **headers}.items()]}
+    run_async(CredentialsGate(app)(scope, receive, send))
+    return sent[0]["status"], reached
+
+
+def test_the_gate_refuses_what_the_api_refuses_and_passes_a_valid_key_on(transactional_db):
+    _, key = account_create_with_key(login="gated")
+    assert call("POST", {}) == (401, [])
+    assert call("POST", {"authorization": "Bearer rk_not-a-key"}) == (401, [])
+    assert call("GET", {"authorization": f"Bearer {key}"}) == (405, [])
+    assert call("POST", {"authorization": f"Bearer {key}", "origin": "https://evil.test"}) == (403, [])
+    assert call("POST", {"authorization": f"Bearer {key}"}) == (200, ["gated"])
