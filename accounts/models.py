@@ -68,6 +68,7 @@ class ApiKey(models.Model):
 class TokenAction(models.TextChoices):
     ACTIVATION = "activation"
     KEY_RECOVERY = "key_recovery"
+    SIGN_IN = "sign_in"
 
 
 class Token(models.Model):

@@ -279,3 +279,53 @@ def recovery_request(*, email: str) -> IssuedToken | None:
         return None
     logger.info("account %s asked to recover its key", account.login)
     return token_issue(account=account, action=TokenAction.KEY_RECOVERY)
+
+
+# --- signing in to the web inbox ---------------------------------------------------------
+SIGN_IN_NO_MATCH = "That email and code do not match a sign-in that is still open: ask for a new mail."
+# Sign-in tokens an account may have open at once: each allows MAX_WRONG_CODES guesses, so
+# this bounds the guesses at its codes within a token's lifetime, however many are asked for.
+SIGN_INS_OPEN = 3
+
+
+def sign_in_request(*, email: str) -> IssuedToken | None:
+    """A sign-in token for the active account with `email`, or None: no such account, or
+    SIGN_INS_OPEN still open (the caller answers the same)."""
+    account = Account.objects.select_for_update().filter(email__iexact=email, status=AccountStatus.ACTIVE).first()
+    if account is None:
+        return None
+    open_now = Token.objects.filter(account=account, action=TokenAction.SIGN_IN, consumed_at=None,
+                                    expires_at__gt=Now()).count()
+    if open_now >= SIGN_INS_OPEN:
+        logger.info("account %s has %d sign-ins open; no new one is mailed", account.login, open_now)
+        return None
+    return token_issue(account=account, action=TokenAction.SIGN_IN)
+
+
+def _signed_in(token: Token, *, try_counted: bool = False, by_link: bool = False) -> Account:
+    with transaction.atomic():
+        _consume(token, try_counted=try_counted, by_link=by_link)
+        account = Account.objects.get(id=token.account_id)
+        if account.status != AccountStatus.ACTIVE:
+            raise Gone(TOKEN_GONE)
+    logger.info("account %s signed in to the web inbox", account.login)
+    return account
+
+
+def sign_in_by_code(*, email: str, code: str) -> Account:
+    """The account a mailed sign-in code opens. An unknown email, a wrong code and a burnt
+    token get one answer; the fifth wrong code burns the token."""
+    token = (Token.objects.filter(account__email__iexact=email, account__status=AccountStatus.ACTIVE,
+                                  action=TokenAction.SIGN_IN, consumed_at=None, expires_at__gt=Now())
+             .order_by("-created_at").first())
+    if token is None or not _count_try(token):
+        raise InvalidRequest(SIGN_IN_NO_MATCH, field="code")
+    if not secrets.compare_digest(tokens.code_hash(token.secret_hash, str(code).strip()), token.code_hash):
+        raise InvalidRequest(SIGN_IN_NO_MATCH, field="code")
+    return _signed_in(token, try_counted=True)
+
+
+def sign_in_by_link(*, link_token: str) -> Account:
+    """The account a mailed sign-in link opens (used up), or Gone."""
+    secret = tokens.verify(TokenAction.SIGN_IN, link_token)
+    return _signed_in(_token_by_secret(secret, TokenAction.SIGN_IN, by_link=True), by_link=True)

@@ -19,7 +19,8 @@ MAX_WRONG_CODES = 5
 
 # The path each action's link opens, which is also signed: an activation link cannot be
 # replayed as a recovery link.
-PATHS = {TokenAction.ACTIVATION: "/activate", TokenAction.KEY_RECOVERY: "/recover"}
+PATHS = {TokenAction.ACTIVATION: "/activate", TokenAction.KEY_RECOVERY: "/recover",
+         TokenAction.SIGN_IN: "/inbox/sign-in"}
 
 
 class BadSignature(InvalidRequest):

@@ -8,13 +8,14 @@ class OutboxKind(models.TextChoices):
     their account comes first, a new account next, mailbox sends last."""
 
     RECOVERY = "recovery"
+    SIGN_IN = "sign_in"
     ACTIVATION = "activation"
     SEND = "send"
 
 
 # The claim order of each kind (lower first), stored on the row so that the claim's
 # ORDER BY is an index scan.
-KIND_PRIORITY = {OutboxKind.RECOVERY: 0, OutboxKind.ACTIVATION: 1, OutboxKind.SEND: 2}
+KIND_PRIORITY = {OutboxKind.RECOVERY: 0, OutboxKind.SIGN_IN: 0, OutboxKind.ACTIVATION: 1, OutboxKind.SEND: 2}
 
 
 class OutboxStatus(models.TextChoices):

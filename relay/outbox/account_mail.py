@@ -13,9 +13,13 @@ from relay.outbox.build import mail_queue
 SUBJECTS = {
     TokenAction.ACTIVATION: "Activate your Relay account",
     TokenAction.KEY_RECOVERY: "Recover your Relay API key",
+    TokenAction.SIGN_IN: "Sign in to Relay",
 }
-KINDS = {TokenAction.ACTIVATION: OutboxKind.ACTIVATION, TokenAction.KEY_RECOVERY: OutboxKind.RECOVERY}
-LINK_PATHS = {TokenAction.ACTIVATION: "/activate/", TokenAction.KEY_RECOVERY: "/recover/"}
+KINDS = {TokenAction.ACTIVATION: OutboxKind.ACTIVATION, TokenAction.KEY_RECOVERY: OutboxKind.RECOVERY,
+         TokenAction.SIGN_IN: OutboxKind.SIGN_IN}
+LINK_PATHS = {TokenAction.ACTIVATION: "/activate/", TokenAction.KEY_RECOVERY: "/recover/",
+              TokenAction.SIGN_IN: "/inbox/sign-in/"}
+TEMPLATES = {TokenAction.ACTIVATION: "activation", TokenAction.KEY_RECOVERY: "recovery", TokenAction.SIGN_IN: "sign_in"}
 
 
 def _lifetime(seconds: int) -> str:
@@ -36,7 +40,7 @@ def _queue_token_mail(issued: services.IssuedToken) -> None:
         "code": issued.code,
         "lifetime": _lifetime(settings.RELAY_TOKEN_TTL_SECONDS),
     }
-    name = "activation" if token.action == TokenAction.ACTIVATION else "recovery"
+    name = TEMPLATES[token.action]
     mail_queue(kind=KINDS[token.action], token=token, to=[token.account.email], subject=SUBJECTS[token.action],
                text=render_to_string(f"relay/mail/{name}.txt", context),
                html=render_to_string(f"relay/mail/{name}.html", context))
@@ -60,5 +64,14 @@ def account_recovery_request(*, email: str) -> None:
     """POST /accounts/recover: a recovery mail if an active account has that email."""
     with transaction.atomic():
         issued = services.recovery_request(email=email)
+        if issued is not None:
+            _queue_token_mail(issued)
+
+
+def account_sign_in_request(*, email: str) -> None:
+    """The web inbox's sign-in: a mail with a code and a link if an active account has that
+    email; nothing otherwise, and the caller answers the same."""
+    with transaction.atomic():
+        issued = services.sign_in_request(email=email)
         if issued is not None:
             _queue_token_mail(issued)
