@@ -6,9 +6,9 @@ from whitenoise.middleware import WhiteNoiseMiddleware
 
 from api.errors import MESSAGES, error_body
 
-# Pages for people, which keep their own HTML: the admin, and the pages the links in
-# activation and recovery mails open (their 400 and 410 say what went wrong, in words).
-HTML_PREFIXES = ("/admin/", "/activate/", "/recover/")
+# Pages for people, which keep their own HTML: the admin, the web inbox (its home is "/"),
+# and the pages the links in activation and recovery mails open.
+HTML_PREFIXES = ("/admin/", "/activate/", "/recover/", "/inbox/")
 
 
 class JsonErrorsMiddleware:
@@ -30,7 +30,7 @@ class JsonErrorsMiddleware:
 
     @staticmethod
     def as_json(request, response):
-        if (400 <= response.status_code < 500 and not request.path.startswith(HTML_PREFIXES)
+        if (400 <= response.status_code < 500 and not request.path.startswith(HTML_PREFIXES) and request.path != "/"
                 and not response.get("Content-Type", "").startswith("application/json")):
             message = MESSAGES.get(response.status_code, "The request could not be handled.")
             return JsonResponse(error_body(response.status_code, message), status=response.status_code)

@@ -190,10 +190,17 @@ def _ended(caller, mailbox_id) -> dict:
 async def mailbox_events(request, mailbox_id):
     """text/event-stream: `message` events (id = the message's id), heartbeats, and
     `expired`, which closes it. `Last-Event-ID` resumes after that message."""
+    return await event_stream(request, mailbox_id, lambda: _principal_of(request))
+
+
+async def event_stream(request, mailbox_id, authenticate):
+    """The event stream of mailbox `mailbox_id` for whoever `authenticate()` says is asking
+    (asked again at every look: the API's bearer credentials, the web inbox's session)."""
     if request.method != "GET":
         return HttpResponseNotAllowed(["GET"])
     try:
-        caller, _ = await _start(request, mailbox_id, EventsQuerySerializer)
+        caller = await in_pool(authenticate)()
+        validated(EventsQuerySerializer, request.GET)
         # Checked before the stream starts, so a wrong id is a plain 404/410.
         await in_pool(_open_fresh)(caller, mailbox_id)
         resume = request.headers.get("Last-Event-ID", "").strip()
@@ -212,8 +219,7 @@ async def mailbox_events(request, mailbox_id):
             yield ": connected\n\n"
             while True:
                 try:
-                    mailbox, results = await in_pool(_messages_now)(lambda: _principal_of(request), mailbox_id, after,
-                                                           ascending=True)
+                    mailbox, results = await in_pool(_messages_now)(authenticate, mailbox_id, after, ascending=True)
                 except (exceptions.APIException, Forbidden) as exc:
                     # The key was revoked, or its account suspended, while the stream was open.
                     logger.info("closed an event stream of mailbox %s: %s", mailbox_id, exc)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from bench.common import ROOT, fresh_database
 
-APPS = ("accounts", "api", "config", "domains", "expiry", "mailboxes", "owed", "relay", "webhooks")
+APPS = ("accounts", "api", "config", "domains", "inbox", "expiry", "mailboxes", "owed", "relay", "webhooks")
 
 
 class Crossed:

@@ -112,6 +112,7 @@ INSTALLED_APPS = [
     "expiry",
     "webhooks",
     "api",
+    "inbox",
 ]
 
 MIDDLEWARE = [
@@ -194,9 +195,14 @@ RELAY_EVENTS_REDIS_URL = env.str(
     default=(_cache_url.replace("rediscache://", "redis://", 1) if _cache_url.startswith(("redis", "rediscache"))
              else _broker_url if _broker_url.startswith(("redis://", "rediss://")) else ""))
 
-LANGUAGE_CODE = "en-us"
+# A form refused for CSRF gets the web inbox's page saying so (the API takes no cookies).
+CSRF_FAILURE_VIEW = "inbox.views.csrf_failure"
+LANGUAGE_CODE = "en"
+# The web inbox's pages are in English and Spanish, by the browser's Accept-Language (the
+# inbox activates it; the API stays in English).
+LANGUAGES = [("en", "English"), ("es", "Español")]
 TIME_ZONE = "UTC"
-USE_I18N = False
+USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"
 # Filled by `collectstatic` (make run, the Dockerfile); whitenoise serves it.
@@ -263,7 +269,7 @@ REST_FRAMEWORK = {
     "DEFAULT_THROTTLE_RATES": {
         "anon_create": _rate("RELAY_ANON_CREATE_RATE", "20/hour"),
         **{scope: _rate("RELAY_SIGNUP_RATE", "10/hour")
-           for scope in ("signup", "activate", "recover", "recover_confirm")},
+           for scope in ("signup", "activate", "recover", "recover_confirm", "sign_in", "sign_in_check")},
     },
 }
 # Relay's own version: the API schema's and the MCP server's (serverInfo).

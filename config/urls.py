@@ -4,10 +4,12 @@ from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from api import health, metrics, pages
+from inbox import views as inbox
 
 urlpatterns = [
-    # The site root (and the admin's "View site") shows the API docs.
-    path("", RedirectView.as_view(pattern_name="docs"), name="home"),
+    # The site root is the web inbox's home (docs/inbox.md); it links the API docs.
+    path("", inbox.home, name="home"),
+    path("inbox/", include("inbox.urls")),
     path("api/", RedirectView.as_view(pattern_name="docs")),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),

@@ -1,5 +1,7 @@
 from django.contrib import admin, messages
 from django.db.models import Case, IntegerField, Value, When
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
 
 from mailboxes.models import AddressReservation, Message
 
@@ -59,13 +61,31 @@ class MessageAdmin(ReadOnlyAdmin):
     search_fields = ["mailbox__address", "subject", "from_header"]
     list_select_related = ["mailbox"]
     fields = ["mailbox", "received_at", "envelope_from", "envelope_to", "from_header", "to_header", "subject", "size",
-              "has_attachments", "is_read", "text"]
+              "has_attachments", "is_read", "codes", "links", "html", "text"]
     readonly_fields = fields
     show_full_result_count = False
 
     @admin.display(description="text")
     def text(self, message: Message) -> str:
         return message.content.text[:10_000]
+
+    @admin.display(description="codes")
+    def codes(self, message: Message) -> str:
+        return ", ".join(message.content.codes) or "-"
+
+    @admin.display(description="links")
+    def links(self, message: Message) -> str:
+        return format_html_join("", '<div><a href="{}" target="_blank" rel="noopener noreferrer">{}</a></div>',
+                                ((link["url"], link.get("text") or link["url"]) for link in message.content.links)) or "-"
+
+    @admin.display(description="HTML")
+    def html(self, message: Message) -> str:
+        """The web inbox's sandboxed view of the mail's HTML (no script, nothing remote)."""
+        if not message.content.html:
+            return "-"
+        return format_html('<iframe sandbox="allow-popups" referrerpolicy="no-referrer" src="{}" title="The message as '
+                           'HTML" style="width:100%;min-width:40rem;height:30rem;border:1px solid #ccc"></iframe>',
+                           reverse("inbox-staff-html", args=[message.id]))
 
 
 @admin.register(AddressReservation)

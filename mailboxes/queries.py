@@ -174,6 +174,11 @@ def message_get(*, mailbox: Mailbox, message_id: int) -> Message:
         raise NotFound() from None
 
 
+def message_by_id(message_id: int) -> Message | None:
+    """Any message with its content, for the operator (who may see every mailbox)."""
+    return Message.objects.select_related("content").filter(id=message_id).first()
+
+
 def message_raw(*, mailbox: Mailbox, message_id: int) -> bytes:
     """The exact bytes received."""
     raw = (MessageContent.objects.filter(messages__mailbox=mailbox, messages__id=message_id)

@@ -99,6 +99,7 @@ start mailer $BIN/python manage.py runmailer
 cat <<MSG
 
 Relay is starting:
+  inbox      http://127.0.0.1:$WEB_PORT/   (open it in a browser: an address in one click)
   API        http://127.0.0.1:$WEB_PORT/api/v1/
   API docs   http://127.0.0.1:$WEB_PORT/api/docs/
   MCP        http://127.0.0.1:$WEB_PORT/mcp   (AI agents: docs/agents.md; over stdio:

@@ -14,6 +14,16 @@ if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; the
   fi
 fi
 
+# The web inbox's browser tests run axe-core (the npm package) inside each page; it goes
+# into var/axe-core from the npm registry (the tests skip, saying why, without it).
+AXE_CORE_VERSION=4.14.1
+if [ ! -f var/axe-core/node_modules/axe-core/axe.min.js ] && command -v npm >/dev/null; then
+  echo "installing axe-core $AXE_CORE_VERSION into var/axe-core for the web inbox's accessibility tests" >&2
+  mkdir -p var/axe-core
+  npm install --prefix var/axe-core --no-audit --no-fund --save-exact --loglevel=error "axe-core@$AXE_CORE_VERSION" \
+    >/dev/null || echo "warning: could not install axe-core; the accessibility checks will be skipped" >&2
+fi
+
 # The mail-server tests run a Cyrus IMAP of their own (tests/cyrus_server.py); install
 # Debian's when missing and this user may (they skip, saying why, where it cannot be had).
 if [ ! -x /usr/lib/cyrus/bin/master ] || ! command -v saslpasswd2 >/dev/null; then
@@ -66,4 +76,6 @@ export RELAY_ENV_FILE=/dev/null DJANGO_DEBUG=false DJANGO_SECRET_KEY=relay-test-
 unset CACHE_URL EMAIL_URL STALWART_URL STALWART_TOKEN RELAY_DOMAINS CYRUS_IMAP_URL CYRUS_JMAP_URL CYRUS_ADMIN_USER CYRUS_ADMIN_PASSWORD \
   RELAY_DNS_RESOLVERS RELAY_DNS_TIMEOUT_SECONDS RELAY_MX_HOST RELAY_DKIM_SELECTOR RELAY_DKIM_PRIVATE_KEY_FILE \
   RELAY_AUTHSERV_ID RELAY_MAX_DOMAINS RELAY_SMTP_VERDICTS
+# The web processes the suite starts serve static files as production does: collected.
+$BIN/python manage.py collectstatic --noinput -v0
 exec $BIN/pytest "$@"

@@ -92,6 +92,7 @@ def test_the_readme_commands_work_as_written_and_ctrl_c_stops_cleanly(stack):
                             capture_output=True, text=True, timeout=180)
     out = result.stdout
     assert result.returncode == 0, out[-3000:] + result.stderr[-3000:]
+    assert out.startswith("Welcome\n")  # the quick start: an anonymous mailbox, a mail over SMTP, its wait
     assert '"status":"active"' in out and "Your code is 4821." in out  # created, mailed, read
     assert '"envelope_from":"me@example.com"' in out
     assert '"status":"queued"' in out  # a send
@@ -109,10 +110,15 @@ def test_the_readme_commands_work_as_written_and_ctrl_c_stops_cleanly(stack):
     assert f'"mcp":"http://127.0.0.1:{stack.web}/mcp"' in index
     assert "/api/v1/mailboxes/{mailbox_id}/messages" in index and "%7B" not in index
     assert f"http://127.0.0.1:{stack.web}/mcp" in stack.output()  # the banner
-    root = urllib.request.urlopen(f"http://127.0.0.1:{stack.web}/", timeout=5)
-    assert root.url.endswith("/api/docs/")
+    home = urllib.request.urlopen(f"http://127.0.0.1:{stack.web}/", timeout=5).read().decode()
+    assert "Get an address" in home and 'href="/api/docs/"' in home  # the web inbox, linking the docs
+    assert f"http://127.0.0.1:{stack.web}/ " in stack.output()  # the banner's inbox line
 
     output_before = stack.output()
+    # Nothing went wrong along the way: the one error is the dead letter the README makes.
+    errors = [line for line in output_before.splitlines()
+              if " ERROR " in line or "ERROR/" in line or "Traceback" in line]
+    assert all("fail-demo" in line or "dead letter" in line for line in errors), errors
     assert stack.interrupt() == 0
     log = stack.output()
     assert "stopping Relay" in log and "a Relay process exited" not in log

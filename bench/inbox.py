@@ -1,0 +1,169 @@
+"""The web inbox: (1) the mailbox page of a mailbox holding 1,000 messages against the API's
+list of the same page (its newest 50), each timed from request to last byte over loopback,
+alternating, in the same run, on one gunicorn web process; (2) from the `250` of a mail
+sent over SMTP to its row drawn in headless Chromium's open mailbox page (a
+MutationObserver in the page stamps each row), at `--rate` mails a second; and (3) a
+screenshot of each page into docs/screenshots/ (the README shows them).
+
+    scripts/bench.sh inbox [--requests 300] [--mails 100] [--rate 10] [--no-screenshots]
+"""
+import argparse
+import shutil
+import smtplib
+import statistics
+import time
+from email.message import EmailMessage
+
+import requests
+
+from bench.common import ROOT, command_line, fresh_database, record, spawn, wait_until
+
+WEB, SMTP = 8766, 2766
+SHOTS = ROOT / "docs" / "screenshots"
+HOSTILE_HTML = ("<h2>Your order</h2><p>Confirm with the code <b>482913</b> or <a href='https://shop.example/confirm'>"
+                "this link</a>.</p><img src='https://tracker.example/pixel.gif' alt='(a tracking pixel, blocked)'>")
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+
+def browser(width: int = 1280):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium")
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", f"--window-size={width},900"):
+        options.add_argument(argument)
+    return webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
+
+
+def mail(to: str, subject: str, html: str = "") -> EmailMessage:
+    message = EmailMessage()
+    message["From"], message["To"], message["Subject"] = "Shop <orders@shop.example>", to, subject
+    message.set_content("Your code is 482913.")
+    if html:
+        message.add_alternative(html, subtype="html")
+    return message
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=300, help="timed requests of each kind")
+    parser.add_argument("--mails", type=int, default=100, help="mails sent while the browser watches")
+    parser.add_argument("--rate", type=float, default=10, help="mails a second")
+    parser.add_argument("--no-screenshots", action="store_true")
+    args = parser.parse_args()
+    fresh_database()
+    from accounts.services import account_create_with_key
+    from mailboxes.creation import mailbox_create
+    from mailboxes.keys import Caller
+    from mailboxes.storing import recipient_by_address
+    from relay.backends import get_backend
+    from relay.ingest import message_ingest
+
+    owner, key = account_create_with_key(login="bench", plan="pro", email="bench@example.com")
+    full, _ = mailbox_create(backend=get_backend(), caller=Caller(owner=owner), local_part="full", domain=None,
+                             ttl_ms=3_600_000)
+    recipient = recipient_by_address(full.address)
+    for number in range(1000):
+        message_ingest(raw=mail(full.address, f"Order {number}", HOSTILE_HTML).as_bytes(), mail_from="orders@shop.example",
+                       recipients=[recipient])
+    spawn("inbox-web", [".venv/bin/python", "-m", "gunicorn", "config.asgi", "-k", "uvicorn_worker.UvicornWorker",
+                        "-w", "1", "-b", f"127.0.0.1:{WEB}"], ready="Booting worker")
+    spawn("inbox-smtp", [".venv/bin/python", "manage.py", "runsmtp", "--port", str(SMTP)], ready="SMTP listening")
+    base = f"http://127.0.0.1:{WEB}"
+    wait_until(lambda: requests.get(base + "/readyz", timeout=2).ok, 30, "the web process")
+
+    # (1) the page against the API's list, alternating.
+    page = requests.Session()
+    page.post(base + "/inbox/sign-in", data={"form": "key", "key": key,
+                                             "csrfmiddlewaretoken": _csrf(page, base + "/inbox/sign-in")},
+              headers={"Referer": base + "/inbox/sign-in"})
+    api = requests.Session()
+    api.headers["Authorization"] = f"Bearer {key}"
+    timings = {"page": [], "api": []}
+    for _ in range(10):  # warm both
+        page.get(f"{base}/inbox/{full.id}"), api.get(f"{base}/api/v1/mailboxes/{full.id}/messages")
+    for _ in range(args.requests):
+        for name, session, url in (("page", page, f"{base}/inbox/{full.id}"),
+                                   ("api", api, f"{base}/api/v1/mailboxes/{full.id}/messages")):
+            started = time.perf_counter()
+            response = session.get(url)
+            timings[name].append((time.perf_counter() - started) * 1000)
+            assert response.status_code == 200, (name, response.status_code)
+    p50 = {name: statistics.median(values) for name, values in timings.items()}
+    p99 = {name: percentile(values, 0.99) for name, values in timings.items()}
+    print(f"mailbox page (1,000 messages, 50 shown): p50 {p50['page']:.1f} ms, p99 {p99['page']:.1f} ms; "
+          f"API list: p50 {p50['api']:.1f} ms, p99 {p99['api']:.1f} ms; ratio p50 {p50['page'] / p50['api']:.2f}, "
+          f"p99 {p99['page'] / p99['api']:.2f}")
+
+    # (2) from the 250 to the row drawn.
+    watched, _ = mailbox_create(backend=get_backend(), caller=Caller(owner=owner), local_part="watched", domain=None,
+                                ttl_ms=3_600_000)
+    driver = browser()
+    driver.get(base + "/inbox/sign-in")
+    driver.find_element("id", "key").send_keys(key)
+    driver.find_element("id", "key").submit()
+    wait_until(lambda: driver.current_url.endswith("/inbox/mailboxes"), 10, "signing in")
+    driver.get(f"{base}/inbox/{watched.id}")
+    driver.execute_script(
+        "window.drawn = {}; new MutationObserver(() => document.querySelectorAll('#messages li[data-id]')"
+        ".forEach(row => { const s = row.querySelector('.subject').textContent.trim().replace(/^Unread: /, '');"
+        " if (!(s in window.drawn)) { window.drawn[s] = Date.now(); } }))"
+        ".observe(document.getElementById('messages'), {childList: true, subtree: true});")
+    time.sleep(1)  # the event stream connects
+    answered = {}
+    with smtplib.SMTP("127.0.0.1", SMTP, timeout=10) as smtp:
+        start = time.monotonic()
+        for number in range(args.mails):
+            wait = start + number / args.rate - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+            subject = f"Live {number}"
+            smtp.send_message(mail(watched.address, subject))
+            answered[subject] = time.time() * 1000
+    drawn = wait_until(lambda: (found := driver.execute_script("return window.drawn")) and
+                       len(found) >= args.mails and found, 30, "every row drawn")
+    lags = [drawn[subject] - answered[subject] for subject in answered]
+    print(f"250 to drawn, {args.mails} mails at {args.rate:g}/s: p50 {statistics.median(lags):.0f} ms, "
+          f"p99 {percentile(lags, 0.99):.0f} ms, max {max(lags):.0f} ms")
+
+    if not args.no_screenshots:
+        screenshots(driver, base, full, key)
+    driver.quit()
+    record("inbox", command_line(),
+           f"page p50 {p50['page']:.1f} / p99 {p99['page']:.1f} ms vs API list p50 {p50['api']:.1f} / p99 "
+           f"{p99['api']:.1f} ms (×{p50['page'] / p50['api']:.2f} / ×{p99['page'] / p99['api']:.2f}); "
+           f"250 to drawn at {args.rate:g}/s: p50 {statistics.median(lags):.0f} ms, p99 {percentile(lags, 0.99):.0f} ms")
+
+
+def _csrf(session, url: str) -> str:
+    session.get(url)
+    return session.cookies["csrftoken"]
+
+
+def screenshots(driver, base: str, full, key: str) -> None:
+    """Each page as a person sees it, at 1280 and (the mailbox) 375 px wide."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    message = full.messages.order_by("-id").first()
+    pages = {"mailbox": f"/inbox/{full.id}", "message": f"/inbox/{full.id}/{message.id}",
+             "mailboxes": "/inbox/mailboxes", "sign-in": "/inbox/sign-in"}
+    for name, path in pages.items():
+        driver.get(base + path)
+        time.sleep(0.5)  # the frame and fonts settle before the picture
+        driver.save_screenshot(str(SHOTS / f"{name}.png"))
+    driver.delete_all_cookies()
+    driver.get(base + "/")
+    driver.save_screenshot(str(SHOTS / "home.png"))
+    driver.set_window_size(375, 800)
+    driver.get(base + "/")
+    driver.find_element("id", "get-address").click()
+    time.sleep(0.5)
+    driver.save_screenshot(str(SHOTS / "mailbox-375.png"))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class InboxConfig(AppConfig):
+    name = "inbox"
+    verbose_name = "Web inbox"

@@ -1,0 +1,97 @@
+"""Who a browser is: an account signed in (a Django session, from a mailed code or link,
+or an API key pasted once) and the anonymous mailboxes it made (their tokens in one
+HttpOnly cookie). A session ends at once when its account is suspended or its key revoked."""
+import logging
+import uuid
+
+from accounts.keys import api_key_for_hash, hash_key
+from accounts.models import Account, AccountStatus
+from mailboxes.keys import Caller, caller_for_secret
+from mailboxes.models import Mailbox
+
+logger = logging.getLogger(__name__)
+
+ACCOUNT = "inbox_account"
+API_KEY = "inbox_api_key"
+MAILBOXES_COOKIE = "relay_mailboxes"
+# The anonymous mailboxes one browser keeps (newest first); older ones drop off the list.
+MAILBOXES_KEPT = 20
+
+
+def sign_in(request, account: Account, *, api_key_id: int | None = None) -> None:
+    """Start a session for `account` (a new session id: no fixation)."""
+    request.session.cycle_key()
+    request.session[ACCOUNT] = account.id
+    request.session[API_KEY] = api_key_id
+
+
+def sign_out(request) -> None:
+    request.session.flush()
+
+
+def account_caller(request) -> Caller | None:
+    """The signed-in account, checked on every request: a suspended account or a revoked
+    key ends the session."""
+    account_id = request.session.get(ACCOUNT)
+    if account_id is None:
+        return None
+    account = Account.objects.filter(id=account_id, status=AccountStatus.ACTIVE).first()
+    key_id = request.session.get(API_KEY)
+    key_live = key_id is None or (account is not None and account.api_keys.filter(id=key_id, revoked_at=None).exists())
+    if account is None or not key_live:
+        logger.info("ended the web inbox session of account %s (suspended, or its key revoked)", account_id)
+        sign_out(request)
+        return None
+    return Caller(owner=account, api_key_id=key_id)
+
+
+def caller_for_key(key: str) -> tuple[Account, int] | None:
+    """The account and key id an API key pasted into the sign-in page names, or None."""
+    if not key.startswith("rk_"):
+        return None
+    api_key = api_key_for_hash(hash_key(key))
+    if api_key is None or api_key.account.status != AccountStatus.ACTIVE:
+        return None
+    return api_key.account, api_key.id
+
+
+def kept_tokens(request) -> dict[uuid.UUID, str]:
+    """Mailbox id → token of the anonymous mailboxes this browser made."""
+    kept = {}
+    for pair in request.COOKIES.get(MAILBOXES_COOKIE, "").split("|"):
+        mailbox_id, _, token = pair.partition(":")
+        try:
+            kept[uuid.UUID(mailbox_id)] = token
+        except ValueError:
+            continue
+    return kept
+
+
+def keep_token(request, response, mailbox_id: uuid.UUID, token: str) -> None:
+    """Add a new anonymous mailbox's token to the browser's cookie."""
+    kept = {mailbox_id: token, **kept_tokens(request)}
+    value = "|".join(f"{key}:{value}" for key, value in list(kept.items())[:MAILBOXES_KEPT])
+    response.set_cookie(MAILBOXES_COOKIE, value, max_age=30 * 24 * 3600, httponly=True, samesite="Lax",
+                        secure=request.is_secure())
+
+
+def caller_for(request, mailbox_id: uuid.UUID) -> Caller | None:
+    """Who may open mailbox `mailbox_id` in this browser: the signed-in owner, else the
+    token this browser kept for it; None for anyone else (the page is then a 404)."""
+    caller = account_caller(request)
+    if caller is not None and Mailbox.objects.filter(id=mailbox_id, owner=caller.owner).exists():
+        return caller
+    token = kept_tokens(request).get(mailbox_id)
+    if token:
+        anonymous = caller_for_secret(token)
+        if anonymous is not None and anonymous.mailbox_id == mailbox_id:
+            return anonymous
+    return caller
+
+
+def anonymous_mailboxes(request) -> list[Mailbox]:
+    """The anonymous mailboxes this browser holds a live token for, newest first."""
+    kept = kept_tokens(request)
+    found = {mailbox.id: mailbox for mailbox in Mailbox.objects.visible().filter(id__in=list(kept), owner=None)}
+    return [found[mailbox_id] for mailbox_id in kept
+            if mailbox_id in found and found[mailbox_id].token_hash == hash_key(kept[mailbox_id])]

@@ -1,0 +1,71 @@
+/* The web inbox's enhancements; every page reads without them: copy buttons, the
+   countdown, and the mailbox's live list over its event stream. */
+(function () {
+  "use strict";
+
+  function enableCopy(root) {
+    root.querySelectorAll("button.copy[data-copy]").forEach(function (button) {
+      if (!navigator.clipboard) { return; }
+      button.hidden = false;
+      if (button.dataset.ready) { return; }
+      button.dataset.ready = "1";
+      var label = button.textContent;
+      button.addEventListener("click", function () {
+        navigator.clipboard.writeText(button.dataset.copy).then(function () {
+          button.textContent = "✓ " + label;
+          setTimeout(function () { button.textContent = label; }, 1500);
+        });
+      });
+    });
+  }
+
+  function countdown() {
+    var clock = document.getElementById("countdown");
+    if (!clock) { return; }
+    var ends = Date.now() + Number(clock.dataset.seconds) * 1000;
+    function tick() {
+      var left = Math.max(0, Math.round((ends - Date.now()) / 1000));
+      if (left === 0) { clock.textContent = clock.dataset.ended; return; }
+      var h = Math.floor(left / 3600), m = Math.floor(left % 3600 / 60), s = left % 60;
+      clock.textContent = clock.dataset.ends + " " + (h ? h + ":" + String(m).padStart(2, "0") : m) + ":" + String(s).padStart(2, "0");
+      setTimeout(tick, 1000);
+    }
+    tick();
+  }
+
+  function liveList() {
+    var list = document.getElementById("messages");
+    if (!list || !list.dataset.events || !window.EventSource) { return; }
+    var fetching = false, again = false;
+    function newest() {
+      var first = list.querySelector("li[data-id]");
+      return first ? first.dataset.id : "0";
+    }
+    function fetchRows() {
+      if (fetching) { again = true; return; }
+      fetching = true;
+      fetch(list.dataset.rows + "?after=" + newest(), {credentials: "same-origin"})
+        .then(function (response) { return response.ok ? response.text() : ""; })
+        .then(function (html) {
+          if (html.trim()) {
+            var holder = document.createElement("template");
+            holder.innerHTML = html;
+            enableCopy(holder.content);
+            list.insertBefore(holder.content, list.firstChild);
+            var empty = document.getElementById("empty");
+            if (empty) { empty.remove(); }
+          }
+        })
+        .finally(function () { fetching = false; if (again) { again = false; fetchRows(); } });
+    }
+    var stream = new EventSource(list.dataset.events + "?after=" + newest());
+    stream.addEventListener("message", fetchRows);
+    stream.addEventListener("expired", function () { stream.close(); window.location.reload(); });
+  }
+
+  document.addEventListener("DOMContentLoaded", function () {
+    enableCopy(document);
+    countdown();
+    liveList();
+  });
+}());

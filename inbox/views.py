@@ -1,0 +1,401 @@
+"""The web inbox's pages (docs/inbox.md): each parses the form, calls the entry the API and
+the MCP tools call (relay.reading, the mailbox, outbox and account services) as the
+browser's caller, and renders. Nothing here builds an API request."""
+import functools
+import logging
+import uuid
+from types import SimpleNamespace
+
+from django.conf import settings
+from django.http import Http404, HttpResponse, HttpResponseRedirect, QueryDict
+from django.shortcuts import render
+from django.urls import reverse
+from django.utils import timezone, translation
+from django.utils.http import content_disposition_header
+from django.utils.translation import gettext as _
+from django.views.decorators.clickjacking import xframe_options_sameorigin
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from accounts import services as accounts
+from accounts.errors import Forbidden, RelayError
+from api.authentication import AccountRouteThrottle, AnonymousCreateThrottle
+from api.errors import error_of
+from api.waiting import event_stream
+from domains.models import Domain, DomainStatus
+from inbox import session
+from inbox.mail_html import policy, shown_html
+from mailboxes import caller_reads, changes, queries
+from mailboxes.creation import mailbox_create
+from mailboxes.ending import mailbox_delete
+from mailboxes.errors import NotFound, RateLimited
+from mailboxes.mail_format import lineage_of
+from mailboxes.models import MailboxStatus
+from mailboxes.threads import thread_messages
+from relay import reading
+from relay.backends import get_backend
+from relay.inbound.attachments import SAFETY_HEADERS, attachment_of, safe_filename, served_content_type
+from relay.outbox import account_mail
+from relay.outbox.replies import forward_queue, reply_queue
+
+logger = logging.getLogger(__name__)
+
+LISTED = 50
+TABS = ("html", "text", "headers", "raw", "attachments", "thread")
+# The pages' own policy: their script and style files, the mail's frame from this origin,
+# the event stream; nothing inline, and no page may frame them.
+PAGE_POLICY = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+               "frame-src 'self'; connect-src 'self'; form-action 'self'; base-uri 'none'; object-src 'none'; "
+               "frame-ancestors 'none'")
+
+
+def page(view):
+    """A page: in the browser's language (English or Spanish), under PAGE_POLICY, a domain
+    error shown as a page with its status."""
+    @functools.wraps(view)
+    def wrapped(request, *args, **kwargs):
+        language = translation.get_language_from_request(request)
+        with translation.override(language):  # this thread serves the API next: never left active
+            request.LANGUAGE_CODE = language
+            try:
+                response = view(request, *args, **kwargs)
+            except (RelayError, Http404) as exc:
+                status, body = error_of(exc) if isinstance(exc, RelayError) else (404, {"message": _("Not found.")})
+                response = render(request, "inbox/problem.html", {"status": status, "message": body["message"]},
+                                  status=status)
+        response.setdefault("Content-Security-Policy", PAGE_POLICY)
+        response.setdefault("Referrer-Policy", "same-origin")
+        response["Content-Language"] = language
+        return response
+    return wrapped
+
+
+def _base_url(request) -> str:
+    return request.build_absolute_uri("/").rstrip("/")
+
+
+def _open(request, mailbox_id, *, live: bool = False) -> tuple:
+    """(caller, mailbox) for this browser, as the API opens it; NotFound for a stranger."""
+    caller = session.caller_for(request, mailbox_id)
+    if caller is None:
+        raise NotFound("No such mailbox.")
+    return caller, reading.mailbox_open(caller=caller, mailbox_id=mailbox_id, live=live, fresh=True)
+
+
+def _rows(mailbox, words: str = "", after: int = 0) -> list:
+    """The newest LISTED messages of `mailbox` (matching `words`, newer than `after`), each
+    with its content's codes and verdict."""
+    def answer(rows):
+        rows = rows.filter(id__gt=after) if after else rows
+        return list(rows.select_related("content").only(
+            "id", "mailbox_id", "from_header", "subject", "received_at", "is_read", "authenticated", "direction",
+            "has_attachments", "content__codes")[:LISTED])
+    return reading.messages_read(caller=None, mailbox=mailbox, search={"words": words}, answer=answer)
+
+
+@page
+def csrf_failure(request, reason: str = ""):
+    """A form without its CSRF token, or from another site (CSRF_FAILURE_VIEW)."""
+    return render(request, "inbox/problem.html", {"status": 403, "message": _(
+        "This form has expired or did not come from this site. Go back, reload the page and try again.")}, status=403)
+
+
+# --- home, sign in, the account's mailboxes -------------------------------------------------
+@require_GET
+@page
+def home(request):
+    caller = session.account_caller(request)
+    return render(request, "inbox/home.html", {
+        "signed_in": caller.owner if caller else None, "mailboxes": session.anonymous_mailboxes(request)})
+
+
+@require_POST
+@page
+def anonymous_new(request):
+    throttle = AnonymousCreateThrottle()
+    if not throttle.allow_request(request, None):
+        raise RateLimited(_("Too many mailboxes from this address; try again later."), retry_after=throttle.wait() or 60)
+    mailbox, token = mailbox_create(backend=get_backend(), caller=None, local_part=None, domain=None, ttl_ms=None)
+    response = HttpResponseRedirect(reverse("inbox-mailbox", args=[mailbox.id]))
+    session.keep_token(request, response, mailbox.id, token)
+    return response
+
+
+def _limited(request, scope: str) -> None:
+    """The account routes' limit per client address (RELAY_SIGNUP_RATE), for this scope."""
+    throttle = AccountRouteThrottle()
+    if not throttle.allow_request(request, SimpleNamespace(throttle_scope=scope)):
+        raise RateLimited(_("Too many tries from this address; try again later."), retry_after=throttle.wait() or 60)
+
+
+@require_http_methods(["GET", "POST"])
+@page
+def sign_in(request):
+    context = {"step": "email"}
+    if request.method == "POST":
+        form = request.POST.get("form")
+        email = request.POST.get("email", "").strip()
+        _limited(request, "sign_in" if form == "email" else "sign_in_check")
+        try:
+            if form == "email" and email:
+                account_mail.account_sign_in_request(email=email)
+                context = {"step": "code", "email": email}
+            elif form == "code":
+                account = accounts.sign_in_by_code(email=email, code=request.POST.get("code", ""))
+                session.sign_in(request, account)
+                return HttpResponseRedirect(reverse("inbox-mailboxes"))
+            elif form == "key":
+                found = session.caller_for_key(request.POST.get("key", "").strip())
+                if found is None:
+                    context = {"step": "email", "key_problem": _("That is not a live API key of an active account.")}
+                else:
+                    session.sign_in(request, found[0], api_key_id=found[1])
+                    return HttpResponseRedirect(reverse("inbox-mailboxes"))
+        except RelayError as exc:
+            context = {"step": "code", "email": email, "problem": exc.message}
+    return render(request, "inbox/sign_in.html", context, status=400 if "problem" in context else 200)
+
+
+@require_http_methods(["GET", "POST"])
+@page
+def sign_in_link(request, link_token: str):
+    """A mailed link: the GET only shows a button (mail scanners open links); the POST signs in."""
+    if request.method == "POST":
+        session.sign_in(request, accounts.sign_in_by_link(link_token=link_token))
+        return HttpResponseRedirect(reverse("inbox-mailboxes"))
+    return render(request, "inbox/sign_in_link.html", {})
+
+
+@require_POST
+@page
+def sign_out(request):
+    session.sign_out(request)
+    return HttpResponseRedirect(reverse("home"))
+
+
+def _signed_in(request):
+    caller = session.account_caller(request)
+    if caller is None:
+        raise Http404()
+    return caller
+
+
+@require_http_methods(["GET", "POST"])
+@page
+def account_mailboxes(request):
+    caller = session.account_caller(request)
+    if caller is None:
+        return HttpResponseRedirect(reverse("inbox-sign-in"))
+    problem = None
+    if request.method == "POST":
+        try:
+            minutes = request.POST.get("ttl_minutes", "").strip()
+            ttl_ms = int(minutes) * 60_000 if minutes.isdigit() else None
+            mailbox, _token = mailbox_create(backend=get_backend(), caller=caller,
+                                             local_part=request.POST.get("local_part", "").strip() or None,
+                                             domain=request.POST.get("domain", "").strip() or None, ttl_ms=ttl_ms)
+            return HttpResponseRedirect(reverse("inbox-mailbox", args=[mailbox.id]))
+        except RelayError as exc:
+            problem = exc.message
+    mailboxes = caller_reads.mailbox_list(caller=caller, include_expired=True)[:200]
+    domains = [*settings.RELAY_DOMAINS, *Domain.objects.filter(owner=caller.owner, status=DomainStatus.VERIFIED)
+               .values_list("name", flat=True)]
+    return render(request, "inbox/mailboxes.html", {
+        "signed_in": caller.owner, "mailboxes": mailboxes, "domains": domains, "problem": problem},
+        status=400 if problem else 200)
+
+
+# --- a mailbox ------------------------------------------------------------------------------
+@require_GET
+@page
+def mailbox_page(request, mailbox_id: uuid.UUID):
+    caller, mailbox = _open(request, mailbox_id)
+    words = request.GET.get("q", "").strip()[:200]
+    return render(request, "inbox/mailbox.html", {
+        "mailbox": mailbox, "messages": _rows(mailbox, words), "q": words, "live": mailbox.status ==
+        MailboxStatus.ACTIVE, "signed_in": caller.owner, "smtp_port": settings.RELAY_SMTP_PORT,
+        "smtp_host": request.get_host().rsplit(":", 1)[0] if request.get_host().count(":") == 1 else request.get_host(),
+        "seconds_left": max(0, int((mailbox.expires_at - timezone.now()).total_seconds()))})
+
+
+@require_GET
+@page
+def mailbox_rows(request, mailbox_id: uuid.UUID):
+    """The rows newer than `after`, as the mailbox page draws them (its script adds them)."""
+    _, mailbox = _open(request, mailbox_id)
+    after = request.GET.get("after", "0")
+    return render(request, "inbox/rows.html", {"mailbox": mailbox, "messages": _rows(
+        mailbox, after=int(after) if after.isdigit() and len(after) < 19 else 0)})
+
+
+async def mailbox_events(request, mailbox_id: uuid.UUID):
+    """The mailbox's event stream (the API's own), for this browser's caller. `?after=` is
+    the newest message the page drew: the stream starts after it (a browser's EventSource
+    sends no Last-Event-ID on its first connection), so mail that came meanwhile is sent."""
+    after = request.GET.get("after", "")
+    if after.isdigit() and "HTTP_LAST_EVENT_ID" not in request.META:
+        request.META["HTTP_LAST_EVENT_ID"] = after
+    request.GET = QueryDict("")
+
+    def authenticate():
+        caller = session.caller_for(request, mailbox_id)
+        if caller is None:
+            raise Forbidden("This browser may not open this mailbox.")
+        return caller
+    return await event_stream(request, mailbox_id, authenticate)
+
+
+@require_POST
+@page
+def mailbox_renew(request, mailbox_id: uuid.UUID):
+    caller, mailbox = _open(request, mailbox_id, live=True)
+    changes.mailbox_renew(mailbox=mailbox, plan=caller.plan, ttl_ms=None)
+    return HttpResponseRedirect(reverse("inbox-mailbox", args=[mailbox_id]))
+
+
+@require_http_methods(["GET", "POST"])
+@page
+def mailbox_remove(request, mailbox_id: uuid.UUID):
+    caller, mailbox = _open(request, mailbox_id)
+    if request.method == "POST":
+        mailbox_delete(mailbox=mailbox)
+        return HttpResponseRedirect(reverse("inbox-mailboxes" if caller.owner else "home"))
+    return render(request, "inbox/delete.html", {"mailbox": mailbox})
+
+
+# --- a message ------------------------------------------------------------------------------
+def _message(request, mailbox_id, message_id):
+    caller, mailbox = _open(request, mailbox_id)
+    return caller, mailbox, queries.message_get(mailbox=mailbox, message_id=message_id)
+
+
+@require_GET
+@page
+def message_page(request, mailbox_id: uuid.UUID, message_id: int):
+    caller, mailbox, message = _message(request, mailbox_id, message_id)
+    changes.message_mark_read(message=message)
+    tab = request.GET.get("tab") if request.GET.get("tab") in TABS else ("html" if message.content.html else "text")
+    lineage = lineage_of(message.content.headers)
+    verdict = message.content.authentication or {}
+    dkim = verdict.get("dkim") or []
+    checks = [("SPF", (verdict.get("spf") or {}).get("result", "none"), (verdict.get("spf") or {}).get("domain", "")),
+              ("DKIM", dkim[0].get("result", "none") if dkim else "none", ", ".join(
+                  f"{item.get('domain', '')}: {item.get('result', '')}" for item in dkim)),
+              ("DMARC", (verdict.get("dmarc") or {}).get("result", "none"), (verdict.get("dmarc") or {}).get("domain", "")),
+              (_("Verdict"), verdict.get("verdict", "none"), "")]
+    context = {
+        "mailbox": mailbox, "message": message, "content": message.content, "tab": tab, "tabs": TABS,
+        "checks": checks, "remote": request.GET.get("remote") == "1",
+        "may_send": caller.owner is not None and mailbox.status == MailboxStatus.ACTIVE,
+        "lineage": lineage, "signed_in": caller.owner, "sent": request.GET.get("sent"),
+        "attachments": [{"number": number, **meta} for number, meta in enumerate(message.content.attachments, 1)],
+    }
+    if tab == "raw":
+        context["raw"] = bytes(message.content.raw).decode("utf-8", "replace")
+    if tab == "thread" and message.thread_id:
+        context["thread"] = thread_messages([message.thread])[message.thread_id]
+    return render(request, "inbox/message.html", context)
+
+
+def _html_response(request, message, parts_route: str, parts_args: list) -> HttpResponse:
+    parts_url = _base_url(request) + reverse(parts_route, args=[*parts_args, "x"])[:-1]
+    response = HttpResponse(shown_html(message.content.html, parts_url=parts_url),
+                            content_type="text/html; charset=utf-8")
+    response["Content-Security-Policy"] = policy(parts_url, remote_images=request.GET.get("remote") == "1")
+    response["Referrer-Policy"] = "no-referrer"
+    response["X-Content-Type-Options"] = "nosniff"
+    return response
+
+
+def _part_response(message, content_id: str) -> HttpResponse:
+    number = next((number for number, meta in enumerate(message.content.attachments, 1)
+                   if (meta.get("content_id") or "").strip("<> ") == content_id), None)
+    found = attachment_of(bytes(message.content.raw), number) if number else None
+    if found is None:
+        raise Http404()
+    meta, payload = found
+    response = HttpResponse(payload, content_type=served_content_type(meta["content_type"], meta.get("charset")))
+    for header, value in SAFETY_HEADERS.items():
+        response[header] = value
+    return response
+
+
+def _readable(request, mailbox_id, message_id):
+    try:
+        return _message(request, mailbox_id, message_id)[2]
+    except RelayError:
+        raise Http404() from None
+
+
+@require_GET
+@xframe_options_sameorigin
+def message_html(request, mailbox_id: uuid.UUID, message_id: int):
+    """The mail's HTML for the message page's sandboxed frame, under its own policy."""
+    message = _readable(request, mailbox_id, message_id)
+    return _html_response(request, message, "inbox-message-part", [mailbox_id, message_id])
+
+
+@require_GET
+def message_part(request, mailbox_id: uuid.UUID, message_id: int, content_id: str):
+    """An inline part of the message by its Content-ID (a `cid:` image of its HTML)."""
+    return _part_response(_readable(request, mailbox_id, message_id), content_id)
+
+
+def _staff_message(request, message_id: int):
+    if not (request.user.is_active and request.user.is_staff):
+        raise Http404()
+    message = queries.message_by_id(message_id)
+    if message is None:
+        raise Http404()
+    return message
+
+
+@require_GET
+@xframe_options_sameorigin
+def staff_message_html(request, message_id: int):
+    """The same view of a mail's HTML for the operator's admin page of the message."""
+    return _html_response(request, _staff_message(request, message_id), "inbox-staff-part", [message_id])
+
+
+@require_GET
+def staff_message_part(request, message_id: int, content_id: str):
+    return _part_response(_staff_message(request, message_id), content_id)
+
+
+@require_GET
+def message_download(request, mailbox_id: uuid.UUID, message_id: int, number: int = 0):
+    """The message as a .eml file (`number` 0), or one of its attachments: downloads only."""
+    try:
+        _, _, message = _message(request, mailbox_id, message_id)
+    except RelayError:
+        raise Http404() from None
+    if number == 0:
+        response = HttpResponse(bytes(message.content.raw), content_type="message/rfc822")
+        filename = f"message-{message.id}.eml"
+    else:
+        found = attachment_of(bytes(message.content.raw), number)
+        if found is None:
+            raise Http404()
+        meta, payload = found
+        response = HttpResponse(payload, content_type=served_content_type(meta["content_type"], meta.get("charset")))
+        filename = safe_filename(meta["filename"], number)
+    response["Content-Disposition"] = content_disposition_header(True, filename)
+    for header, value in SAFETY_HEADERS.items():
+        response[header] = value
+    return response
+
+
+@require_POST
+@page
+def message_send(request, mailbox_id: uuid.UUID, message_id: int, how: str):
+    """Reply or forward, where this caller may send (an account's mailbox)."""
+    caller, mailbox, message = _message(request, mailbox_id, message_id)
+    if caller.owner is None:
+        raise NotFound("No such mailbox.")
+    text = request.POST.get("text", "")
+    if how == "reply":
+        reply_queue(mailbox=mailbox, message_id=message.id, text=text, reply_all=request.POST.get("reply_all") == "1")
+    else:
+        to = [address.strip() for address in request.POST.get("to", "").split(",") if address.strip()]
+        forward_queue(mailbox=mailbox, message_id=message.id, to=to, text=text)
+    return HttpResponseRedirect(reverse("inbox-message", args=[mailbox_id, message_id]) + f"?sent={how}")
+

@@ -1,0 +1,234 @@
+"""The web inbox in a real browser (headless Chromium through Selenium) against the ASGI web
+process and Relay's SMTP server: a mailbox made from the home page, mail appearing without a
+reload, a hostile mail that reaches nothing until asked, another browser, axe-core on every
+page, and a 375 px window."""
+import http.server
+import shutil
+import smtplib
+import threading
+import time
+from email.message import EmailMessage
+
+import pytest
+
+from accounts.services import account_create_with_key
+from tests.helpers import ROOT, free_port, wait_until
+
+CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
+AXE = ROOT / "var" / "axe-core" / "node_modules" / "axe-core" / "axe.min.js"
+pytestmark = [pytest.mark.workers,
+              pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER),
+                                 reason="needs Debian's chromium and chromium-driver (make test installs them as root)")]
+
+
+def new_browser(width: int = 1280):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", f"--window-size={width},900"):
+        options.add_argument(argument)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(30)
+    return driver
+
+
+@pytest.fixture(scope="module")
+def web(module_processes):
+    return module_processes.start_web("web")
+
+
+@pytest.fixture
+def browser(web, transactional_db, broker):
+    driver = new_browser()
+    yield driver
+    driver.quit()
+
+
+class Listener:
+    """A loopback HTTP server that records every path a browser asks it for."""
+
+    def __init__(self) -> None:
+        self.paths: list[str] = []
+        listener = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 (the standard library's name)
+                listener.paths.append(self.path)
+                self.send_response(200)
+                self.send_header("Content-Type", "image/gif")
+                self.end_headers()
+                self.wfile.write(b"GIF89a\x01\x00\x01\x00\x00\x00\x00;")
+
+            do_POST = do_GET  # noqa: N815
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+        self.base = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+@pytest.fixture
+def listener():
+    found = Listener()
+    yield found
+    found.server.shutdown()
+
+
+def element(driver, selector: str):
+    from selenium.webdriver.common.by import By
+
+    return driver.find_element(By.CSS_SELECTOR, selector)
+
+
+def elements(driver, selector: str):
+    from selenium.webdriver.common.by import By
+
+    return driver.find_elements(By.CSS_SELECTOR, selector)
+
+
+def loaded(driver) -> bool:
+    return driver.execute_script("return document.readyState") == "complete"
+
+
+def make_mailbox(driver, web) -> tuple[str, str]:
+    """(the mailbox page's URL, its address), made by the home page's button."""
+    driver.get(web + "/")
+    element(driver, "#get-address").click()
+    wait_until(lambda: "/inbox/" in driver.current_url and elements(driver, "#address"), timeout=10,
+               message="the new mailbox's page")
+    return driver.current_url, element(driver, "#address").text
+
+
+def send(smtp_server, to: str, *, subject: str, text: str = "", html: str = "") -> None:
+    mail = EmailMessage()
+    mail["From"], mail["To"], mail["Subject"] = "Shop <shop@example.com>", to, subject
+    mail.set_content(text or "See the HTML part.")
+    if html:
+        mail.add_alternative(html, subtype="html")
+    with smtplib.SMTP("127.0.0.1", smtp_server.port, timeout=10) as smtp:
+        smtp.send_message(mail)
+
+
+def test_a_mail_sent_over_smtp_appears_without_a_reload_with_its_code_and_its_html(browser, web, smtp_server):
+    page, address = make_mailbox(browser, web)
+    assert elements(browser, "#empty"), "the empty state is missing"
+    browser.execute_script("window.notReloaded = true")
+    send(smtp_server, address, subject="Your verification code", text="Your code is 482913.",
+         html="<h1 id='greeting'>Welcome</h1><p>Your verification code is <b>482913</b>.</p>")
+    sent_at = time.monotonic()
+    wait_until(lambda: elements(browser, "#messages li[data-id]"), timeout=10, message="the message in the list")
+    appeared = time.monotonic() - sent_at
+    assert browser.execute_script("return window.notReloaded === true"), "the page reloaded"
+    assert appeared < 5, f"the message took {appeared:.1f} s to appear"
+    assert element(browser, "#messages .chip code").text == "482913"
+    assert not elements(browser, "#empty")
+
+    element(browser, "#messages li a.open").click()
+    wait_until(lambda: elements(browser, "iframe#mail-html") and loaded(browser), timeout=10, message="the message")
+    browser.switch_to.frame(element(browser, "iframe#mail-html"))
+    wait_until(lambda: elements(browser, "#greeting"), timeout=10, message="the mail's HTML in its frame")
+    assert element(browser, "#greeting").text == "Welcome"
+    browser.switch_to.default_content()
+
+    stranger = new_browser()
+    try:
+        stranger.get(page)
+        assert address not in stranger.page_source and "Not found" in stranger.page_source
+    finally:
+        stranger.quit()
+
+
+def test_a_hostile_mail_reaches_nothing_until_remote_images_are_asked_for_then_only_images(
+        browser, web, smtp_server, listener):
+    _, address = make_mailbox(browser, web)
+    base = listener.base
+    send(smtp_server, address, subject="Hostile", html=(
+        f"<html><head><meta http-equiv='refresh' content='0;url={base}/refresh'>"
+        f"<link rel='stylesheet' href='{base}/link.css'>"
+        f"<style>@import url({base}/import.css); .bg {{ background: url({base}/background.png) }}</style></head>"
+        f"<body onload=\"fetch('{base}/onload')\"><script>fetch('{base}/script')</script>"
+        f"<div class='bg' id='hostile'>Hello</div><img id='pixel' src='{base}/pixel.gif'>"
+        f"<form id='auto' action='{base}/form' method='post'><input name='a' value='1'></form>"
+        f"<script>document.getElementById('auto').submit()</script>"
+        f"<a id='top' href='{base}/top' target='_top'>open</a></body></html>"))
+    wait_until(lambda: elements(browser, "#messages li a.open"), timeout=10, message="the hostile message")
+    element(browser, "#messages li a.open").click()
+    wait_until(lambda: elements(browser, "iframe#mail-html") and loaded(browser), timeout=10, message="the message")
+    message_url = browser.current_url
+    browser.switch_to.frame(element(browser, "iframe#mail-html"))
+    wait_until(lambda: elements(browser, "#hostile") and loaded(browser), timeout=10, message="the mail's HTML")
+    assert element(browser, "#top").get_attribute("target") == "_blank"
+    browser.switch_to.default_content()
+    assert listener.paths == [], f"the mail reached the network before it was asked: {listener.paths}"
+    assert browser.current_url == message_url, "the mail navigated the page"
+
+    element(browser, "#load-remote").click()
+    wait_until(lambda: "remote=1" in browser.current_url and loaded(browser), timeout=10, message="remote images")
+    browser.switch_to.frame(element(browser, "iframe#mail-html"))
+    wait_until(lambda: "/pixel.gif" in listener.paths and "/background.png" in listener.paths, timeout=10,
+               message="the remote images to load once asked")
+    browser.switch_to.default_content()
+    assert set(listener.paths) <= {"/pixel.gif", "/background.png"}, f"more than images: {listener.paths}"
+    assert "remote=1" in browser.current_url and "/inbox/" in browser.current_url
+
+
+PAGES = ("home", "mailbox", "message", "sign-in", "account", "delete")
+
+
+def visit(driver, web, smtp_server):
+    """Each page of the inbox, in turn, as (name, url) once it has loaded."""
+    _, key = account_create_with_key(login="axe", email="axe@example.com", plan="pro")
+    page, address = make_mailbox(driver, web)
+    send(smtp_server, address, subject="Your code", text="Your code is 482913.", html="<p>Code 482913</p>")
+    wait_until(lambda: elements(driver, "#messages li a.open"), timeout=10, message="the message")
+    yield "mailbox", page
+    element(driver, "#messages li a.open").click()
+    wait_until(lambda: elements(driver, "iframe#mail-html") and loaded(driver), timeout=10, message="the message")
+    yield "message", driver.current_url
+    driver.get(page + "/delete")
+    yield "delete", driver.current_url
+    driver.get(web + "/")
+    yield "home", driver.current_url
+    driver.get(web + "/inbox/sign-in")
+    yield "sign-in", driver.current_url
+    element(driver, "#key").send_keys(key)
+    element(driver, "#key").submit()
+    wait_until(lambda: driver.current_url.endswith("/inbox/mailboxes") and loaded(driver), timeout=10,
+               message="the account's page")
+    yield "account", driver.current_url
+
+
+@pytest.mark.skipif(not AXE.exists(), reason="needs axe-core from npm (scripts/test.sh installs it into var/axe-core)")
+def test_axe_core_finds_no_serious_or_critical_violation_on_any_page(browser, web, smtp_server):
+    source = AXE.read_text()
+    seen = []
+    for name, url in visit(browser, web, smtp_server):
+        browser.execute_script(source)
+        result = browser.execute_async_script(
+            "const done = arguments[arguments.length - 1];"
+            "axe.run(document, {resultTypes: ['violations']}).then(r => done(r.violations.map("
+            "v => ({id: v.id, impact: v.impact, nodes: v.nodes.map(n => n.target.join(' '))}))));")
+        bad = [violation for violation in result if violation["impact"] in ("serious", "critical")]
+        assert bad == [], f"{name} ({url}): {bad}"
+        seen.append(name)
+    assert sorted(seen) == sorted(PAGES)
+
+
+def test_no_page_scrolls_sideways_at_375_px_in_light_or_dark(web, transactional_db, broker, smtp_server):
+    driver = new_browser(width=375)
+    try:
+        for scheme in ("light", "dark"):
+            driver.execute_cdp_cmd("Emulation.setEmulatedMedia",
+                                   {"features": [{"name": "prefers-color-scheme", "value": scheme}]})
+            for name, url in visit(driver, web, smtp_server):
+                wide = driver.execute_script("return document.documentElement.scrollWidth - window.innerWidth")
+                assert wide <= 0, f"{name} scrolls {wide} px sideways at 375 px ({scheme})"
+                background = driver.execute_script("return getComputedStyle(document.body).backgroundColor")
+                assert (background == "rgb(255, 255, 255)") == (scheme == "light"), f"{name} ignores {scheme}"
+            driver.delete_all_cookies()
+    finally:
+        driver.quit()

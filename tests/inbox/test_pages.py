@@ -1,0 +1,236 @@
+"""The web inbox's pages through Django's test client (tests/inbox/test_browser.py drives them
+in a real browser): who may open what, signing in and out, what an ended mailbox allows,
+CSRF, the mail's HTML as served, the admin's view of it, and Spanish."""
+import re
+from datetime import timedelta
+
+from django.contrib.auth.models import User
+from django.test import Client
+from django.utils import timezone
+
+from accounts.keys import api_key_revoke
+from accounts.services import account_create_with_key, account_suspend
+from mailboxes.models import Mailbox, MailboxStatus, Message
+from relay.models import OutboxMail
+from tests.helpers import deliver
+
+HOSTILE = (b"From: Mallory <m@evil.test>\r\nTo: {to}\r\nSubject: Look\r\nMIME-Version: 1.0\r\n"
+           b"Content-Type: text/html; charset=utf-8\r\n\r\n"
+           b"<html><head><meta http-equiv=refresh content='0;url=http://127.0.0.1:9/r'><base href=http://127.0.0.1:9/>"
+           b"<link rel=stylesheet href=http://127.0.0.1:9/s.css><style>@import url(http://127.0.0.1:9/i.css);</style>"
+           b"</head><body onload=\"fetch('http://127.0.0.1:9/o')\"><script>fetch('http://127.0.0.1:9/s')</script>"
+           b"<img src=http://127.0.0.1:9/pixel.gif><form action=http://127.0.0.1:9/f><input name=a></form>"
+           b"<a href=http://127.0.0.1:9/top target=_top>open</a><iframe src=http://127.0.0.1:9/if></iframe>"
+           b"<p>Your code is 482913</p></body></html>\r\n")
+
+
+def image_sources(policy: str) -> list[str]:
+    return policy.split("img-src", 1)[1].split(";", 1)[0].split()
+
+
+def anonymous_mailbox(client: Client) -> Mailbox:
+    response = client.post("/inbox/new")
+    assert response.status_code == 302, response.content
+    return Mailbox.objects.get(id=response["Location"].rsplit("/", 1)[1])
+
+
+def mailed_code(email: str) -> str:
+    mail = OutboxMail.objects.filter(to=[email], kind="sign_in").latest("id")
+    return re.search(r"code: (\d{5})", mail.text).group(1)
+
+
+def test_an_anonymous_mailbox_is_one_button_and_its_token_rides_in_an_httponly_lax_cookie(db):
+    browser = Client()
+    first, second = anonymous_mailbox(browser), anonymous_mailbox(browser)
+    cookie = browser.cookies["relay_mailboxes"]
+    assert cookie["httponly"] and cookie["samesite"] == "Lax"
+    assert str(first.id) in cookie.value and str(second.id) in cookie.value
+    home = browser.get("/").content.decode()
+    assert first.address in home and second.address in home, "the home page lists the browser's mailboxes"
+    assert first.address in browser.get(f"/inbox/{first.id}").content.decode()
+    stranger = Client()
+    assert stranger.get(f"/inbox/{first.id}").status_code == 404
+    assert stranger.get(f"/inbox/{first.id}/rows").status_code == 404
+    assert first.address not in stranger.get("/").content.decode()
+
+
+def test_a_post_without_its_csrf_token_is_refused(db):
+    browser = Client(enforce_csrf_checks=True)
+    refused = browser.post("/inbox/new")
+    assert refused.status_code == 403 and b"form has expired" in refused.content
+    assert Mailbox.objects.count() == 0
+    page = browser.get("/").content.decode()
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
+    assert browser.post("/inbox/new", {"csrfmiddlewaretoken": token}).status_code == 302
+
+
+def test_the_pages_forbid_framing_and_inline_script(db):
+    browser = Client()
+    mailbox = anonymous_mailbox(browser)
+    for path in ("/", f"/inbox/{mailbox.id}", "/inbox/sign-in"):
+        response = browser.get(path)
+        policy = response["Content-Security-Policy"]
+        assert "frame-ancestors 'none'" in policy and "script-src 'self'" in policy and "unsafe-inline" not in policy
+        assert "<script>" not in response.content.decode(), f"{path} has an inline script"
+
+
+def test_sign_in_by_a_mailed_code_and_five_wrong_codes_burn_it(db):
+    account, _ = account_create_with_key(login="carol", email="carol@example.com")
+    browser = Client()
+    asked = browser.post("/inbox/sign-in", {"form": "email", "email": "carol@example.com"})
+    assert asked.status_code == 200 and b"5-digit code" in asked.content
+    nobody = Client().post("/inbox/sign-in", {"form": "email", "email": "nobody@example.com"})
+    assert nobody.content.replace(b"nobody", b"carol").count(b"5-digit") == asked.content.count(b"5-digit")
+    code = mailed_code("carol@example.com")
+    for attempt in range(5):
+        wrong = f"{(int(code) + 1 + attempt) % 100000:05d}"
+        refused = browser.post("/inbox/sign-in", {"form": "code", "email": "carol@example.com", "code": wrong})
+        assert refused.status_code == 400
+    burnt = browser.post("/inbox/sign-in", {"form": "code", "email": "carol@example.com", "code": code})
+    assert burnt.status_code == 400, "the right code still worked after five wrong ones"
+    assert browser.get("/inbox/mailboxes").status_code == 302
+
+    browser.post("/inbox/sign-in", {"form": "email", "email": "carol@example.com"})
+    signed_in = browser.post("/inbox/sign-in", {"form": "code", "email": "carol@example.com",
+                                                "code": mailed_code("carol@example.com")})
+    assert signed_in.status_code == 302 and signed_in["Location"] == "/inbox/mailboxes"
+    assert b"carol" in browser.get("/inbox/mailboxes").content
+    browser.post("/inbox/sign-out")
+    assert browser.get("/inbox/mailboxes").status_code == 302, "signing out did not end the session"
+
+
+def test_a_mailed_link_signs_in_only_when_its_button_is_pressed(db):
+    account_create_with_key(login="dave", email="dave@example.com")
+    Client().post("/inbox/sign-in", {"form": "email", "email": "dave@example.com"})
+    mail = OutboxMail.objects.filter(to=["dave@example.com"]).latest("id")
+    link = re.search(r"(/inbox/sign-in/[A-Za-z0-9_-]+)", mail.text).group(1)
+    browser = Client()
+    assert browser.get(link).status_code == 200
+    assert browser.get("/inbox/mailboxes").status_code == 302, "opening the link (a mail scanner) signed in"
+    assert browser.post(link).status_code == 302
+    assert browser.get("/inbox/mailboxes").status_code == 200
+    assert Client().post(link).status_code == 410, "the link worked twice"
+
+
+def test_a_session_ends_at_once_when_its_key_is_revoked_or_its_account_suspended(db):
+    account, key = account_create_with_key(login="erin", email="erin@example.com")
+    by_key = Client()
+    assert by_key.post("/inbox/sign-in", {"form": "key", "key": key}).status_code == 302
+    assert by_key.get("/inbox/mailboxes").status_code == 200
+    api_key_revoke(account=account, key_id=account.api_keys.get().id)
+    assert by_key.get("/inbox/mailboxes").status_code == 302, "a revoked key's session went on"
+
+    by_code = Client()
+    by_code.post("/inbox/sign-in", {"form": "email", "email": "erin@example.com"})
+    by_code.post("/inbox/sign-in", {"form": "code", "email": "erin@example.com", "code": mailed_code("erin@example.com")})
+    assert by_code.get("/inbox/mailboxes").status_code == 200
+    account_suspend(account=account)
+    assert by_code.get("/inbox/mailboxes").status_code == 302, "a suspended account's session went on"
+    assert by_key.post("/inbox/sign-in", {"form": "key", "key": key}).status_code == 200  # refused, the form again
+
+
+def test_the_account_page_creates_mailboxes_within_the_plan_and_an_owner_opens_them(db):
+    account, key = account_create_with_key(login="frank", email="frank@example.com", plan="pro")
+    browser = Client()
+    browser.post("/inbox/sign-in", {"form": "key", "key": key})
+    made = browser.post("/inbox/mailboxes", {"local_part": "shop", "domain": "relay.localhost", "ttl_minutes": "30"})
+    assert made.status_code == 302
+    mailbox = Mailbox.objects.get(owner=account)
+    assert mailbox.address == "shop@relay.localhost"
+    assert timedelta(minutes=29) < mailbox.expires_at - timezone.now() <= timedelta(minutes=30)
+    too_long = browser.post("/inbox/mailboxes", {"local_part": "long", "ttl_minutes": str(10 ** 6)})
+    assert too_long.status_code == 400 and b"problem" in too_long.content
+    assert browser.get(f"/inbox/{mailbox.id}").status_code == 200
+    assert Client().get(f"/inbox/{mailbox.id}").status_code == 404
+
+
+def test_an_ended_mailbox_is_read_only_with_a_banner_and_its_mail_stays_readable(db):
+    browser = Client()
+    mailbox = anonymous_mailbox(browser)
+    [message_id] = deliver(b"Subject: Hello\r\n\r\nYour code is 482913\r\n", mailbox.address)
+    Mailbox.objects.filter(id=mailbox.id).update(expires_at=timezone.now() - timedelta(seconds=1))
+    page = browser.get(f"/inbox/{mailbox.id}").content.decode()
+    assert 'id="ended"' in page and "renew" not in page.lower() and "data-events" not in page
+    assert Mailbox.objects.get(id=mailbox.id).status == MailboxStatus.EXPIRED
+    assert browser.post(f"/inbox/{mailbox.id}/renew").status_code == 410
+    message = browser.get(f"/inbox/{mailbox.id}/{message_id}").content.decode()
+    assert "482913" in message and "Reply" not in message
+
+
+def test_a_message_shows_its_code_links_and_verdicts_and_is_marked_read(db):
+    browser = Client()
+    mailbox = anonymous_mailbox(browser)
+    [message_id] = deliver(b"From: Shop <shop@example.com>\r\nSubject: Code\r\nContent-Type: text/html\r\n\r\n"
+                           b"<p>Your verification code is 482913. <a href='https://shop.example/ok'>Confirm</a></p>\r\n",
+                           mailbox.address)
+    page = browser.get(f"/inbox/{mailbox.id}/{message_id}").content.decode()
+    assert "482913" in page and "https://shop.example/ok" in page and "DMARC:" in page
+    assert f"/inbox/{mailbox.id}/{message_id}/html" in page and 'sandbox="allow-popups"' in page
+    assert Message.objects.get(id=message_id).is_read
+    for tab in ("text", "headers", "raw", "attachments", "thread"):
+        assert browser.get(f"/inbox/{mailbox.id}/{message_id}?tab={tab}").status_code == 200
+    eml = browser.get(f"/inbox/{mailbox.id}/{message_id}/message.eml")
+    assert eml["Content-Disposition"].startswith("attachment") and b"482913" in eml.content
+
+
+def test_a_hostile_mails_html_is_served_without_script_forms_frames_or_remote_loads(db):
+    browser = Client()
+    mailbox = anonymous_mailbox(browser)
+    [message_id] = deliver(HOSTILE.replace(b"{to}", mailbox.address.encode()), mailbox.address)
+    served = browser.get(f"/inbox/{mailbox.id}/{message_id}/html")
+    html = served.content.decode().lower()
+    for gone in ("<script", "onload", "http-equiv", "<base", "<link", "<form", "<iframe", "@import"):
+        assert gone not in html, f"{gone} reached the browser"
+    assert 'target="_blank"' in html and 'rel="noopener noreferrer"' in html and "_top" not in html
+    policy = served["Content-Security-Policy"]
+    assert "default-src 'none'" in policy and "form-action 'none'" in policy and "sandbox allow-popups" in policy
+    assert "script-src" not in policy
+    assert not {"http:", "https:", "*"} & set(image_sources(policy)), "remote images were allowed before asked"
+    remote = browser.get(f"/inbox/{mailbox.id}/{message_id}/html?remote=1")["Content-Security-Policy"]
+    assert {"http:", "https:"} <= set(image_sources(remote)), "remote images were not allowed once asked"
+    assert Client().get(f"/inbox/{mailbox.id}/{message_id}/html").status_code == 404
+
+
+def test_the_admins_message_page_shows_the_sandboxed_html_codes_and_links(db):
+    mailbox = Mailbox.objects.create(address="admin-view@relay.localhost", expires_at=timezone.now() + timedelta(hours=1))
+    [message_id] = deliver(b"Subject: Code\r\nContent-Type: text/html\r\n\r\n<p>Code 482913 <a href='https://x.example/'>"
+                           b"go</a></p>\r\n", mailbox.address)
+    User.objects.create_superuser("operator", "op@example.com", "a-long-password-1")
+    staff = Client()
+    staff.force_login(User.objects.get(username="operator"))
+    page = staff.get(f"/admin/mailboxes/message/{message_id}/change/").content.decode()
+    assert "482913" in page and "https://x.example/" in page and f"/inbox/staff/{message_id}/html" in page
+    assert 'sandbox="allow-popups"' in page
+    assert b"482913" in staff.get(f"/inbox/staff/{message_id}/html").content
+    assert Client().get(f"/inbox/staff/{message_id}/html").status_code == 404
+
+
+def test_the_pages_speak_spanish_to_a_spanish_browser_and_the_api_stays_english(db, api):
+    spanish = Client(HTTP_ACCEPT_LANGUAGE="es")
+    page = spanish.get("/")
+    assert "Obtener una dirección" in page.content.decode() and page["Content-Language"] == "es"
+    assert "Get an address" in Client().get("/").content.decode()
+    answer = api.get("/api/v1/mailboxes", HTTP_ACCEPT_LANGUAGE="es").json()
+    assert answer["message"] == "Authentication credentials were not provided."
+
+
+def test_an_owner_answers_from_the_page_and_an_anonymous_holder_may_not(db):
+    browser = Client()
+    mailbox = anonymous_mailbox(browser)
+    [message_id] = deliver(b"From: a@example.com\r\nSubject: Hi\r\n\r\nhello\r\n", mailbox.address)
+    assert "Send reply" not in browser.get(f"/inbox/{mailbox.id}/{message_id}").content.decode()
+    assert browser.post(f"/inbox/{mailbox.id}/{message_id}/reply", {"text": "hi"}).status_code == 404
+    assert not OutboxMail.objects.filter(kind="send").exists()
+
+    account, key = account_create_with_key(login="grace", email="grace@example.com", plan="pro")
+    owner = Client()
+    owner.post("/inbox/sign-in", {"form": "key", "key": key})
+    owner.post("/inbox/mailboxes", {"local_part": "desk"})
+    own = Mailbox.objects.get(owner=account)
+    [received] = deliver(b"From: Bob <bob@example.com>\r\nSubject: Hi\r\nMessage-ID: <q@example.com>\r\n\r\nhello\r\n",
+                         own.address)
+    assert "Send reply" in owner.get(f"/inbox/{own.id}/{received}").content.decode()
+    sent = owner.post(f"/inbox/{own.id}/{received}/reply", {"text": "Thanks"})
+    assert sent.status_code == 302 and sent["Location"].endswith("?sent=reply")
+    mail = OutboxMail.objects.get(kind="send")
+    assert mail.to == ["bob@example.com"] and mail.subject == "Re: Hi"
