@@ -53,3 +53,17 @@ def pooled(view, executor: ThreadPoolExecutor | None = None):
 
     pooled_view.cls, pooled_view.initkwargs = view.cls, view.initkwargs
     return pooled_view
+
+
+def pooled_page(view):
+    """A plain Django view (a web inbox page) run as `pooled` runs the API's: in the shared
+    pool, its CSRF protection kept."""
+    if not SERVING_ASGI:
+        return view
+    run = in_pool(view)
+
+    @wraps(view)
+    async def pooled_view(request, *args, **kwargs):
+        return await run(request, *args, **kwargs)
+
+    return pooled_view

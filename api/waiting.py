@@ -125,9 +125,10 @@ async def wait_for_messages(request, mailbox_id):
         # Checked once, here; each look then only asks for ids above it.
         after = search.pop("after") or 0
         await in_pool(_open_fresh)(caller, mailbox_id, after)
-        mailbox, results = await wait_until_found(caller, mailbox_id, query["wait"], lambda authenticated: _messages_now(
-            lambda: _principal_of(request), mailbox_id, after, ascending=False, page=query["page"],
-            size=query["page_size"], search=search, caller=authenticated))
+        mailbox, results = await wait_until_found(
+            caller, mailbox_id, query["wait"], lambda authenticated: _messages_now(
+                lambda: _principal_of(request), mailbox_id, after, ascending=False, page=query["page"],
+                size=query["page_size"], search=search, caller=authenticated))
         count = await in_pool(_count_after)(mailbox, after, search)
         return JsonResponse({"count": count, "next": None, "previous": None, "results": results})
     except (exceptions.APIException, RelayError) as exc:

@@ -176,8 +176,8 @@ def main() -> None:
     ending.refresh_from_db()
     assert ending.cleanup_state == "done", ending.cleanup_state
 
-    report = {name: {"files": len(crossed.files), "back to an app left": crossed.returns(), "crossed": list(crossed.files)}
-              for name, crossed in flows.items()}
+    report = {name: {"files": len(crossed.files), "back to an app left": crossed.returns(),
+                     "crossed": list(crossed.files)} for name, crossed in flows.items()}
     print(json.dumps(report, indent=1))
     for name, found in report.items():
         print(f"{name}: {found['files']} files, back to an app it had left {found['back to an app left']} times")

@@ -195,6 +195,8 @@ RELAY_EVENTS_REDIS_URL = env.str(
     default=(_cache_url.replace("rediscache://", "redis://", 1) if _cache_url.startswith(("redis", "rediscache"))
              else _broker_url if _broker_url.startswith(("redis://", "rediss://")) else ""))
 
+# The web inbox's sessions: read from the shared cache, written through to the database.
+SESSION_ENGINE = "django.contrib.sessions.backends.cached_db"
 # A form refused for CSRF gets the web inbox's page saying so (the API takes no cookies).
 CSRF_FAILURE_VIEW = "inbox.views.csrf_failure"
 LANGUAGE_CODE = "en"

@@ -4,11 +4,12 @@ from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from api import health, metrics, pages
+from api.pooling import pooled_page
 from inbox import views as inbox
 
 urlpatterns = [
     # The site root is the web inbox's home (docs/inbox.md); it links the API docs.
-    path("", inbox.home, name="home"),
+    path("", pooled_page(inbox.home), name="home"),
     path("inbox/", include("inbox.urls")),
     path("api/", RedirectView.as_view(pattern_name="docs")),
     path("healthz", health.healthz, name="healthz"),

@@ -5,7 +5,9 @@ import logging
 import uuid
 
 from accounts.keys import api_key_for_hash, hash_key
-from accounts.models import Account, AccountStatus
+from django.db.models import Exists
+
+from accounts.models import Account, AccountStatus, ApiKey
 from mailboxes.keys import Caller, caller_for_secret
 from mailboxes.models import Mailbox
 
@@ -35,10 +37,11 @@ def account_caller(request) -> Caller | None:
     account_id = request.session.get(ACCOUNT)
     if account_id is None:
         return None
-    account = Account.objects.filter(id=account_id, status=AccountStatus.ACTIVE).first()
     key_id = request.session.get(API_KEY)
-    key_live = key_id is None or (account is not None and account.api_keys.filter(id=key_id, revoked_at=None).exists())
-    if account is None or not key_live:
+    live_key = ApiKey.objects.filter(id=key_id, account_id=account_id, revoked_at=None)
+    account = (Account.objects.filter(id=account_id, status=AccountStatus.ACTIVE)
+               .annotate(key_live=Exists(live_key)).first())
+    if account is None or (key_id is not None and not account.key_live):
         logger.info("ended the web inbox session of account %s (suspended, or its key revoked)", account_id)
         sign_out(request)
         return None
@@ -76,17 +79,15 @@ def keep_token(request, response, mailbox_id: uuid.UUID, token: str) -> None:
 
 
 def caller_for(request, mailbox_id: uuid.UUID) -> Caller | None:
-    """Who may open mailbox `mailbox_id` in this browser: the signed-in owner, else the
-    token this browser kept for it; None for anyone else (the page is then a 404)."""
-    caller = account_caller(request)
-    if caller is not None and Mailbox.objects.filter(id=mailbox_id, owner=caller.owner).exists():
-        return caller
+    """Who may open mailbox `mailbox_id` in this browser: the token it kept for that
+    (anonymous) mailbox, else the signed-in account, whose ownership the read checks; None
+    for anyone else (the page is then a 404)."""
     token = kept_tokens(request).get(mailbox_id)
     if token:
         anonymous = caller_for_secret(token)
         if anonymous is not None and anonymous.mailbox_id == mailbox_id:
             return anonymous
-    return caller
+    return account_caller(request)
 
 
 def anonymous_mailboxes(request) -> list[Mailbox]:

@@ -75,8 +75,9 @@ class MessageAdmin(ReadOnlyAdmin):
 
     @admin.display(description="links")
     def links(self, message: Message) -> str:
+        links = ((link["url"], link.get("text") or link["url"]) for link in message.content.links)
         return format_html_join("", '<div><a href="{}" target="_blank" rel="noopener noreferrer">{}</a></div>',
-                                ((link["url"], link.get("text") or link["url"]) for link in message.content.links)) or "-"
+                                links) or "-"
 
     @admin.display(description="HTML")
     def html(self, message: Message) -> str:

@@ -18,7 +18,7 @@ CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 AXE = ROOT / "var" / "axe-core" / "node_modules" / "axe-core" / "axe.min.js"
 pytestmark = [pytest.mark.workers,
               pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER),
-                                 reason="needs Debian's chromium and chromium-driver (make test installs them as root)")]
+                                 reason="needs Debian's chromium and chromium-driver (make test installs them)")]
 
 
 def new_browser(width: int = 1280):
@@ -174,6 +174,63 @@ def test_a_hostile_mail_reaches_nothing_until_remote_images_are_asked_for_then_o
     browser.switch_to.default_content()
     assert set(listener.paths) <= {"/pixel.gif", "/background.png"}, f"more than images: {listener.paths}"
     assert "remote=1" in browser.current_url and "/inbox/" in browser.current_url
+
+
+def sign_in_code(email: str) -> str:
+    import re
+
+    from relay.models import OutboxMail
+
+    return re.search(r"code: (\d{5})", OutboxMail.objects.filter(to=[email]).latest("id").text).group(1)
+
+
+def test_sign_in_by_a_mailed_code_after_a_burnt_one_an_ended_mailbox_and_a_form_without_csrf(browser, web):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from mailboxes.models import Mailbox
+
+    account, _ = account_create_with_key(login="hana", email="hana@example.com", plan="pro")
+
+    def ask_for_a_code():
+        browser.get(web + "/inbox/sign-in")
+        element(browser, "#email").send_keys("hana@example.com")
+        element(browser, "#email").submit()
+        wait_until(lambda: elements(browser, "#code"), timeout=10, message="the code form")
+
+    def enter(code: str):
+        element(browser, "#code").send_keys(code)
+        element(browser, "#code").submit()
+        wait_until(lambda: loaded(browser) and (elements(browser, "#problem")
+                                                or "/inbox/mailboxes" in browser.current_url),
+                   timeout=10, message="the answer to a code")
+
+    ask_for_a_code()
+    code = sign_in_code("hana@example.com")
+    for attempt in range(5):
+        enter(f"{(int(code) + 1 + attempt) % 100000:05d}")
+        assert elements(browser, "#problem"), "a wrong code was taken"
+    enter(code)
+    assert "/inbox/mailboxes" not in browser.current_url, "the right code still worked after five wrong ones"
+    ask_for_a_code()
+    enter(sign_in_code("hana@example.com"))
+    assert browser.current_url.endswith("/inbox/mailboxes") and "hana" in browser.page_source
+
+    element(browser, "#local_part").send_keys("ending")
+    element(browser, "#local_part").submit()
+    wait_until(lambda: elements(browser, "#address"), timeout=10, message="the new mailbox")
+    page = browser.current_url
+    Mailbox.objects.filter(owner=account).update(expires_at=timezone.now() - timedelta(seconds=1))
+    browser.get(page)
+    assert elements(browser, "#ended") and not elements(browser, "form[action$='/renew']")
+
+    browser.get(web + "/")
+    browser.execute_script("document.querySelectorAll('input[name=csrfmiddlewaretoken]').forEach(e => e.remove())")
+    element(browser, "#get-address").click()
+    wait_until(lambda: loaded(browser) and "form has expired" in browser.page_source, timeout=10,
+               message="the refusal of a form without its token")
+    assert Mailbox.objects.filter(owner=None).count() == 0
 
 
 PAGES = ("home", "mailbox", "message", "sign-in", "account", "delete")

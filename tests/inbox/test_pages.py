@@ -122,7 +122,8 @@ def test_a_session_ends_at_once_when_its_key_is_revoked_or_its_account_suspended
 
     by_code = Client()
     by_code.post("/inbox/sign-in", {"form": "email", "email": "erin@example.com"})
-    by_code.post("/inbox/sign-in", {"form": "code", "email": "erin@example.com", "code": mailed_code("erin@example.com")})
+    by_code.post("/inbox/sign-in", {"form": "code", "email": "erin@example.com",
+                                    "code": mailed_code("erin@example.com")})
     assert by_code.get("/inbox/mailboxes").status_code == 200
     account_suspend(account=account)
     assert by_code.get("/inbox/mailboxes").status_code == 302, "a suspended account's session went on"
@@ -161,7 +162,8 @@ def test_a_message_shows_its_code_links_and_verdicts_and_is_marked_read(db):
     browser = Client()
     mailbox = anonymous_mailbox(browser)
     [message_id] = deliver(b"From: Shop <shop@example.com>\r\nSubject: Code\r\nContent-Type: text/html\r\n\r\n"
-                           b"<p>Your verification code is 482913. <a href='https://shop.example/ok'>Confirm</a></p>\r\n",
+                           b"<p>Your verification code is 482913. "
+                           b"<a href='https://shop.example/ok'>Confirm</a></p>\r\n",
                            mailbox.address)
     page = browser.get(f"/inbox/{mailbox.id}/{message_id}").content.decode()
     assert "482913" in page and "https://shop.example/ok" in page and "DMARC:" in page
@@ -192,9 +194,10 @@ def test_a_hostile_mails_html_is_served_without_script_forms_frames_or_remote_lo
 
 
 def test_the_admins_message_page_shows_the_sandboxed_html_codes_and_links(db):
-    mailbox = Mailbox.objects.create(address="admin-view@relay.localhost", expires_at=timezone.now() + timedelta(hours=1))
-    [message_id] = deliver(b"Subject: Code\r\nContent-Type: text/html\r\n\r\n<p>Code 482913 <a href='https://x.example/'>"
-                           b"go</a></p>\r\n", mailbox.address)
+    mailbox = Mailbox.objects.create(address="admin-view@relay.localhost",
+                                     expires_at=timezone.now() + timedelta(hours=1))
+    [message_id] = deliver(b"Subject: Code\r\nContent-Type: text/html\r\n\r\n"
+                           b"<p>Code 482913 <a href='https://x.example/'>go</a></p>\r\n", mailbox.address)
     User.objects.create_superuser("operator", "op@example.com", "a-long-password-1")
     staff = Client()
     staff.force_login(User.objects.get(username="operator"))
