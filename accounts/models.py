@@ -1,5 +1,6 @@
 """Who owns mailboxes: accounts, their API keys and one-time tokens; status changes go
 through accounts.services only."""
+from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Lower
@@ -39,6 +40,10 @@ class Account(models.Model):
     unsuspended_at = models.DateTimeField(null=True, blank=True)
     # Live mailboxes, counted by a conditional UPDATE at creation and given back at the end.
     live_mailboxes = models.PositiveIntegerField(default=0)
+    # Who the OAuth toolkit's grants and tokens belong to (it keys them by a Django user):
+    # made at the account's first web inbox sign-in, never able to log in to anything else.
+    oauth_user = models.OneToOneField(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                      related_name="relay_account")
 
     class Meta:
         constraints = [

@@ -3,7 +3,10 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions, permissions, throttling
 from rest_framework.settings import api_settings
 
+from django.conf import settings
+
 from api.client import client_group_of
+from api.scopes import InsufficientScope, route_scope
 from mailboxes.keys import Caller, caller_for_secret
 
 # Longer than any key or token Relay issues: anything longer is refused unhashed.
@@ -14,6 +17,11 @@ class Principal(Caller):
     """A Caller as DRF wants its request.user: authenticated."""
 
     is_authenticated = True
+
+    @classmethod
+    def of(cls, caller: Caller) -> "Principal":
+        return cls(owner=caller.owner, mailbox_id=caller.mailbox_id, api_key_id=caller.api_key_id,
+                   scopes=caller.scopes)
 
 
 def bearer_secret(header: str) -> str | None:
@@ -33,10 +41,10 @@ class BearerAuthentication(authentication.BaseAuthentication):
         key = bearer_secret(header)
         if key is None:
             raise exceptions.AuthenticationFailed("Use the header 'Authorization: Bearer <key>'.")
-        caller = caller_for_secret(key)
+        caller = caller_for_secret(key, audience=settings.RELAY_API_RESOURCE)
         if caller is None:
             raise exceptions.AuthenticationFailed("Invalid or revoked API key.")
-        return Principal(owner=caller.owner, mailbox_id=caller.mailbox_id, api_key_id=caller.api_key_id), key
+        return Principal.of(caller), key
 
     def authenticate_header(self, request) -> str:
         # Makes DRF answer 401 (not 403) to a request without credentials.
@@ -53,9 +61,29 @@ def caller_of(request) -> Principal | None:
     return request.user if isinstance(request.user, Principal) else None
 
 
+def scope_covers(caller: Caller, scope: str | None) -> None:
+    """InsufficientScope unless the caller's grant covers `scope`."""
+    if not caller.may(scope):
+        raise InsufficientScope(scope)
+
+
+class AnyoneWithinScope(permissions.BasePermission):
+    """Open to anyone; a caller who did authenticate stays within its grant's scopes."""
+
+    def has_permission(self, request, view) -> bool:
+        caller = caller_of(request)
+        if caller is not None:
+            scope_covers(caller, route_scope(view, request.method))
+        return True
+
+
 class IsPrincipal(permissions.BasePermission):
     def has_permission(self, request, view) -> bool:
-        return caller_of(request) is not None
+        caller = caller_of(request)
+        if caller is None:
+            return False
+        scope_covers(caller, route_scope(view, request.method))
+        return True
 
 
 class IsAccount(permissions.BasePermission):
@@ -69,6 +97,7 @@ class IsAccount(permissions.BasePermission):
             return False
         if caller.is_anonymous:
             raise exceptions.PermissionDenied(self.message)
+        scope_covers(caller, route_scope(view, request.method))
         return True
 
 

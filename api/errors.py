@@ -11,6 +11,7 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from api.scopes import InsufficientScope, insufficient_scope
 from mailboxes import errors as domain
 
 # The code of every status Relay answers with, whoever raised it.
@@ -137,6 +138,8 @@ def exception_handler(exc, context):
     else:
         message = MESSAGES.get(response.status_code) or _first_message(exc.detail)
         response.data = error_body(response.status_code, message)
+    if isinstance(exc, InsufficientScope):
+        response["WWW-Authenticate"] = insufficient_scope(exc.scope)
     return response
 
 

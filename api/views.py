@@ -9,7 +9,7 @@ from rest_framework import permissions, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from api.authentication import AnonymousCreateThrottle, caller_of
+from api.authentication import AnonymousCreateThrottle, AnyoneWithinScope, caller_of
 from api.conversation_serializers import OutboundSerializer, SendAcceptedSerializer, SendSerializer
 from api.fields import validated
 from api.pagination import page_response
@@ -107,7 +107,7 @@ class MailboxCollectionView(APIView):
     def get_permissions(self):
         # Anyone may create (anonymously, throttled); only a caller with a key may list.
         if self.request.method == "POST":
-            return [permissions.AllowAny()]
+            return [permissions.AllowAny(), AnyoneWithinScope()]  # AllowAny: the schema says so
         return super().get_permissions()
 
     def get_throttles(self):

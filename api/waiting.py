@@ -7,12 +7,13 @@ import time
 from django.http import HttpResponseNotAllowed, JsonResponse, StreamingHttpResponse
 from rest_framework import exceptions
 
-from api.authentication import BearerAuthentication, Principal
+from api.authentication import BearerAuthentication, Principal, scope_covers
 from api.errors import error_body, json_error_response
 from api.fields import validated
 from api.hub import hub
 from api.open_waits import OpenWait, caller_key
 from api.pagination import PAGE_SIZE
+from api.scopes import WAITS, InsufficientScope, insufficient_scope
 from api.pooling import in_pool
 from api.serializers import (EventsQuerySerializer, MessageDetailSerializer, MessageSummarySerializer,
                              WaitQuerySerializer, message_codes)
@@ -34,6 +35,7 @@ def _principal_of(request) -> Principal:
     result = BearerAuthentication().authenticate(request)
     if result is None:
         raise exceptions.NotAuthenticated("Authentication credentials were not provided.")
+    scope_covers(result[0], WAITS)
     return result[0]
 
 
@@ -87,6 +89,8 @@ def error_response(exc: Exception, request) -> JsonResponse:
         response = JsonResponse(error_body(exc.status_code, str(exc.detail)), status=exc.status_code)
         if exc.status_code == 401:
             response["WWW-Authenticate"] = BearerAuthentication().authenticate_header(request)
+        if isinstance(exc, InsufficientScope):
+            response["WWW-Authenticate"] = insufficient_scope(exc.scope)
         return response
     return json_error_response(exc)
 

@@ -9,6 +9,7 @@ import os
 import re
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import environ
 from kombu import Exchange, Queue
@@ -113,6 +114,8 @@ INSTALLED_APPS = [
     "webhooks",
     "api",
     "inbox",
+    # After inbox: its templates (the consent page) take the place of the toolkit's.
+    "oauth2_provider",
 ]
 
 MIDDLEWARE = [
@@ -272,6 +275,7 @@ REST_FRAMEWORK = {
         "anon_create": _rate("RELAY_ANON_CREATE_RATE", "20/hour"),
         **{scope: _rate("RELAY_SIGNUP_RATE", "10/hour")
            for scope in ("signup", "activate", "recover", "recover_confirm", "sign_in", "sign_in_check")},
+        "oauth_register": _rate("RELAY_OAUTH_REGISTER_RATE", "20/hour"),
     },
 }
 # Relay's own version: the API schema's and the MCP server's (serverInfo).
@@ -544,7 +548,60 @@ RELAY_WEBHOOK_LEASE_SECONDS = _int("RELAY_WEBHOOK_LEASE_SECONDS", 60, minimum=1)
 RELAY_PUBLIC_URL = env.str("RELAY_PUBLIC_URL", default="http://127.0.0.1:8000").rstrip("/")
 if not RELAY_PUBLIC_URL.startswith(("http://", "https://")):
     raise ImproperlyConfigured(f"RELAY_PUBLIC_URL must start with http:// or https://, got {RELAY_PUBLIC_URL!r}")
+# Web pages of other origins whose browsers may call /mcp (a hosted agent's own page), each
+# a serialized origin: scheme, host and optional port, nothing else.
+RELAY_MCP_ALLOWED_ORIGINS = [origin.strip().rstrip("/") for origin in env.list("RELAY_MCP_ALLOWED_ORIGINS",
+                                                                               default=[]) if origin.strip()]
+for _allowed in RELAY_MCP_ALLOWED_ORIGINS:
+    _parts = urlsplit(_allowed)
+    if (_parts.scheme not in ("http", "https") or not _parts.hostname or _parts.path or _parts.query
+            or "@" in _parts.netloc):
+        raise ImproperlyConfigured(f"RELAY_MCP_ALLOWED_ORIGINS must list origins such as https://agent.example:8443, "
+                                   f"got {_allowed!r}")
 RELAY_TOKEN_TTL_SECONDS = _int("RELAY_TOKEN_TTL_SECONDS", 900, minimum=60)
+
+# --- OAuth for hosted agents (docs/agents.md, "Connecting by URL") -------------------------
+RELAY_OAUTH_ACCESS_SECONDS = _int("RELAY_OAUTH_ACCESS_SECONDS", 3600, minimum=60)
+# The two audiences a token may be bound to (RFC 8707): the MCP endpoint and the API.
+RELAY_MCP_RESOURCE = RELAY_PUBLIC_URL + "/mcp"
+RELAY_API_RESOURCE = RELAY_PUBLIC_URL + "/api/v1"
+# http redirect URIs stay allowed for native agents' loopback callbacks (RFC 8252); a
+# registration may use http for a loopback host only (api.oauth.RegistrationAllowed).
+SILENCED_SYSTEM_CHECKS = ["oauth2_provider.W008"]
+# The consent page is the web inbox's: whoever is not signed in signs in there first.
+LOGIN_URL = "/inbox/sign-in"
+OAUTH2_PROVIDER = {
+    "SCOPES": {"mailboxes": "create, renew, delete and organise your mailboxes",
+               "mail:read": "read your mailboxes' mail, wait for it, and check it",
+               "mail:send": "send, reply and forward from your mailboxes",
+               "domains": "add, verify and remove your domains"},
+    "DEFAULT_SCOPES": ["mailboxes", "mail:read"],
+    "ACCESS_TOKEN_EXPIRE_SECONDS": RELAY_OAUTH_ACCESS_SECONDS,
+    "REFRESH_TOKEN_EXPIRE_SECONDS": 30 * 24 * 3600,
+    "AUTHORIZATION_CODE_EXPIRE_SECONDS": 60,
+    "ROTATE_REFRESH_TOKEN": True,
+    "REFRESH_TOKEN_REUSE_PROTECTION": True,
+    "PKCE_REQUIRED": True,
+    "COMPLIANT_BCP_RFC9700_PKCE_METHOD": True,  # S256 only
+    "COMPLIANT_BCP_RFC9700_IMPLICIT_GRANT": True,
+    "COMPLIANT_BCP_RFC9700_PASSWORD_GRANT": True,
+    "COMPLIANT_BCP_RFC9700_ACCESS_TOKEN_TRANSPORT": True,  # the header only
+    "COMPLIANT_BCP_RFC9700_TOKEN_STORAGE": True,  # tokens stored hashed
+    "COMPLIANT_BCP_RFC9700_AUTHZ_RESPONSE_ISS": True,
+    "ALLOWED_REDIRECT_URI_SCHEMES": ["http", "https"],
+    "OAUTH2_RESPONSE_TYPES_SUPPORTED": ["code"],
+    "OAUTH2_GRANT_TYPES_SUPPORTED": ["authorization_code", "refresh_token"],
+    "OAUTH2_TOKEN_ENDPOINT_AUTH_METHODS_SUPPORTED": ["none", "client_secret_post", "client_secret_basic"],
+    "OIDC_ISS_ENDPOINT": RELAY_PUBLIC_URL,
+    "OAUTH2_PROTECTED_RESOURCE_IDENTIFIER": RELAY_MCP_RESOURCE,
+    "OAUTH2_PROTECTED_RESOURCE_AUTHORIZATION_SERVERS": [RELAY_PUBLIC_URL],
+    "OAUTH2_PROTECTED_RESOURCE_NAME": "Relay",
+    "DCR_ENABLED": True,
+    "DCR_REGISTRATION_PERMISSION_CLASSES": ("api.oauth.RegistrationAllowed",),
+    "CIMD_ENABLED": True,
+    "CIMD_FETCH_TIMEOUT_SECONDS": 5,
+    "CIMD_MAX_DOCUMENT_SIZE": 16 * 1024,
+}
 
 
 def _signing_keys() -> list[bytes]:

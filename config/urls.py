@@ -3,7 +3,7 @@ from django.urls import include, path
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from api import health, metrics, pages
+from api import health, metrics, oauth, pages
 from api.pooling import pooled_page
 from inbox import views as inbox
 
@@ -12,6 +12,10 @@ urlpatterns = [
     path("", pooled_page(inbox.home), name="home"),
     path("inbox/", include("inbox.urls")),
     path("api/", RedirectView.as_view(pattern_name="docs")),
+    # OAuth for hosted agents: the metadata documents at the root, the endpoints under /oauth/.
+    path("", include((
+        [*oauth.urlpatterns, path("oauth/authorize", pooled_page(inbox.Consent.as_view()), name="authorize")],
+        oauth.app_name))),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("metrics", metrics.metrics, name="metrics"),

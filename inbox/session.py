@@ -5,9 +5,11 @@ import logging
 import uuid
 
 from accounts.keys import api_key_for_hash, hash_key
+from django.contrib import auth
 from django.db.models import Exists
 
 from accounts.models import Account, AccountStatus, ApiKey
+from accounts.oauth import oauth_user_for
 from mailboxes.keys import Caller, caller_for_secret
 from mailboxes.models import Mailbox
 
@@ -21,14 +23,16 @@ MAILBOXES_KEPT = 20
 
 
 def sign_in(request, account: Account, *, api_key_id: int | None = None) -> None:
-    """Start a session for `account` (a new session id: no fixation)."""
+    """Start a session for `account` (a new session id: no fixation), signed in to the OAuth
+    toolkit's consent page too, as the account's own Django user."""
+    auth.login(request, oauth_user_for(account), backend="django.contrib.auth.backends.ModelBackend")
     request.session.cycle_key()
     request.session[ACCOUNT] = account.id
     request.session[API_KEY] = api_key_id
 
 
 def sign_out(request) -> None:
-    request.session.flush()
+    auth.logout(request)  # the session flushed, the consent page's user gone with it
 
 
 def account_caller(request) -> Caller | None:

@@ -9,6 +9,7 @@ urlpatterns = [
     path("sign-in/<str:link_token>", pooled_page(views.sign_in_link), name="inbox-sign-in-link"),
     path("sign-out", pooled_page(views.sign_out), name="inbox-sign-out"),
     path("mailboxes", pooled_page(views.account_mailboxes), name="inbox-mailboxes"),
+    path("apps", pooled_page(views.connected_apps), name="inbox-apps"),
     path("staff/<int:message_id>/html", pooled_page(views.staff_message_html), name="inbox-staff-html"),
     path("staff/<int:message_id>/cid/<str:content_id>", pooled_page(views.staff_message_part), name="inbox-staff-part"),
     path("<uuid:mailbox_id>", pooled_page(views.mailbox_page), name="inbox-mailbox"),

@@ -12,10 +12,12 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.utils import timezone, translation
 from django.utils.html import format_html
-from django.utils.http import content_disposition_header
+from django.utils.http import content_disposition_header, url_has_allowed_host_and_scheme, urlencode
 from django.utils.translation import gettext as _
 from django.views.decorators.clickjacking import xframe_options_sameorigin
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from oauth2_provider.models import get_access_token_model, get_refresh_token_model
+from oauth2_provider.views import AuthorizationView
 
 from accounts import services as accounts
 from accounts.errors import Forbidden, RelayError
@@ -99,7 +101,8 @@ def _rows(mailbox, words: str = "", after: int = 0) -> list:
         code = (codes or [""])[0]
         rows.append(format_html(
             '<li class="row{}" data-id="{}"><a class="open" href="{}{}"><span class="from">{}</span>'
-            '<span class="subject">{}{}</span></a> <time datetime="{}">{}</time> <span class="badge{}">{}</span>{}</li>',
+            '<span class="subject">{}{}</span></a> <time datetime="{}">{}</time> '
+            '<span class="badge{}">{}</span>{}</li>',
             "" if is_read else " unread", message_id, prefix, message_id, sender or no_sender,
             "" if is_read else format_html('<span class="visually-hidden">{} </span>', unread),
             subject or no_subject, received_at.isoformat(), received_at.strftime("%Y-%m-%d %H:%M:%S UTC"),
@@ -145,6 +148,16 @@ def _limited(request, scope: str) -> None:
         raise RateLimited(_("Too many tries from this address; try again later."), retry_after=throttle.wait() or 60)
 
 
+def _after_sign_in(request) -> str:
+    """Where a sign-in leads: back to the page that asked for it (the consent page), if it
+    is one of this site's, else the account's mailboxes."""
+    wanted = request.POST.get("next") or request.GET.get("next") or ""
+    if wanted and url_has_allowed_host_and_scheme(wanted, allowed_hosts={request.get_host()},
+                                                  require_https=request.is_secure()):
+        return wanted
+    return reverse("inbox-mailboxes")
+
+
 @require_http_methods(["GET", "POST"])
 @page
 def sign_in(request):
@@ -160,16 +173,17 @@ def sign_in(request):
             elif form == "code":
                 account = accounts.sign_in_by_code(email=email, code=request.POST.get("code", ""))
                 session.sign_in(request, account)
-                return HttpResponseRedirect(reverse("inbox-mailboxes"))
+                return HttpResponseRedirect(_after_sign_in(request))
             elif form == "key":
                 found = session.caller_for_key(request.POST.get("key", "").strip())
                 if found is None:
                     context = {"step": "email", "key_problem": _("That is not a live API key of an active account.")}
                 else:
                     session.sign_in(request, found[0], api_key_id=found[1])
-                    return HttpResponseRedirect(reverse("inbox-mailboxes"))
+                    return HttpResponseRedirect(_after_sign_in(request))
         except RelayError as exc:
             context = {"step": "code", "email": email, "problem": exc.message}
+    context["next"] = request.POST.get("next") or request.GET.get("next") or ""
     return render(request, "inbox/sign_in.html", context, status=400 if "problem" in context else 200)
 
 
@@ -417,3 +431,61 @@ def message_send(request, mailbox_id: uuid.UUID, message_id: int, how: str):
         forward_queue(mailbox=mailbox, message_id=message.id, to=to, text=text)
     return HttpResponseRedirect(reverse("inbox-message", args=[mailbox_id, message_id]) + f"?sent={how}")
 
+
+
+# --- OAuth: the consent page and the connected apps -------------------------------------------
+class Consent(AuthorizationView):
+    """The authorization endpoint's page (RFC 6749 §4.1, with the toolkit's checks of the
+    client, its exact redirect URI and PKCE): the signed-in person sees the client's name,
+    where it sends them back and the scopes asked, and allows or denies."""
+
+    template_name = "inbox/consent.html"
+
+    def dispatch(self, request, *args, **kwargs):
+        language = translation.get_language_from_request(request)
+        with translation.override(language):
+            request.LANGUAGE_CODE = language
+            if session.account_caller(request) is None:  # suspended or revoked since: sign in again
+                next_page = urlencode({"next": request.get_full_path()})
+                return HttpResponseRedirect(f"{reverse('inbox-sign-in')}?{next_page}")
+            if request.method == "GET" and request.GET.get("code_challenge_method") != "S256":
+                # PKCE with S256 only (the toolkit would refuse plain only after the consent).
+                return render(request, "inbox/problem.html", {"status": 400, "message": (
+                    "invalid_request: PKCE with code_challenge_method=S256 is required.")}, status=400)
+            response = super().dispatch(request, *args, **kwargs)
+            if hasattr(response, "render"):
+                response.render()
+        response.setdefault("Content-Security-Policy", PAGE_POLICY)
+        return response
+
+    def get_context_data(self, **kwargs):
+        context = super().get_context_data(**kwargs)
+        context["signed_in"] = session.account_caller(self.request).owner
+        context["redirect_uri"] = self.request.GET.get("redirect_uri", "")
+        return context
+
+
+@require_http_methods(["GET", "POST"])
+@page
+def connected_apps(request):
+    """The agents this account let in: each with its scopes and last grant; revoke one and
+    its tokens stop working on the next request."""
+    caller = session.account_caller(request)
+    if caller is None:
+        return HttpResponseRedirect(reverse("inbox-sign-in"))
+    user = caller.owner.oauth_user
+    if request.method == "POST" and user is not None:
+        application_id = request.POST.get("application", "")
+        for token in get_access_token_model().objects.filter(user=user, application_id=application_id):
+            token.revoke()
+        for token in get_refresh_token_model().objects.filter(user=user, application_id=application_id, revoked=None):
+            token.revoke()
+        return HttpResponseRedirect(reverse("inbox-apps"))
+    apps = {}
+    if user is not None:
+        for token in (get_access_token_model().objects.filter(user=user, expires__gt=timezone.now())
+                      .select_related("application").order_by("-created")):
+            found = apps.setdefault(token.application_id, {"application": token.application, "scopes": set(),
+                                                           "granted": token.created})
+            found["scopes"].update(token.scope.split())
+    return render(request, "inbox/apps.html", {"signed_in": caller.owner, "apps": list(apps.values())})

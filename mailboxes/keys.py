@@ -1,11 +1,13 @@
-"""Who is calling: an account's API key or an anonymous mailbox's token, stored as SHA-256."""
+"""Who is calling: an account's API key, an anonymous mailbox's token (both stored as SHA-256),
+or an OAuth access token an account granted an agent."""
 import logging
 import uuid
 from dataclasses import dataclass
 
 from accounts.errors import AccountSuspended, Forbidden
 from accounts.models import Account, AccountStatus, Plan
-from accounts.keys import api_key_for_hash, api_key_touch, hash_key, new_key
+from accounts.keys import API_KEY_PREFIX, api_key_for_hash, api_key_touch, hash_key, new_key
+from accounts.oauth import token_grant
 from mailboxes.models import Mailbox
 
 logger = logging.getLogger(__name__)
@@ -26,6 +28,13 @@ class Caller:
     owner: Account | None = None
     mailbox_id: uuid.UUID | None = None
     api_key_id: int | None = None
+    # What an OAuth access token was granted (docs/agents.md, "Scopes"); None: everything
+    # the owner may do (an API key, a mailbox token).
+    scopes: frozenset[str] | None = None
+
+    def may(self, scope: str | None) -> bool:
+        """Whether this caller's grant covers `scope` (None: a route no token may use)."""
+        return self.scopes is None or (scope is not None and scope in self.scopes)
 
     @property
     def is_anonymous(self) -> bool:
@@ -36,9 +45,20 @@ class Caller:
         return self.owner.plan if self.owner else Plan.FREE
 
 
-def caller_for_secret(key: str) -> Caller | None:
+def caller_for_secret(key: str, *, audience: str | None = None) -> Caller | None:
     """The caller a key or token belongs to, or None; a suspended account's key raises
-    AccountSuspended (403: the key is right)."""
+    AccountSuspended (403: the key is right). `audience`: where the secret was presented
+    (RELAY_API_RESOURCE or RELAY_MCP_RESOURCE), which an OAuth access token must be bound to."""
+    if audience is not None and not key.startswith((MAILBOX_TOKEN_PREFIX, API_KEY_PREFIX)):
+        grant = token_grant(key, audience)
+        if grant is None:
+            return None
+        account, scopes = grant
+        if account.status == AccountStatus.SUSPENDED:
+            raise AccountSuspended("This account is suspended; its keys are refused until it is unsuspended.")
+        if account.status != AccountStatus.ACTIVE:
+            raise Forbidden("This account is not active.")
+        return Caller(owner=account, scopes=scopes)
     digest = hash_key(key)
     if key.startswith(MAILBOX_TOKEN_PREFIX):
         mailbox_id = Mailbox.objects.visible().filter(token_hash=digest).values_list("id", flat=True).first()

@@ -18,8 +18,9 @@ from api.agents.conversation_tools import CONVERSATION_TOOLS
 from api.agents.domain_tools import DOMAIN_TOOLS
 from api.agents.tools import TOOLS
 from api.authentication import bearer_secret, challenge
-from api.errors import json_error_response
+from api.errors import error_body, json_error_response
 from api.pooling import in_pool
+from api.scopes import ALL, TOOLS as TOOL_SCOPES, InsufficientScope, insufficient_scope
 from mailboxes.errors import RelayError
 
 logger = logging.getLogger(__name__)
@@ -101,12 +102,44 @@ NOT_ALLOWED = (b'{"code":"method_not_allowed","message":"Relay\'s MCP endpoint a
                b'JSON body, and no server-to-client stream is offered."}')
 
 
+def mcp_challenge(*, credentials_sent: bool) -> str:
+    """The API's challenge, with where a hosted agent finds how to sign in (RFC 9728) and
+    the scopes to ask for."""
+    metadata = settings.RELAY_PUBLIC_URL + "/.well-known/oauth-protected-resource/mcp"
+    return f'{challenge(credentials_sent=credentials_sent)}, resource_metadata="{metadata}", scope="{" ".join(ALL)}"'
+
+
+async def _whole_body(receive) -> tuple[bytes, list[dict]]:
+    """The request's body, and the messages it came in (to hand on to the SDK as they were)."""
+    messages, body = [], b""
+    while True:
+        message = await receive()
+        messages.append(message)
+        if message["type"] != "http.request":
+            return body, messages
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            return body, messages
+
+
+def _tool_of(body: bytes) -> str | None:
+    """The tool a JSON-RPC `tools/call` names, or None for any other message."""
+    try:
+        message = json.loads(body)
+    except ValueError:
+        return None
+    if isinstance(message, dict) and message.get("method") == "tools/call" and isinstance(message.get("params"), dict):
+        name = message["params"].get("name")
+        return name if isinstance(name, str) else None
+    return None
+
+
 def _credentials_for(authorization: str, base_url: str) -> Credentials | tuple[int, bytes, list]:
     """Who these credentials are, as the API sees them, or why the API would refuse them
     (status, body and headers)."""
     if not authorization:
-        return 401, UNAUTHORIZED, [(b"www-authenticate", challenge(credentials_sent=False).encode())]
-    refused = 401, REFUSED, [(b"www-authenticate", challenge(credentials_sent=True).encode())]
+        return 401, UNAUTHORIZED, [(b"www-authenticate", mcp_challenge(credentials_sent=False).encode())]
+    refused = 401, REFUSED, [(b"www-authenticate", mcp_challenge(credentials_sent=True).encode())]
     secret = bearer_secret(authorization)
     if secret is None:
         return refused
@@ -140,8 +173,8 @@ def _origin(value: str) -> tuple[str, str, int] | None:
 
 
 def origin_allowed(scope) -> bool:
-    """A browser's request is served only from exactly its own origin or RELAY_PUBLIC_URL's;
-    ALLOWED_HOSTS plays no part."""
+    """A browser's request is served only from exactly its own origin, RELAY_PUBLIC_URL's or
+    one of RELAY_MCP_ALLOWED_ORIGINS; ALLOWED_HOSTS plays no part."""
     headers = dict(scope["headers"])
     sent = headers.get(b"origin")
     if sent is None:
@@ -149,7 +182,8 @@ def origin_allowed(scope) -> bool:
     origin = _origin(sent.decode("latin-1"))
     if origin is None:
         return False
-    own = {_origin(settings.RELAY_PUBLIC_URL)}
+    own = {_origin(settings.RELAY_PUBLIC_URL),
+           *(_origin(allowed) for allowed in settings.RELAY_MCP_ALLOWED_ORIGINS)}
     host = headers.get(b"host", b"").decode("latin-1")
     if host:
         own.add(_origin(f"{scope.get('scheme', 'http')}://{host}"))
@@ -198,9 +232,22 @@ class CredentialsGate:
             if not isinstance(credentials, Credentials):
                 await _refuse(send, *credentials)
                 return
+            body, messages = await _whole_body(receive)
+            tool = _tool_of(body)
+            needed = TOOL_SCOPES.get(tool)
+            if tool in TOOL_SCOPES and not credentials.principal.may(needed):
+                # An HTTP 403 the client can act on (ask for the scope), not a tool's error.
+                refusal = error_body(403, str(InsufficientScope(needed).detail))
+                await _refuse(send, 403, json.dumps(refusal).encode(),
+                              [(b"www-authenticate", insufficient_scope(needed).encode())])
+                return
+
+            async def replay():
+                return messages.pop(0) if messages else await receive()
+
             # The tools act for these credentials (api/agents/session.py).
             CREDENTIALS.set(credentials)
-            await self.answer(scope, receive, send)
+            await self.answer(scope, replay, send)
             return
         await self.app(scope, receive, send)
 

@@ -10,6 +10,7 @@ import contextlib
 from contextvars import ContextVar
 from dataclasses import dataclass
 
+from django.conf import settings
 from rest_framework import exceptions
 
 from api.authentication import Principal
@@ -33,10 +34,10 @@ class Credentials:
     def authenticate(self) -> Principal:
         """Who the secret belongs to now: AuthenticationFailed (401) once it is revoked,
         AccountSuspended (403) for a suspended account."""
-        caller = caller_for_secret(self.secret)
+        caller = caller_for_secret(self.secret, audience=settings.RELAY_MCP_RESOURCE)
         if caller is None:
             raise exceptions.AuthenticationFailed("Invalid or revoked API key.")
-        return Principal(owner=caller.owner, mailbox_id=caller.mailbox_id, api_key_id=caller.api_key_id)
+        return Principal.of(caller)
 
 
 CREDENTIALS: ContextVar[Credentials | None] = ContextVar("relay_mcp_credentials", default=None)

@@ -1,7 +1,7 @@
 """api.agents.server.CredentialsGate, called as ASGI (tests/api/agents/test_mcp.py drives it
 with the official SDK's client): what it refuses before the SDK, and what it lets through."""
 from accounts.services import account_create_with_key
-from api.agents.server import CredentialsGate
+from api.agents.server import CredentialsGate, origin_allowed
 from api.agents.session import CREDENTIALS
 from tests.helpers import run_async
 
@@ -36,3 +36,13 @@ def test_the_gate_refuses_what_the_api_refuses_and_passes_a_valid_key_on(transac
     assert call("GET", {"authorization": f"Bearer {key}"}) == (405, [])
     assert call("POST", {"authorization": f"Bearer {key}", "origin": "https://evil.test"}) == (403, [])
     assert call("POST", {"authorization": f"Bearer {key}"}) == (200, ["gated"])
+
+
+def test_an_origin_is_served_when_relay_mcp_allowed_origins_names_it_exactly(settings):
+    def scope(origin: str) -> dict:
+        return {"scheme": "http", "headers": [(b"host", b"127.0.0.1:8000"), (b"origin", origin.encode())]}
+
+    assert origin_allowed(scope("http://127.0.0.1:8000")) and not origin_allowed(scope("https://agent.example"))
+    settings.RELAY_MCP_ALLOWED_ORIGINS = ["https://agent.example"]
+    assert origin_allowed(scope("https://agent.example")) and origin_allowed(scope("https://AGENT.example:443"))
+    assert not origin_allowed(scope("https://agent.example:8443")) and not origin_allowed(scope("http://agent.example"))

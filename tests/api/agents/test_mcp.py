@@ -528,8 +528,10 @@ def test_a_refused_key_is_told_invalid_token_and_a_missing_one_is_not(mcp_http):
     missing = requests.post(mcp_http.url, json={}, timeout=10)
     refused = requests.post(mcp_http.url, json={}, headers={"Authorization": "Bearer rk_not_a_key"}, timeout=10)
     assert missing.status_code == refused.status_code == 401
-    assert missing.headers["WWW-Authenticate"] == 'Bearer realm="relay"'
-    assert refused.headers["WWW-Authenticate"] == 'Bearer realm="relay", error="invalid_token"'
+    sign_in = (', resource_metadata="http://127.0.0.1:8000/.well-known/oauth-protected-resource/mcp", '
+               'scope="mailboxes mail:read mail:send domains"')  # the suite's RELAY_PUBLIC_URL
+    assert missing.headers["WWW-Authenticate"] == 'Bearer realm="relay"' + sign_in
+    assert refused.headers["WWW-Authenticate"] == 'Bearer realm="relay", error="invalid_token"' + sign_in
 
 
 def test_the_server_and_its_tools_describe_themselves_for_a_model(mcp_http, owner):
@@ -660,3 +662,23 @@ def test_an_id_is_checked_as_a_uuid_and_never_steers_a_call_elsewhere(mcp_http, 
     assert took < 10, "an id was held on an event stream"  # a guard: refused at once, never held
     assert [m["subject"] for m in listed["messages"]] == ["Keep"], "the message was deleted"
     assert Mailbox.objects.get(id=box["id"]).status == "active"
+
+
+def test_both_protocol_revisions_are_served_and_a_routing_header_that_disagrees_is_400(mcp_http, owner):
+    """The SDK's own client: 2026-07-28 by `server/discover` when it may, 2025-11-25 by the
+    initialize handshake when told to; and a Mcp-Method header that names another method
+    than the body's is refused before anything runs."""
+    from mcp import Client
+
+    async def connect(mode: str) -> tuple[str, int]:
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {owner}"}, timeout=30) as http:
+            async with Client(streamable_http_client(mcp_http.url, http_client=http), mode=mode) as client:
+                return client.protocol_version, len((await client.list_tools()).tools)
+
+    assert run(connect("auto")) == ("2026-07-28", len(TOOLS))
+    assert run(connect("legacy")) == ("2025-11-25", len(TOOLS))
+    headers = {"Authorization": f"Bearer {owner}", "Accept": "application/json, text/event-stream",
+               "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call", "Mcp-Name": "delete_mailbox"}
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    mismatched = requests.post(mcp_http.url, json=body, headers=headers, timeout=10)
+    assert mismatched.status_code == 400, mismatched.text
