@@ -46,3 +46,20 @@ def test_an_origin_is_served_when_relay_mcp_allowed_origins_names_it_exactly(set
     settings.RELAY_MCP_ALLOWED_ORIGINS = ["https://agent.example"]
     assert origin_allowed(scope("https://agent.example")) and origin_allowed(scope("https://AGENT.example:443"))
     assert not origin_allowed(scope("https://agent.example:8443")) and not origin_allowed(scope("http://agent.example"))
+
+
+def test_every_tool_and_every_account_route_declares_its_scope():
+    """api/scopes.py is the one table: a tool or a mailbox route missing from it would be
+    closed to every access token, or worse, open to all."""
+    from django.urls import get_resolver
+
+    from api.agents.server import build
+    from api.scopes import ALL, ROUTES, TOOLS
+
+    tools = {tool.name for tool in build()._tool_manager.list_tools()}
+    assert set(TOOLS) == tools and set(TOOLS.values()) <= set(ALL)
+    views = {getattr(pattern.callback, "cls", None) for pattern in get_resolver("api.urls").url_patterns}
+    unlisted = {view.__name__ for view in views if view is not None} - set(ROUTES)
+    assert unlisted == {"SignUpView", "ActivateView", "RecoverView", "RecoverConfirmView", "AccountView",
+                        "KeyCollectionView", "KeyDetailView", "WebhookCollectionView", "WebhookDetailView",
+                        "WebhookDeliveriesView"}, "a route has no scope: say which, or that it is an API key's alone"
