@@ -10,8 +10,11 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.urls import path
 from oauth2_provider import views
+from oauth2_provider.cimd import CIMDError, SafeMetadataFetcher, _effective_max_age, _validate_client_id_url
+from oauth2_provider.settings import oauth2_settings
 
 from api.authentication import AccountRouteThrottle
+from webhooks.transport import DeliveryTimedOut, PrivateAddress, TransportFailed, get_document
 
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
@@ -37,6 +40,34 @@ class RegistrationAllowed:
         if not isinstance(uris, list) or not all(redirect_uri_allowed(uri) for uri in uris):
             return False
         return AccountRouteThrottle().allow_request(request, SimpleNamespace(throttle_scope="oauth_register"))
+
+
+class ClientDocumentFetcher(SafeMetadataFetcher):
+    """An agent's client ID metadata document, fetched under the webhooks' address rules
+    (webhooks.transport: a public address, pinned, one deadline, no redirect), capped in
+    size; the toolkit checks what it says and caches it."""
+
+    def fetch(self, client_id):
+        _validate_client_id_url(client_id)
+        limit = oauth2_settings.CIMD_MAX_DOCUMENT_SIZE
+        try:
+            status, headers, body = get_document(client_id, max_bytes=limit,
+                                                 seconds=oauth2_settings.CIMD_FETCH_TIMEOUT_SECONDS)
+        except (PrivateAddress, DeliveryTimedOut, TransportFailed) as exc:
+            raise CIMDError(f"could not fetch the client ID document: {exc}") from None
+        media_type = headers.get("Content-Type", "").split(";")[0].strip().lower()
+        if status != 200 or not (media_type == "application/json" or
+                                 (media_type.startswith("application/") and media_type.endswith("+json"))):
+            raise CIMDError(f"the client ID document answered {status} {media_type!r}")
+        if len(body) > limit:
+            raise CIMDError("the client ID document is too large")
+        try:
+            document = json.loads(body)
+        except ValueError:
+            raise CIMDError("the client ID document is not JSON") from None
+        if not isinstance(document, dict):
+            raise CIMDError("the client ID document is not a JSON object")
+        return document, _effective_max_age(headers.get("Cache-Control"))
 
 
 class ProtectedResource(views.OAuthProtectedResourceMetadataView):

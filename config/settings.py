@@ -538,6 +538,11 @@ RELAY_WEBHOOK_TIMEOUT_SECONDS = _int("RELAY_WEBHOOK_TIMEOUT_SECONDS", 10, minimu
 # without a cap one account could point Relay at a third party many times over.
 RELAY_MAX_WEBHOOKS = _int("RELAY_MAX_WEBHOOKS", 10, minimum=1)
 RELAY_WEBHOOK_ALLOW_PRIVATE = _bool("RELAY_WEBHOOK_ALLOW_PRIVATE", False)
+# Certificate authorities (a PEM file) that webhook receivers and agents' client ID
+# documents are checked against, besides the usual ones (certifi's); empty: those alone.
+RELAY_WEBHOOK_CA_FILE = env.str("RELAY_WEBHOOK_CA_FILE", default="")
+if RELAY_WEBHOOK_CA_FILE and not Path(RELAY_WEBHOOK_CA_FILE).is_file():
+    raise ImproperlyConfigured(f"RELAY_WEBHOOK_CA_FILE names no file: {RELAY_WEBHOOK_CA_FILE!r}")
 RELAY_WEBHOOK_MAX_RETRIES = _int("RELAY_WEBHOOK_MAX_RETRIES", 3)
 RELAY_WEBHOOK_RETRY_BACKOFF_SECONDS = _int("RELAY_WEBHOOK_RETRY_BACKOFF_SECONDS", 30, minimum=1)
 RELAY_WEBHOOK_RETRY_BACKOFF_MAX_SECONDS = _int("RELAY_WEBHOOK_RETRY_BACKOFF_MAX_SECONDS", 600, minimum=1)
@@ -599,6 +604,7 @@ OAUTH2_PROVIDER = {
     "DCR_ENABLED": True,
     "DCR_REGISTRATION_PERMISSION_CLASSES": ("api.oauth.RegistrationAllowed",),
     "CIMD_ENABLED": True,
+    "CIMD_METADATA_FETCHER": "api.oauth.ClientDocumentFetcher",
     "CIMD_FETCH_TIMEOUT_SECONDS": 5,
     "CIMD_MAX_DOCUMENT_SIZE": 16 * 1024,
 }

@@ -20,6 +20,7 @@ from oauth2_provider.models import get_access_token_model, get_refresh_token_mod
 from oauth2_provider.views import AuthorizationView
 
 from accounts import services as accounts
+from accounts.keys import api_key_revoke
 from accounts.errors import Forbidden, RelayError
 from api.authentication import AccountRouteThrottle, AnonymousCreateThrottle
 from api.errors import error_of
@@ -468,12 +469,15 @@ class Consent(AuthorizationView):
 @require_http_methods(["GET", "POST"])
 @page
 def connected_apps(request):
-    """The agents this account let in: each with its scopes and last grant; revoke one and
-    its tokens stop working on the next request."""
+    """The agents this account let in (their scopes, since when) and its API keys; revoking
+    either stops it working on the next request (this session too, if it came from that key)."""
     caller = session.account_caller(request)
     if caller is None:
         return HttpResponseRedirect(reverse("inbox-sign-in"))
     user = caller.owner.oauth_user
+    if request.method == "POST" and request.POST.get("key"):
+        api_key_revoke(account=caller.owner, key_id=int(request.POST["key"]) if request.POST["key"].isdigit() else 0)
+        return HttpResponseRedirect(reverse("inbox-apps"))
     if request.method == "POST" and user is not None:
         application_id = request.POST.get("application", "")
         for token in get_access_token_model().objects.filter(user=user, application_id=application_id):
@@ -488,4 +492,6 @@ def connected_apps(request):
             found = apps.setdefault(token.application_id, {"application": token.application, "scopes": set(),
                                                            "granted": token.created})
             found["scopes"].update(token.scope.split())
-    return render(request, "inbox/apps.html", {"signed_in": caller.owner, "apps": list(apps.values())})
+    keys = caller.owner.api_keys.filter(revoked_at=None).order_by("-created_at")
+    return render(request, "inbox/apps.html", {"signed_in": caller.owner, "apps": list(apps.values()), "keys": keys,
+                                               "this_key": caller.api_key_id})

@@ -187,3 +187,19 @@ def run_async(coroutine):
             await sync_to_async(connections.close_all)()
 
     return asyncio.run(main())
+
+
+def headless_chromium(width: int = 1280):
+    """Debian's Chromium through its chromedriver, headless, `width` px wide."""
+    import shutil
+
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium")
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", f"--window-size={width},900"):
+        options.add_argument(argument)
+    driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
+    driver.set_page_load_timeout(30)
+    return driver

@@ -36,6 +36,7 @@ CASES = [
     ({"RELAY_DKIM_PRIVATE_KEY_FILE": "/no/such/key.pem"}, "RELAY_DKIM_PRIVATE_KEY_FILE"),
     ({"RELAY_MAX_DOMAINS": "gold=3"}, "RELAY_MAX_DOMAINS"),
     ({"RELAY_MCP_ALLOWED_ORIGINS": "agent.example"}, "RELAY_MCP_ALLOWED_ORIGINS"),
+    ({"RELAY_WEBHOOK_CA_FILE": "/no/such/ca.pem"}, "RELAY_WEBHOOK_CA_FILE"),
     ({"RELAY_MCP_ALLOWED_ORIGINS": "https://agent.example/app"}, "RELAY_MCP_ALLOWED_ORIGINS"),
     # A mail server as the backend: the id of its Authentication-Results must be named.
     ({"RELAY_BACKEND": "stalwart", "STALWART_URL": "http://127.0.0.1:9", "STALWART_TOKEN": "t"}, "RELAY_AUTHSERV_ID"),

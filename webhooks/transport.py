@@ -212,3 +212,25 @@ def post(url: str, body: bytes, headers: dict) -> int:
     if deadline.passed and not 200 <= status_code < 300:
         raise DeliveryTimedOut(f"no complete answer within {seconds} s")
     return status_code
+
+
+def get_document(url: str, *, max_bytes: int, seconds: float) -> tuple[int, dict, bytes]:
+    """GET `url` under the same guards as a delivery (its address checked and pinned, one
+    deadline, no redirect, no proxy): (status, headers, at most `max_bytes` + 1 bytes of
+    body). Raises PrivateAddress, DeliveryTimedOut or TransportFailed."""
+    address = resolve_checked(url)
+    netloc = urlsplit(url).netloc.rpartition("@")[2]
+    session = _http()
+    request = session.prepare_request(requests.Request("GET", url, headers={
+        "Host": netloc, "Accept": "application/json, application/*+json"}))
+    request.relay_address = address
+    with Deadline(seconds) as deadline:
+        try:
+            response = session.send(request, allow_redirects=False, stream=True, timeout=(min(5, seconds), seconds),
+                                    verify=settings.RELAY_WEBHOOK_CA_FILE or True)
+            with response:
+                return response.status_code, dict(response.headers), response.raw.read(max_bytes + 1)
+        except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
+            if deadline.passed:
+                raise DeliveryTimedOut(f"no complete answer within {seconds} s") from None
+            raise TransportFailed(f"{type(exc).__name__}: {exc}"[:300]) from None

@@ -8,7 +8,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.utils import timezone
 
-from tests.helpers import ROOT, make_mailbox, make_operations_scene, wait_until
+from tests.helpers import ROOT, headless_chromium, make_mailbox, make_operations_scene, wait_until
 
 CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 pytestmark = pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER),
@@ -19,15 +19,7 @@ WIDTH = 1280
 
 @pytest.fixture
 def browser():
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", f"--window-size={WIDTH},900"):
-        options.add_argument(argument)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    driver.set_page_load_timeout(30)
+    driver = headless_chromium(WIDTH)
     SHOTS.mkdir(parents=True, exist_ok=True)
     yield driver
     driver.quit()

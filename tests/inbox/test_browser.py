@@ -12,7 +12,7 @@ from email.message import EmailMessage
 import pytest
 
 from accounts.services import account_create_with_key
-from tests.helpers import ROOT, free_port, wait_until
+from tests.helpers import ROOT, free_port, headless_chromium, wait_until
 
 CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 AXE = ROOT / "var" / "axe-core" / "node_modules" / "axe-core" / "axe.min.js"
@@ -22,16 +22,7 @@ pytestmark = [pytest.mark.workers,
 
 
 def new_browser(width: int = 1280):
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", f"--window-size={width},900"):
-        options.add_argument(argument)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    driver.set_page_load_timeout(30)
-    return driver
+    return headless_chromium(width)
 
 
 @pytest.fixture(scope="module")

@@ -237,3 +237,15 @@ def test_an_owner_answers_from_the_page_and_an_anonymous_holder_may_not(db):
     assert sent.status_code == 302 and sent["Location"].endswith("?sent=reply")
     mail = OutboxMail.objects.get(kind="send")
     assert mail.to == ["bob@example.com"] and mail.subject == "Re: Hi"
+
+
+def test_the_account_lists_and_revokes_its_api_keys_and_a_session_from_that_key_ends(db):
+    account, key = account_create_with_key(login="ivan", email="ivan@example.com")
+    browser = Client()
+    browser.post("/inbox/sign-in", {"form": "key", "key": key})
+    page = browser.get("/inbox/apps").content.decode()
+    assert key[:8] in page and "this session" in page
+    key_id = account.api_keys.get().id
+    assert browser.post("/inbox/apps", {"key": str(key_id)}).status_code == 302
+    assert account.api_keys.get().revoked_at is not None
+    assert browser.get("/inbox/apps").status_code == 302, "the session of a revoked key went on"

@@ -20,6 +20,7 @@ from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAu
 
 from accounts.services import account_create_with_key, account_suspend
 from tests.helpers import free_port, wait_until
+from tests.relay.inbound.test_starttls import certificates  # noqa: F401 (a fixture: the suite's CA)
 
 pytestmark = pytest.mark.workers
 REDIRECT = "http://127.0.0.1:39999/callback"
@@ -277,3 +278,85 @@ def test_a_client_id_metadata_document_on_a_private_address_is_refused(relay, pe
              "state": "s3", "code_challenge": "x" * 43, "code_challenge_method": "S256", "resource": relay + "/mcp"}
     refused = person.get(f"{relay}/oauth/authorize?{urlencode(query)}", timeout=30, allow_redirects=False)
     assert 'id="consent"' not in refused.text and refused.status_code in (400, 401, 403), refused.status_code
+
+
+@pytest.fixture(scope="module")
+def client_document(certificates):
+    """An agent's client ID metadata document, served over HTTPS (a certificate of the
+    suite's own CA) on this machine; its URL is the client's id."""
+    import http.server
+    import json
+    import ssl
+    import threading
+
+    port = free_port()
+    url = f"https://localhost:{port}/agent/client.json"
+    document = json.dumps({"client_id": url, "client_name": "An agent by its document", "redirect_uris": [REDIRECT],
+                           "grant_types": ["authorization_code", "refresh_token"], "response_types": ["code"],
+                           "token_endpoint_auth_method": "none"}).encode()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (the standard library's name)
+            self.send_response(200 if self.path == "/agent/client.json" else 404)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(document)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(certificates / "server.pem", certificates / "server.key")
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield url
+    server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def relay_trusting_this_machine(module_processes, certificates):
+    """A web process that may fetch client documents from this machine (a private address,
+    allowed as for webhooks with RELAY_WEBHOOK_ALLOW_PRIVATE) and trusts the suite's CA."""
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    module_processes.web("oauth-web-cimd", port, env={"RELAY_PUBLIC_URL": base, "RELAY_WEBHOOK_ALLOW_PRIVATE": "true",
+                                                      "RELAY_WEBHOOK_CA_FILE": str(certificates / "ca.pem")})
+    module_processes.wait_ready()
+    wait_until(lambda: requests.get(base + "/readyz", timeout=5).ok, timeout=30, message="the web process")
+    return base
+
+
+def test_the_sdk_signs_in_as_a_client_id_metadata_document(relay_trusting_this_machine, client_document,
+                                                            transactional_db, broker):
+    relay = relay_trusting_this_machine
+    _, key = account_create_with_key(login="petra", email="petra@example.com", plan="pro")
+    browser = requests.Session()
+    browser.get(relay + "/inbox/sign-in", timeout=10)
+    browser.post(relay + "/inbox/sign-in", timeout=10, headers={"Referer": relay + "/inbox/sign-in"},
+                 data={"form": "key", "key": key, "csrfmiddlewaretoken": browser.cookies["csrftoken"]})
+    pending: dict = {}
+
+    async def redirect_handler(url: str) -> None:
+        assert "client_id=https" in url, "the SDK did not use its document's URL as its id"
+        pending.update(await asyncio.to_thread(consent, browser, url))
+
+    async def callback_handler() -> AuthorizationCodeResult:
+        return AuthorizationCodeResult(code=pending["code"], state=pending.get("state"), iss=pending.get("iss"))
+
+    storage = Memory()
+    provider = OAuthClientProvider(
+        server_url=relay + "/mcp", storage=storage, redirect_handler=redirect_handler,
+        callback_handler=callback_handler, client_metadata_url=client_document,
+        client_metadata=OAuthClientMetadata(client_name="An agent by its document", redirect_uris=[REDIRECT],
+                                            grant_types=["authorization_code", "refresh_token"],
+                                            response_types=["code"], token_endpoint_auth_method="none",
+                                            scope="mailboxes"))
+
+    async def scenario():
+        async with httpx2.AsyncClient(auth=provider, timeout=30) as http:
+            async with Client(streamable_http_client(relay + "/mcp", http_client=http)) as client:
+                return (await client.call_tool("list_mailboxes", {})).structured_content
+
+    assert "mailboxes" in asyncio.run(scenario())
+    assert storage.client is not None and str(storage.client.client_id) == client_document
