@@ -5,6 +5,7 @@ import functools
 import logging
 import uuid
 from types import SimpleNamespace
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.http import Http404, HttpResponse, HttpResponseRedirect, QueryDict
@@ -20,8 +21,8 @@ from oauth2_provider.models import get_access_token_model, get_refresh_token_mod
 from oauth2_provider.views import AuthorizationView
 
 from accounts import services as accounts
-from accounts.keys import api_key_revoke
 from accounts.errors import Forbidden, RelayError
+from accounts.keys import api_key_revoke
 from api.authentication import AccountRouteThrottle, AnonymousCreateThrottle
 from api.errors import error_of
 from api.waiting import event_stream
@@ -456,7 +457,11 @@ class Consent(AuthorizationView):
             response = super().dispatch(request, *args, **kwargs)
             if hasattr(response, "render"):
                 response.render()
-        response.setdefault("Content-Security-Policy", PAGE_POLICY)
+        # The form's answer redirects to the client (a browser applies form-action to it).
+        target = urlsplit(request.GET.get("redirect_uri") or request.POST.get("redirect_uri") or "")
+        back = f" {target.scheme}://{target.netloc}" if target.scheme in ("http", "https") and target.netloc else ""
+        response.setdefault("Content-Security-Policy", PAGE_POLICY.replace("form-action 'self'",
+                                                                            f"form-action 'self'{back}"))
         return response
 
     def get_context_data(self, **kwargs):

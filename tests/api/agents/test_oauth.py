@@ -56,6 +56,8 @@ def consent(browser, url: str, *, allow: bool = True) -> dict:
     the query the client's redirect URI gets back."""
     page = browser.get(url, timeout=10)
     assert page.status_code == 200, page.text[:2000]
+    # A browser applies form-action to the answer's redirect: the client's origin is allowed.
+    assert "form-action 'self' http://127.0.0.1:39999;" in page.headers["Content-Security-Policy"]
     found = re.search(r'<form id="consent".*?</form>', page.text, re.S)
     assert found, f"no consent form at {page.url}: {page.text[:3000]}"
     form = found.group(0)
@@ -360,3 +362,58 @@ def test_the_sdk_signs_in_as_a_client_id_metadata_document(relay_trusting_this_m
 
     assert "mailboxes" in asyncio.run(scenario())
     assert storage.client is not None and str(storage.client.client_id) == client_document
+
+
+def test_a_person_allows_an_agent_in_a_real_browser_and_the_code_reaches_its_callback(relay, transactional_db,
+                                                                                      broker):
+    """The consent in headless Chromium: signed in, Allow pressed, the browser carried to the
+    agent's loopback callback with the code (the page's policy lets the form go there)."""
+    import http.server
+    import shutil
+    import threading
+
+    from selenium.webdriver.common.by import By
+
+    from tests.helpers import headless_chromium
+
+    if not (shutil.which("chromium") and shutil.which("chromedriver")):
+        pytest.skip("needs Debian's chromium and chromium-driver (make test installs them)")
+    _, key = account_create_with_key(login="quinn", email="quinn@example.com", plan="pro")
+    callbacks: list[str] = []
+
+    class Callback(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (the standard library's name)
+            callbacks.append(self.path)
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, *args):
+            pass
+
+    port = free_port()
+    listener = http.server.ThreadingHTTPServer(("127.0.0.1", port), Callback)
+    threading.Thread(target=listener.serve_forever, daemon=True).start()
+    redirect = f"http://127.0.0.1:{port}/callback"
+    client = requests.post(relay + "/oauth/register", timeout=10, json={
+        "client_name": "A browser agent", "redirect_uris": [redirect], "token_endpoint_auth_method": "none"})
+    verifier = secrets.token_urlsafe(48)
+    challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
+    query = {"response_type": "code", "client_id": client.json()["client_id"], "redirect_uri": redirect,
+             "scope": "mailboxes", "state": "b1", "code_challenge": challenge, "code_challenge_method": "S256",
+             "resource": relay + "/mcp"}
+    driver = headless_chromium()
+    try:
+        driver.get(f"{relay}/oauth/authorize?{urlencode(query)}")
+        wait_until(lambda: driver.find_elements(By.ID, "key"), timeout=10, message="the sign-in page first")
+        driver.find_element(By.ID, "key").send_keys(key)
+        driver.find_element(By.ID, "key").submit()
+        wait_until(lambda: driver.find_elements(By.ID, "allow"), timeout=10, message="the consent page after it")
+        assert "A browser agent" in driver.page_source and redirect in driver.page_source
+        driver.find_element(By.ID, "allow").click()
+        wait_until(lambda: callbacks, timeout=10, message="the browser at the agent's callback")
+    finally:
+        driver.quit()
+        listener.shutdown()
+    answer = parse_qs(urlsplit(callbacks[0]).query)
+    assert answer["state"] == ["b1"] and answer["code"][0]
