@@ -134,6 +134,25 @@ class Memory:
         self.client = client_info
 
 
+def sdk_provider(relay: str, browser, *, name: str, scope: str, storage: "Memory", **options) -> OAuthClientProvider:
+    """The official SDK's OAuth client provider whose "browser" is `browser`, a person signed
+    in to the web inbox who presses Allow on the consent page the SDK sends them to."""
+    pending: dict = {}
+
+    async def redirect_handler(url: str) -> None:
+        pending.update(await asyncio.to_thread(consent, browser, url))
+
+    async def callback_handler() -> AuthorizationCodeResult:
+        return AuthorizationCodeResult(code=pending["code"], state=pending.get("state"), iss=pending.get("iss"))
+
+    return OAuthClientProvider(
+        server_url=relay + "/mcp", storage=storage, redirect_handler=redirect_handler,
+        callback_handler=callback_handler, **options,
+        client_metadata=OAuthClientMetadata(client_name=name, redirect_uris=[REDIRECT],
+                                            grant_types=["authorization_code", "refresh_token"],
+                                            response_types=["code"], token_endpoint_auth_method="none", scope=scope))
+
+
 def test_the_metadata_documents_and_a_bare_401_lead_an_agent_to_sign_in(relay, transactional_db):
     bare = requests.post(relay + "/mcp", json={}, timeout=10)
     assert bare.status_code == 401
@@ -156,22 +175,8 @@ def test_the_metadata_documents_and_a_bare_401_lead_an_agent_to_sign_in(relay, t
 
 
 def test_the_sdks_oauth_client_signs_in_from_a_bare_401_and_calls_tools(relay, person):
-    pending: dict = {}
-
-    async def redirect_handler(url: str) -> None:
-        pending.update(await asyncio.to_thread(consent, person, url))
-
-    async def callback_handler() -> AuthorizationCodeResult:
-        return AuthorizationCodeResult(code=pending["code"], state=pending.get("state"), iss=pending.get("iss"))
-
     storage = Memory()
-    provider = OAuthClientProvider(
-        server_url=relay + "/mcp", storage=storage, redirect_handler=redirect_handler,
-        callback_handler=callback_handler,
-        client_metadata=OAuthClientMetadata(client_name="SDK agent", redirect_uris=[REDIRECT],
-                                            grant_types=["authorization_code", "refresh_token"],
-                                            response_types=["code"], token_endpoint_auth_method="none",
-                                            scope="mailboxes mail:read"))
+    provider = sdk_provider(relay, person, name="SDK agent", scope="mailboxes mail:read", storage=storage)
 
     async def scenario():
         async with httpx2.AsyncClient(auth=provider, timeout=30) as http:
@@ -337,23 +342,9 @@ def test_the_sdk_signs_in_as_a_client_id_metadata_document(relay_trusting_this_m
     browser.get(relay + "/inbox/sign-in", timeout=10)
     browser.post(relay + "/inbox/sign-in", timeout=10, headers={"Referer": relay + "/inbox/sign-in"},
                  data={"form": "key", "key": key, "csrfmiddlewaretoken": browser.cookies["csrftoken"]})
-    pending: dict = {}
-
-    async def redirect_handler(url: str) -> None:
-        assert "client_id=https" in url, "the SDK did not use its document's URL as its id"
-        pending.update(await asyncio.to_thread(consent, browser, url))
-
-    async def callback_handler() -> AuthorizationCodeResult:
-        return AuthorizationCodeResult(code=pending["code"], state=pending.get("state"), iss=pending.get("iss"))
-
     storage = Memory()
-    provider = OAuthClientProvider(
-        server_url=relay + "/mcp", storage=storage, redirect_handler=redirect_handler,
-        callback_handler=callback_handler, client_metadata_url=client_document,
-        client_metadata=OAuthClientMetadata(client_name="An agent by its document", redirect_uris=[REDIRECT],
-                                            grant_types=["authorization_code", "refresh_token"],
-                                            response_types=["code"], token_endpoint_auth_method="none",
-                                            scope="mailboxes"))
+    provider = sdk_provider(relay, browser, name="An agent by its document", scope="mailboxes", storage=storage,
+                            client_metadata_url=client_document)
 
     async def scenario():
         async with httpx2.AsyncClient(auth=provider, timeout=30) as http:
@@ -361,7 +352,8 @@ def test_the_sdk_signs_in_as_a_client_id_metadata_document(relay_trusting_this_m
                 return (await client.call_tool("list_mailboxes", {})).structured_content
 
     assert "mailboxes" in asyncio.run(scenario())
-    assert storage.client is not None and str(storage.client.client_id) == client_document
+    assert storage.client is not None and str(storage.client.client_id) == client_document, \
+        "the SDK did not use its document's URL as its id"
 
 
 def test_a_person_allows_an_agent_in_a_real_browser_and_the_code_reaches_its_callback(relay, transactional_db,
