@@ -114,7 +114,7 @@ INSTALLED_APPS = [
     "webhooks",
     "api",
     "inbox",
-    # After inbox: its templates (the consent page) take the place of the toolkit's.
+    # The OAuth toolkit: its grants and tokens (its consent page is inbox.views.Consent).
     "oauth2_provider",
 ]
 
