@@ -325,7 +325,9 @@ def test_a_worker_writes_the_words_of_mail_received_over_smtp(processes, smtp_se
     message = Message.objects.get(mailbox_id=mailbox["id"])
     # Nobody searches: the worker, asked for after the 250, writes the words.
     wait_until(lambda: _words_written(message.id), timeout=20, message="the worker to write the words")
-    assert "wrote the search words of 1 stored message(s)" in processes.log("worker")
+    # Its log line follows the commit the words came with.
+    wait_until(lambda: "wrote the search words of 1 stored message(s)" in processes.log("worker"), timeout=10,
+               message="the worker to say so")
 
 
 def test_a_query_of_only_whitespace_filters_nothing_and_a_line_break_is_refused(client_pro, inbox):
