@@ -8,7 +8,6 @@ screenshot of each page into docs/screenshots/ (the README shows them).
     scripts/bench.sh inbox [--requests 300] [--mails 100] [--rate 10] [--no-screenshots]
 """
 import argparse
-import shutil
 import smtplib
 import statistics
 import time
@@ -27,17 +26,6 @@ HOSTILE_HTML = ("<h2>Your order</h2><p>Confirm with the code <b>482913</b> or <a
 def percentile(values: list[float], share: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
-
-
-def browser(width: int = 1280):
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = shutil.which("chromium")
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", f"--window-size={width},900"):
-        options.add_argument(argument)
-    return webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
 
 
 def mail(to: str, subject: str, html: str = "") -> EmailMessage:
@@ -66,6 +54,7 @@ def main() -> None:
     from mailboxes.storing import recipient_by_address
     from relay.backends import get_backend
     from relay.ingest import message_ingest
+    from tests.helpers import headless_chromium
 
     owner, key = account_create_with_key(login="bench", plan="pro", email="bench@example.com")
     full, _ = mailbox_create(backend=get_backend(), caller=Caller(owner=owner), local_part="full", domain=None,
@@ -106,7 +95,7 @@ def main() -> None:
     # (2) from the 250 to the row drawn.
     watched, _ = mailbox_create(backend=get_backend(), caller=Caller(owner=owner), local_part="watched", domain=None,
                                 ttl_ms=3_600_000)
-    driver = browser()
+    driver = headless_chromium()
     driver.get(base + "/inbox/sign-in")
     driver.find_element("id", "key").send_keys(key)
     driver.find_element("id", "key").submit()
