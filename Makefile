@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test test-half-speed bench install install-dev migrate clean
+.PHONY: run test test-half-speed bench caniemail install install-dev migrate clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,10 @@ test-half-speed: install-dev
 ## Run one benchmark: make bench NAME=expiry_burst ARGS="--mailboxes 20000" (see docs/benchmarks.md).
 bench: install-dev
 	scripts/bench.sh $(NAME) $(ARGS)
+
+## Refresh the HTML check's caniemail data (checks/data/caniemail.json) from the npm registry.
+caniemail: install
+	scripts/caniemail-refresh.sh
 
 clean:
 	rm -rf var .pytest_cache

@@ -20,6 +20,12 @@ class NotFound(RelayError):
     default_message = "Not found."
 
 
+class NotConfigured(NotFound):
+    """A feature this Relay was not set up for (a setting unset): 404 not_configured."""
+
+    default_message = "This Relay is not configured for that."
+
+
 class InvalidRequest(RelayError):
     """Input that passed the format checks but breaks a rule of the domain."""
 

@@ -43,8 +43,9 @@ DOMAIN_ERRORS = {
     domain.MessageTooLarge: status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
 }
 # Where a status has more than one code (docs/api.md: 429 is rate_limited or quota_exceeded;
-# 403 is forbidden or account_suspended).
-DOMAIN_CODES = {domain.QuotaExceeded: "quota_exceeded", domain.AccountSuspended: "account_suspended"}
+# 403 is forbidden or account_suspended; 404 is not_found or not_configured).
+DOMAIN_CODES = {domain.QuotaExceeded: "quota_exceeded", domain.AccountSuspended: "account_suspended",
+                domain.NotConfigured: "not_configured"}
 
 MESSAGES = {
     404: "Not found.",

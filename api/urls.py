@@ -1,7 +1,7 @@
 from django.urls import path, register_converter
 from django.views.decorators.csrf import csrf_exempt
 
-from api import account_views, conversation_views, domain_views, views, waiting, webhook_views
+from api import account_views, check_views, conversation_views, domain_views, views, waiting, webhook_views
 from api.pooling import DNS_CHECKS, in_pool, pooled
 
 
@@ -66,6 +66,14 @@ urlpatterns = [
          name="message-reply"),
     path("mailboxes/<uuid:mailbox_id>/messages/<rowid:message_id>/forward",
          pooled(conversation_views.ForwardView.as_view()), name="message-forward"),
+    path("mailboxes/<uuid:mailbox_id>/messages/<rowid:message_id>/checks/html",
+         pooled(check_views.HtmlCheckView.as_view()), name="check-html"),
+    path("mailboxes/<uuid:mailbox_id>/messages/<rowid:message_id>/checks/links",
+         pooled(check_views.LinkCheckView.as_view()), name="check-links"),
+    path("mailboxes/<uuid:mailbox_id>/messages/<rowid:message_id>/checks/spam",
+         pooled(check_views.SpamCheckView.as_view()), name="check-spam"),
+    path("mailboxes/<uuid:mailbox_id>/messages/<rowid:message_id>/checks/headers",
+         pooled(check_views.HeaderCheckView.as_view()), name="check-headers"),
     path("mailboxes/<uuid:mailbox_id>/threads", pooled(conversation_views.ThreadCollectionView.as_view()),
          name="thread-list"),
     path("mailboxes/<uuid:mailbox_id>/threads/<rowid:thread_id>", pooled(conversation_views.ThreadDetailView.as_view()),

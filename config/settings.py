@@ -112,6 +112,7 @@ INSTALLED_APPS = [
     "relay",
     "expiry",
     "webhooks",
+    "checks",
     "api",
     "inbox",
     # The OAuth toolkit: its grants and tokens (its consent page is inbox.views.Consent).
@@ -548,6 +549,25 @@ RELAY_WEBHOOK_RETRY_BACKOFF_SECONDS = _int("RELAY_WEBHOOK_RETRY_BACKOFF_SECONDS"
 RELAY_WEBHOOK_RETRY_BACKOFF_MAX_SECONDS = _int("RELAY_WEBHOOK_RETRY_BACKOFF_MAX_SECONDS", 600, minimum=1)
 # How long a queued delivery is trusted to its task before the sweep queues it again.
 RELAY_WEBHOOK_LEASE_SECONDS = _int("RELAY_WEBHOOK_LEASE_SECONDS", 60, minimum=1)
+
+# --- Message checks (docs/checks.md) ------------------------------------------------------------
+# SpamAssassin's spamd, spamd://host:port; unset, the spam check answers 404 not_configured.
+RELAY_SPAMD_URL = env.str("RELAY_SPAMD_URL", default="").strip()
+if RELAY_SPAMD_URL:
+    _spamd = urlsplit(RELAY_SPAMD_URL)
+    try:
+        _spamd_port = _spamd.port
+    except ValueError:
+        _spamd_port = None
+    if _spamd.scheme != "spamd" or not _spamd.hostname or (_spamd_port is None and ":" in _spamd.netloc):
+        raise ImproperlyConfigured(f"RELAY_SPAMD_URL must be spamd://host:port, got {RELAY_SPAMD_URL!r}")
+RELAY_SPAMD_TIMEOUT_SECONDS = _int("RELAY_SPAMD_TIMEOUT_SECONDS", 10, minimum=1)
+# Each link of a link check: all its requests and redirects within this; a few links at once.
+RELAY_LINK_CHECK_TIMEOUT_SECONDS = _int("RELAY_LINK_CHECK_TIMEOUT_SECONDS", 10, minimum=1)
+RELAY_LINK_CHECK_CONCURRENCY = _int("RELAY_LINK_CHECK_CONCURRENCY", 5, minimum=1)
+# Links to loopback, private and link-local addresses are refused unless this is set (tests,
+# or a staging Relay behind a firewall checking its own site).
+RELAY_LINK_CHECK_ALLOW_PRIVATE = _bool("RELAY_LINK_CHECK_ALLOW_PRIVATE", False)
 
 # --- Accounts and the mailer (docs/api.md) -------------------------------------------------
 RELAY_PUBLIC_URL = env.str("RELAY_PUBLIC_URL", default="http://127.0.0.1:8000").rstrip("/")

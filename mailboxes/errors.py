@@ -8,6 +8,7 @@ from accounts.errors import (  # noqa: F401 (re-exported)
     Forbidden,
     Gone,
     InvalidRequest,
+    NotConfigured,
     NotFound,
     QuotaExceeded,
     RelayError,

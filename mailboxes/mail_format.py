@@ -81,15 +81,16 @@ def decode_header_value(raw) -> str:
     return clean_text(" ".join(text.split()) if "\n" in text or "\r" in text else text)[:MAX_HEADER_CHARS]
 
 
-def _part_text(part: EmailMessage, parsed: "ParsedMessage") -> str:
+def _part_text(part: EmailMessage, parsed: "ParsedMessage | None", limit: int | None = MAX_BODY_BYTES) -> str:
+    """A text part decoded; cut at `limit` bytes (noted in `parsed`) unless None."""
     try:
         payload = part.get_payload(decode=True) or b""
     except Exception:
         payload = b""
     if not isinstance(payload, bytes):
         return ""
-    if len(payload) > MAX_BODY_BYTES:
-        payload, parsed.parsed_fully = payload[:MAX_BODY_BYTES], False
+    if limit is not None and len(payload) > limit:
+        payload, parsed.parsed_fully = payload[:limit], False
     try:
         return clean_text(payload.decode(part.get_content_charset() or "utf-8", "replace"))
     except (LookupError, TypeError):
@@ -180,6 +181,22 @@ def parse_message(raw: bytes) -> ParsedMessage:
     if not parsed.parsed_fully:
         logger.info("a %d-byte message hit a parsing cap; stored whole, parsed in part", len(raw))
     return parsed
+
+
+def whole_html(raw: bytes) -> str:
+    """The message's first HTML body uncut (parse_message keeps MAX_BODY_BYTES of it): what
+    a check of the HTML reads. Linear in the message."""
+    bounded, _ = bounded_bytes(raw)
+    try:
+        message = email.message_from_bytes(bounded, policy=policy.compat32)
+        for index, part in enumerate(message.walk()):
+            if index >= MAX_PARTS:
+                break
+            if not part.is_multipart() and part.get_content_type() == "text/html" and not is_attachment(part):
+                return _part_text(part, None, limit=None)
+    except Exception:
+        logger.warning("could not read the HTML of a %d-byte message", len(raw), exc_info=True)
+    return ""
 
 
 def _read_part(part: EmailMessage, parsed: ParsedMessage) -> None:

@@ -59,6 +59,16 @@ if ! command -v notmuch >/dev/null || ! command -v faketime >/dev/null || ! comm
   fi
 fi
 
+# The message checks' spam tests run a spamd of their own (tests/spamd_server.py).
+if ! command -v spamd >/dev/null && [ ! -x /usr/sbin/spamd ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "installing spamassassin for the message checks' spam tests" >&2
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      spamassassin) >/dev/null \
+      || echo "warning: could not install spamassassin; the spam check tests will be skipped" >&2
+  fi
+fi
+
 # The test process and every worker it starts read the same settings.
 export DATABASE_URL="postgres://postgres@127.0.0.1:$PG_PORT/relay"
 export CELERY_BROKER_URL="redis://127.0.0.1:$REDIS_PORT/15"
@@ -75,7 +85,7 @@ mkdir -p var/static
 export RELAY_ENV_FILE=/dev/null DJANGO_DEBUG=false DJANGO_SECRET_KEY=relay-test-secret-key-not-for-production-aZ0bY1cX2dW3eV4fU5
 unset CACHE_URL EMAIL_URL STALWART_URL STALWART_TOKEN RELAY_DOMAINS CYRUS_IMAP_URL CYRUS_JMAP_URL CYRUS_ADMIN_USER CYRUS_ADMIN_PASSWORD \
   RELAY_DNS_RESOLVERS RELAY_DNS_TIMEOUT_SECONDS RELAY_MX_HOST RELAY_DKIM_SELECTOR RELAY_DKIM_PRIVATE_KEY_FILE \
-  RELAY_AUTHSERV_ID RELAY_MAX_DOMAINS RELAY_SMTP_VERDICTS
+  RELAY_AUTHSERV_ID RELAY_MAX_DOMAINS RELAY_SMTP_VERDICTS RELAY_SPAMD_URL RELAY_LINK_CHECK_ALLOW_PRIVATE
 # The web processes the suite starts serve static files as production does: collected.
 $BIN/python manage.py collectstatic --noinput -v0
 exec $BIN/pytest "$@"

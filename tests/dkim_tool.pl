@@ -1,8 +1,9 @@
 #!/usr/bin/perl
 # An independent DKIM signer and verifier for the suite (Perl's Mail::DKIM, Debian's
 # libmail-dkim-perl), so Relay's dkimpy is checked against another implementation.
-#   dkim_tool.pl sign DOMAIN SELECTOR KEYFILE [METHOD] < message   prints the message signed
-#                                                            (METHOD: relaxed, the default, or relaxed/relaxed...)
+#   dkim_tool.pl sign DOMAIN SELECTOR KEYFILE [METHOD [HEADERS]] < message   prints the message signed
+#                                                            (METHOD: relaxed, the default, or relaxed/relaxed...;
+#                                                            HEADERS: the fields to sign, a:b:c)
 #   dkim_tool.pl verify DNS_PORT < message                   prints "result domain selector" per signature,
 #                                                            looking keys up at 127.0.0.1:DNS_PORT
 use strict;
@@ -22,10 +23,10 @@ while (my $line = <STDIN>) {
 }
 
 if ($mode eq "sign") {
-    my ($domain, $selector, $keyfile, $method) = @ARGV;
+    my ($domain, $selector, $keyfile, $method, $headers) = @ARGV;
     my $signer = Mail::DKIM::Signer->new(
         Algorithm => "rsa-sha256", Method => $method // "relaxed", Domain => $domain, Selector => $selector,
-        KeyFile => $keyfile, Headers => "from:to:subject:date:message-id");
+        KeyFile => $keyfile, Headers => $headers // "from:to:subject:date:message-id");
     $signer->PRINT("$_\015\012") for @lines;
     $signer->CLOSE;
     print $signer->signature->as_string, "\015\012";

@@ -173,8 +173,59 @@ def latin1_and_koi8(to: str) -> bytes:
     )
 
 
+def newsletter(to: str, *, links: list[str] = ("https://shop.example.com/sale",
+                                                "https://shop.example.com/unsubscribe?u=1")) -> bytes:
+    """A marketing mail as template tools build it: a table layout with inline styles, a
+    style sheet with @media and a dark-mode query, flex and grid, an SVG logo, a WebP
+    hero, one-click unsubscribe headers (unsigned) and the links given."""
+    anchors = "".join(f'<a href="{url}" style="color:#0a66c2;text-decoration:underline">Link {index}</a> '
+                      for index, url in enumerate(links, 1))
+    html = f"""<!DOCTYPE html>
+<html lang="en"><head><meta name="color-scheme" content="light dark">
+<style>
+  .wrap {{ max-width: 600px; margin: 0 auto; }}
+  .cards {{ display: flex; gap: 12px; }}
+  .grid {{ display: grid; grid-template-columns: 1fr 1fr; }}
+  a:hover {{ color: #004182; }}
+  @media (max-width: 600px) {{ .cards {{ display: block; }} }}
+  @media (prefers-color-scheme: dark) {{ body {{ background: #111; color: #eee; }} }}
+</style></head>
+<body style="margin:0;padding:0;background-color:#f4f4f4">
+<table role="presentation" width="100%" cellpadding="0" cellspacing="0" class="wrap">
+<tr><td align="center" style="padding:24px 0">
+  <svg width="120" height="30" viewBox="0 0 120 30"><rect width="120" height="30" rx="6" fill="#0a66c2"/></svg>
+</td></tr>
+<tr><td><img src="https://cdn.example.com/hero.webp" width="600" alt="Winter sale" style="display:block;border-radius:8px"></td></tr>
+<tr><td style="font-family:Arial,sans-serif;font-size:16px;line-height:1.5;padding:16px">
+  <div class="cards"><div style="flex:1;padding:8px">Coats -30%</div><div style="flex:1;padding:8px">Boots -20%</div></div>
+  <div class="grid"><p>Free returns</p><p>Next-day delivery</p></div>
+  <p>{anchors}</p>
+</td></tr></table></body></html>"""
+    text = "Winter sale: coats -30%, boots -20%.\n" + "\n".join(links)
+    return crlf(f"""From: Example Shop <news@shop.example.com>
+To: {to}
+Subject: Winter sale starts now
+Date: Thu, 26 Nov 2026 09:00:00 +0000
+Message-ID: <newsletter-2026-11@shop.example.com>
+List-Unsubscribe: <https://shop.example.com/unsubscribe?u=1>, <mailto:unsubscribe@shop.example.com?subject=u1>
+List-Unsubscribe-Post: List-Unsubscribe=One-Click
+MIME-Version: 1.0
+Content-Type: multipart/alternative; boundary="nl-boundary"
+
+--nl-boundary
+Content-Type: text/plain; charset=utf-8
+
+{text}
+--nl-boundary
+Content-Type: text/html; charset=utf-8
+
+{html}
+--nl-boundary--
+""")
+
+
 REAL_WORLD = {"plain": plain, "alternative": alternative, "attachments": with_attachments,
-              "inline_image": inline_image, "non_utf8_charsets": latin1_and_koi8}
+              "inline_image": inline_image, "non_utf8_charsets": latin1_and_koi8, "newsletter": newsletter}
 
 
 def _nested(depth: int) -> str:

@@ -10,7 +10,7 @@ import pytest
 
 from tests.helpers import ROOT
 
-APPS = ("inbox", "api", "expiry", "webhooks", "relay", "mailboxes", "domains", "accounts", "owed", "config")
+APPS = ("inbox", "api", "checks", "expiry", "webhooks", "relay", "mailboxes", "domains", "accounts", "owed", "config")
 
 
 def lint_imports(tree: Path) -> subprocess.CompletedProcess:

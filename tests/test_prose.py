@@ -10,7 +10,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-APPS = ("accounts", "api", "domains", "inbox", "expiry", "mailboxes", "owed", "relay", "webhooks")
+APPS = ("accounts", "api", "checks", "domains", "inbox", "expiry", "mailboxes", "owed", "relay", "webhooks")
 MAX_COMMENT_SHARE = 0.2
 # A dotted name that starts with an app (relay.ingest.message_ingest), or a file of one
 # (relay/ingest.py).

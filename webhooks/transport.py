@@ -1,5 +1,6 @@
-"""The one HTTP call a webhook delivery makes (SECURITY.md, "Webhooks"): only public
-addresses, the checked one pinned, one deadline, no redirect, proxy or kept body."""
+"""Relay's calls to addresses a client named (SECURITY.md, "Webhooks"): a webhook delivery,
+an agent's client ID document, a link check's request. Only public addresses, the checked
+one pinned, one deadline, no redirect followed, no proxy, no kept body."""
 import ipaddress
 import socket
 import threading
@@ -59,9 +60,11 @@ def public(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
     return address.is_global and not address.is_multicast
 
 
-def resolve_checked(url: str) -> str:
+def resolve_checked(url: str, *, allow_private: bool | None = None) -> str:
     """The address to connect to for `url`, resolved once and checked (PrivateAddress); the
-    error never says what the name resolved to."""
+    error never says what the name resolved to. `allow_private` defaults to the webhooks' setting."""
+    if allow_private is None:
+        allow_private = settings.RELAY_WEBHOOK_ALLOW_PRIVATE
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise PrivateAddress("The URL must be http:// or https:// with a host.")
@@ -72,7 +75,7 @@ def resolve_checked(url: str) -> str:
     except (socket.gaierror, UnicodeError, ValueError):
         raise refused from None
     addresses = [ipaddress.ip_address(info[4][0].split("%")[0]) for info in infos]
-    if not addresses or not (settings.RELAY_WEBHOOK_ALLOW_PRIVATE or all(public(a) for a in addresses)):
+    if not addresses or not (allow_private or all(public(a) for a in addresses)):
         raise refused
     return str(addresses[0])
 
@@ -178,15 +181,21 @@ class PinnedAdapter(HTTPAdapter):
 _session: requests.Session | None = None
 
 
+def pinned_session() -> requests.Session:
+    """A session that connects only to the address each request carries, with no proxy."""
+    session = requests.Session()
+    session.trust_env = False
+    adapter = PinnedAdapter()
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    return session
+
+
 def _http() -> requests.Session:
     """One session per worker process, so connections to a receiver's address are reused."""
     global _session
     if _session is None:
-        _session = requests.Session()
-        _session.trust_env = False
-        adapter = PinnedAdapter()
-        _session.mount("http://", adapter)
-        _session.mount("https://", adapter)
+        _session = pinned_session()
     return _session
 
 
@@ -234,3 +243,18 @@ def get_document(url: str, *, max_bytes: int, seconds: float) -> tuple[int, dict
             if deadline.passed:
                 raise DeliveryTimedOut(f"no complete answer within {seconds} s") from None
             raise TransportFailed(f"{type(exc).__name__}: {exc}"[:300]) from None
+
+
+def probe(session: requests.Session, url: str, method: str, *, allow_private: bool, seconds: float) -> tuple[int, str]:
+    """One HEAD or GET of `url`, its address checked and pinned, no redirect followed and
+    no byte of the body read: (status, Location or ""). Raises PrivateAddress, or what
+    requests raises; the caller holds the Deadline."""
+    address = resolve_checked(url, allow_private=allow_private)
+    netloc = urlsplit(url).netloc.rpartition("@")[2]
+    request = session.prepare_request(requests.Request(method, url, headers={
+        "Host": netloc, "User-Agent": "Relay link check", "Accept": "*/*"}))
+    request.relay_address = address
+    response = session.send(request, allow_redirects=False, stream=True, timeout=(min(5, seconds), seconds),
+                            verify=settings.RELAY_WEBHOOK_CA_FILE or True)
+    with response:
+        return response.status_code, response.headers.get("Location", "")

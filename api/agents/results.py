@@ -2,7 +2,7 @@
 and the tool error, worded from the route's own error body in the tool's units."""
 import json
 import math
-from typing import Any
+from typing import Any, Literal
 
 from mcp_types import CallToolResult, TextContent
 from pydantic import BaseModel, ConfigDict, Field
@@ -91,6 +91,40 @@ class MessageOut(MessageSummary):
 
 class Waited(Result):
     message: MessageOut | None
+
+
+class CheckFailed(Result):
+    error: str
+
+
+class HtmlCheck(Result):
+    data_date: str
+    clients: list[dict[str, str]]
+    score: dict[str, float | None] | None
+    features: list[dict[str, Any]]
+
+
+class LinkCheck(Result):
+    status: Literal["pending", "done"]
+    links: list[dict[str, Any]]
+
+
+class SpamCheck(Result):
+    score: float
+    threshold: float
+    is_spam: bool
+    rules: list[dict[str, Any]]
+
+
+class HeaderCheck(Result):
+    checks: list[dict[str, Any]]
+
+
+class Checks(Result):
+    html: HtmlCheck | CheckFailed | None = None
+    links: LinkCheck | CheckFailed | None = None
+    spam: SpamCheck | CheckFailed | None = None
+    headers: HeaderCheck | CheckFailed | None = None
 
 
 class Code(Result):

@@ -14,6 +14,7 @@ from rest_framework import exceptions
 
 from api.agents.session import CLIENT_GONE, CREDENTIALS, Credentials
 from api.agents.results import failure
+from api.agents.check_tools import CHECK_TOOLS
 from api.agents.conversation_tools import CONVERSATION_TOOLS
 from api.agents.domain_tools import DOMAIN_TOOLS
 from api.agents.tools import TOOLS
@@ -64,7 +65,7 @@ class RelayServer(MCPServer):
 def build() -> MCPServer:
     server = RelayServer(name="Relay", version=settings.RELAY_VERSION, instructions=INSTRUCTIONS,
                          log_level="WARNING")
-    for tool in TOOLS + CONVERSATION_TOOLS + DOMAIN_TOOLS:
+    for tool in TOOLS + CONVERSATION_TOOLS + DOMAIN_TOOLS + CHECK_TOOLS:
         server.add_tool(tool, annotations=tool.annotations)
         # The schema says what call_tool enforces: no argument but these.
         server._tool_manager.get_tool(tool.__name__).parameters["additionalProperties"] = False

@@ -118,6 +118,30 @@ class Relay:
     def get_attachment(self, mailbox_id: str, message_id: int, attachment_id: int) -> bytes:
         return self._request("GET", f"/mailboxes/{mailbox_id}/messages/{message_id}/attachments/{attachment_id}").content
 
+    def check_message(self, mailbox_id: str, message_id: int, checks: list[str] | None = None,
+                      links_timeout_seconds: float = 30) -> dict[str, Any]:
+        """Relay's checks of a message, as the API answers them, by name ("html", "links",
+        "spam", "headers"; all four when `checks` is None). A links check is started and
+        polled until done or `links_timeout_seconds` pass (then its status is "pending").
+        A check that cannot run there is {"error": "not_configured: …"} or the like."""
+        base = f"/mailboxes/{mailbox_id}/messages/{message_id}/checks"
+        found: dict[str, Any] = {}
+        for kind in checks or ("html", "links", "spam", "headers"):
+            try:
+                if kind == "links":
+                    found[kind] = self._json("POST", f"{base}/links")
+                    deadline = time.monotonic() + links_timeout_seconds
+                    while found[kind]["status"] != "done" and time.monotonic() < deadline:
+                        time.sleep(0.25)
+                        found[kind] = self._json("GET", f"{base}/links")
+                else:
+                    found[kind] = self._json("GET", f"{base}/{kind}")
+            except RelayError as exc:
+                if exc.code in ("not_found", "expired", "unauthorized", "forbidden"):
+                    raise
+                found[kind] = {"error": f"{exc.code}: {exc.message}"}
+        return found
+
     def _first_after(self, mailbox_id: str, *, wait: int, after: int | None, from_: str | None,
                      subject: str | None, authenticated: bool = False) -> int | None:
         """The oldest message after `after` that matches, held up to `wait` seconds."""

@@ -31,7 +31,7 @@ pytestmark = pytest.mark.workers
 TOOLS = {"create_mailbox", "list_mailboxes", "get_mailbox", "renew_mailbox", "delete_mailbox", "list_messages",
          "get_message", "wait_for_message", "wait_for_code", "send_message", "search_messages", "get_attachment",
          "create_domain", "list_domains", "verify_domain", "delete_domain", "reply_to_message", "forward_message",
-         "list_threads", "get_thread"}
+         "list_threads", "get_thread", "check_message"}
 
 
 # --- the two transports -----------------------------------------------------------------------
@@ -590,6 +590,8 @@ def test_every_result_matches_its_output_schema(mcp_http, owner, smtp_server):
             results["list_threads"] = await call(session, "list_threads", {"mailbox_id": box["id"]})
             results["get_thread"] = await call(session, "get_thread", {
                 "mailbox_id": box["id"], "thread_id": results["list_threads"]["threads"][0]["id"]})
+            results["check_message"] = await call(session, "check_message",
+                                                  {**ids, "checks": ["html", "headers", "spam"]})
             results["delete_mailbox"] = await call(session, "delete_mailbox", {"mailbox_id": box["id"]})
             results["create_domain"] = await call(session, "create_domain", {"name": "schema.test"})
             results["list_domains"] = await call(session, "list_domains")

@@ -1,0 +1,118 @@
+"""Whether a message's links answer: asked for by the API or MCP, carried out by a Celery
+task (checks.tasks.check_links), each request under the webhooks' address rule."""
+import logging
+import math
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from urllib.parse import urljoin
+
+import requests
+import urllib3
+from celery import current_app
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from checks.models import LinkCheck
+from mailboxes.errors import NotFound
+from mailboxes.models import Message
+from relay import task_names
+from webhooks import transport
+
+logger = logging.getLogger(__name__)
+
+MAX_LINKS = 50
+MAX_REDIRECTS = 5
+REDIRECTS = {301, 302, 303, 307, 308}
+
+
+def lapse_seconds() -> int:
+    """How long a queued check may take before a reader queues it again (its task lost)."""
+    rounds = math.ceil(MAX_LINKS / settings.RELAY_LINK_CHECK_CONCURRENCY)
+    return rounds * settings.RELAY_LINK_CHECK_TIMEOUT_SECONDS + 60
+
+
+def links_check_start(message: Message) -> LinkCheck:
+    """Queue a fresh check of the message's links, replacing any earlier result."""
+    started_at = timezone.now()
+    check, _ = LinkCheck.objects.update_or_create(
+        message=message, defaults={"status": LinkCheck.Status.PENDING, "links": [], "started_at": started_at,
+                                   "finished_at": None})
+    transaction.on_commit(lambda: _queue(message.id, started_at))
+    return check
+
+
+def _queue(message_id: int, started_at) -> None:
+    try:
+        current_app.send_task(task_names.CHECK_LINKS, args=[message_id, started_at.isoformat()])
+    except Exception:
+        logger.exception("could not queue the link check of message %s; the next read queues it again", message_id)
+
+
+def links_check_get(message: Message) -> LinkCheck:
+    """The message's latest check; one whose task was lost is queued again."""
+    check = LinkCheck.objects.filter(message=message).first()
+    if check is None:
+        raise NotFound("No link check of this message yet: POST to this address to start one.")
+    if check.status == LinkCheck.Status.PENDING and (
+            check.started_at < timezone.now() - timedelta(seconds=lapse_seconds())):
+        logger.warning("the link check of message %s was not done in time; queued again", message.id)
+        check = links_check_start(message)
+    return check
+
+
+def links_of(message_id: int) -> list[str]:
+    links = (Message.objects.filter(id=message_id).values_list("content__links", flat=True).first()) or []
+    return [link["url"] for link in links[:MAX_LINKS]]
+
+
+def link_check(session: requests.Session, url: str) -> dict:
+    """One link: HEAD (then GET when HEAD is refused), up to MAX_REDIRECTS redirects each
+    judged again, all within RELAY_LINK_CHECK_TIMEOUT_SECONDS."""
+    seconds = settings.RELAY_LINK_CHECK_TIMEOUT_SECONDS
+    allow_private = settings.RELAY_LINK_CHECK_ALLOW_PRIVATE
+    result = {"url": url, "status_code": None, "final_url": url, "redirects": 0, "error": None, "ok": False}
+    current = url
+    with transport.Deadline(seconds) as deadline:
+        try:
+            while True:
+                status, location = transport.probe(session, current, "HEAD", allow_private=allow_private,
+                                                   seconds=seconds)
+                if status >= 400 and status not in (404, 410):  # refused: a GET is what a reader's browser sends
+                    status, location = transport.probe(session, current, "GET", allow_private=allow_private,
+                                                       seconds=seconds)
+                result.update(status_code=status, final_url=current)
+                if status not in REDIRECTS or not location:
+                    break
+                if result["redirects"] == MAX_REDIRECTS:
+                    result["error"] = f"more than {MAX_REDIRECTS} redirects"
+                    break
+                current = urljoin(current, location)
+                result["redirects"] += 1
+                result["final_url"] = current
+        except transport.PrivateAddress as exc:
+            result["error"] = str(exc)
+        except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
+            result["error"] = (f"no answer within {seconds} s" if deadline.passed
+                               else f"{type(exc).__name__}: {exc}"[:300])
+    result["ok"] = result["error"] is None and result["status_code"] is not None and 200 <= result["status_code"] < 300
+    return result
+
+
+def links_check_run(message_id: int, started_at: str) -> int:
+    """The task's work: check every link, a few at once, and keep the result if this is
+    still the newest request. The number of links checked."""
+    urls = links_of(message_id)
+    session = transport.pinned_session()
+    with ThreadPoolExecutor(max_workers=settings.RELAY_LINK_CHECK_CONCURRENCY) as pool:
+        results = list(pool.map(lambda url: link_check(session, url), urls))
+    kept = LinkCheck.objects.filter(message_id=message_id, started_at=started_at).update(
+        status=LinkCheck.Status.DONE, links=results, finished_at=timezone.now())
+    if kept:
+        logger.info("checked %d links of message %s: %d answered", len(results), message_id,
+                    sum(result["ok"] for result in results))
+    return len(results)
+
+
+def check_answer(check: LinkCheck) -> dict:
+    return {"status": check.status, "links": check.links}

@@ -1,0 +1,34 @@
+"""The one entry every door (the API, MCP, the web inbox) calls to check a message of a
+mailbox the caller has opened (relay.reading.mailbox_open)."""
+from checks import links
+from checks.headers import headers_report
+from checks.html_support import html_report
+from checks.spam import spam_report
+from mailboxes import queries
+from mailboxes.mail_format import whole_html
+from mailboxes.models import Mailbox
+
+KINDS = ("html", "links", "spam", "headers")
+
+
+def html_check(*, mailbox: Mailbox, message_id: int) -> dict:
+    """The HTML whole, as received: the stored copy is cut at MAX_BODY_BYTES."""
+    return html_report(whole_html(queries.message_raw(mailbox=mailbox, message_id=message_id)))
+
+
+def headers_check(*, mailbox: Mailbox, message_id: int) -> dict:
+    content = queries.message_get(mailbox=mailbox, message_id=message_id).content
+    return headers_report(content.headers, content.authentication or {})
+
+
+async def spam_check(*, raw: bytes) -> dict:
+    """The score of a message's bytes (queries.message_raw): spamd is called on the event loop."""
+    return await spam_report(raw)
+
+
+def links_start(*, mailbox: Mailbox, message_id: int) -> dict:
+    return links.check_answer(links.links_check_start(queries.message_get(mailbox=mailbox, message_id=message_id)))
+
+
+def links_result(*, mailbox: Mailbox, message_id: int) -> dict:
+    return links.check_answer(links.links_check_get(queries.message_get(mailbox=mailbox, message_id=message_id)))

@@ -1,0 +1,116 @@
+"""GET …/checks/html: the features a message's HTML uses, each client's support of them
+from caniemail's data as shipped, and the scores."""
+import json
+import time
+
+import pytest
+
+from checks.html_support import DATA_FILE
+from tests import mail_corpus
+from tests.helpers import deliver
+
+RAW_DATA = json.loads(DATA_FILE.read_text())
+BY_SLUG = {feature["slug"]: feature for feature in RAW_DATA["data"]}
+SUPPORT = {"y": "yes", "a": "partial", "n": "no"}
+
+
+def latest_support(slug: str) -> dict:
+    """Each client's support of `slug` by its latest tested version, read from the data file."""
+    found = {}
+    for family, platforms in BY_SLUG[slug]["stats"].items():
+        for platform, versions in platforms.items():
+            value = str(list(versions.values())[-1])[:1] if versions else ""
+            if value in SUPPORT:
+                found[f"{family}.{platform}"] = SUPPORT[value]
+    return found
+
+
+def html_mail(html: str):
+    return lambda to: mail_corpus.mail(to, "Styled", "plain part", html=html)
+
+
+@pytest.mark.parametrize(("html", "slug"), [
+    ('<div style="display:flex"><p>a</p><p>b</p></div>', "css-display-flex"),
+    ('<div style="display: inline-grid; grid-template-columns: 1fr 1fr">x</div>', "css-display-grid"),
+    ('<svg width="10" height="10"><circle r="4"/></svg>', "html-svg"),
+    ("<style>@media (max-width: 600px) { p { font-size: 20px } }</style><p>x</p>", "css-at-media"),
+    ("<style>@media (prefers-color-scheme: dark) { body { color: #fff } }</style>",
+     "css-at-media-prefers-color-scheme"),
+])
+def test_a_feature_in_use_is_reported_with_each_clients_support(received, checks_of, html, slug):
+    message_id = received(html_mail(html))
+    response = checks_of(message_id, "html")
+    assert response.status_code == 200
+    body = response.json()
+    reported = {feature["slug"]: feature for feature in body["features"]}
+    assert slug in reported, sorted(reported)
+    feature = reported[slug]
+    assert feature["support"] == latest_support(slug)
+    assert feature["title"] == BY_SLUG[slug]["title"] and feature["url"] == BY_SLUG[slug]["url"]
+    assert feature["count"] >= 1
+    assert body["data_date"] == RAW_DATA["last_update_date"][:10]
+    assert {client["id"] for client in body["clients"]} >= set(feature["support"])
+
+
+def test_the_score_is_the_share_of_uses_supported(received, checks_of):
+    # Three uses of flex and nothing else a client might lack: each client's score is its
+    # support of flex, a family's the mean of its clients', overall the mean of all.
+    html = "".join('<div style="display:flex">x</div>' for _ in range(3))
+    body = checks_of(received(html_mail(html)), "html").json()
+    flex = next(feature for feature in body["features"] if feature["slug"] == "css-display-flex")
+    assert flex["count"] == 3
+    clients = {client["id"]: client["family"] for client in body["clients"]}
+    weights = {"yes": 1.0, "partial": 0.5, "no": 0.0}
+    # Every other feature used (div, the style attribute) counts as well: recompute from all.
+    used = {feature["slug"]: feature for feature in body["features"]}
+    assert body["score"]["outlook"] < 1.0, "Outlook on Windows has no flex"
+    assert 0.0 <= body["score"]["overall"] <= 1.0
+    only_flex = {client: weights[support] for client, support in flex["support"].items()}
+    for family in ("outlook", "apple-mail"):
+        members = [client for client, of in clients.items() if of == family and client in only_flex]
+        if set(used) == {"css-display-flex"}:
+            assert body["score"][family] == round(sum(only_flex[c] for c in members) / len(members), 3)
+        assert min(only_flex[c] for c in members) <= body["score"][family] + 1e-9
+
+
+def test_the_newsletter_of_the_corpus(received, checks_of):
+    body = checks_of(received(mail_corpus.newsletter), "html").json()
+    slugs = {feature["slug"] for feature in body["features"]}
+    assert {"css-display-flex", "css-display-grid", "html-svg", "css-at-media", "css-at-media-prefers-color-scheme",
+            "image-webp", "css-pseudo-class-hover", "html-meta-color-scheme"} <= slugs
+    assert body["score"]["gmail"] is not None and body["score"]["overall"] < 1
+
+
+def test_a_message_without_html_has_no_features_and_no_score(received, checks_of):
+    body = checks_of(received(mail_corpus.plain), "html").json()
+    assert body["features"] == [] and body["score"] is None
+
+
+def test_a_five_megabyte_html_mail_is_checked_in_bounded_time(received, checks_of):
+    row = ('<tr><td style="padding:4px;color:#333;font-family:Arial" class="c{0}"><a href="https://shop.example/{0}" '
+           'style="display:flex">item {0}</a><img src="https://cdn.example/{0}.png"></td></tr>')
+    html = "<table>" + "".join(row.format(index % 500) for index in range(36_000)) + "</table>"
+    assert len(html) > 5_000_000
+    message_id = received(html_mail(html))
+    started = time.monotonic()
+    body = checks_of(message_id, "html").json()
+    elapsed = time.monotonic() - started
+    flex = next(feature for feature in body["features"] if feature["slug"] == "css-display-flex")
+    assert flex["count"] == 36_000
+    assert elapsed < 30, f"a 5 MB mail took {elapsed:.1f} s"
+
+
+def test_another_owners_message_is_not_found(received, make_client, box):
+    message_id = received(mail_corpus.newsletter)
+    stranger = make_client("mallory")
+    for kind in ("html", "headers", "spam", "links"):
+        response = stranger.get(f"/api/v1/mailboxes/{box['id']}/messages/{message_id}/checks/{kind}")
+        assert response.status_code == 404 and response.json()["code"] == "not_found", kind
+    assert stranger.post(f"/api/v1/mailboxes/{box['id']}/messages/{message_id}/checks/links").status_code == 404
+
+
+def test_another_mailboxs_message_id_is_not_found(client_pro, received, new_box):
+    message_id = received(mail_corpus.newsletter)
+    other = new_box()
+    response = client_pro.get(f"/api/v1/mailboxes/{other['id']}/messages/{message_id}/checks/html")
+    assert response.status_code == 404

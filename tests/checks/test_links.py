@@ -1,0 +1,235 @@
+"""The link check: a Celery task's HEAD (then GET) of each link, redirects judged again,
+10 s a link, a few at once, against a loopback HTTP server with routes of each kind."""
+import threading
+import time
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+import requests
+
+from accounts.services import account_create_with_key
+from checks import links
+from checks.models import LinkCheck
+from tests import mail_corpus
+from tests.helpers import deliver, wait_until
+
+
+class Site:
+    """A loopback web site: /ok 200, /missing 404, /moved → /ok, /loop → itself,
+    /no-head (405 to HEAD, 200 to GET), /endless (a body that never ends), /slow (no
+    answer until released)."""
+
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        self.hits: Counter[tuple[str, str]] = Counter()
+        self.released = threading.Event()
+        site = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args) -> None:
+                pass
+
+            def answer(self) -> None:
+                path = self.path.split("?")[0]
+                site.hits[(self.command, path)] += 1
+                if path == "/slow":
+                    site.released.wait(30)
+                    return self.send(200)
+                if path == "/moved":
+                    return self.send(302, Location="/ok")
+                if path == "/loop":
+                    return self.send(301, Location=f"/loop?{time.monotonic_ns()}")
+                if path.startswith("/elsewhere"):
+                    return self.send(307, Location=self.path.partition("to=")[2])
+                if path == "/no-head" and self.command == "HEAD":
+                    return self.send(405)
+                if path == "/endless" and self.command == "HEAD":
+                    return self.send(501)
+                if path == "/endless":
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/octet-stream")
+                    self.end_headers()
+                    try:
+                        while not site.released.is_set():
+                            self.wfile.write(b"x" * 65536)
+                    except OSError:
+                        return
+                    return
+                self.send(200 if path in ("/ok", "/no-head") else 404)
+
+            def send(self, status: int, **headers) -> None:
+                self.send_response(status)
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            do_HEAD = do_GET = answer
+
+        self.server = ThreadingHTTPServer((host, 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://{host}:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.released.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def site():
+    running = Site()
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def allow_private(settings):
+    settings.RELAY_LINK_CHECK_ALLOW_PRIVATE = True
+
+
+def linking(*urls: str):
+    return lambda to: mail_corpus.newsletter(to, links=list(urls))
+
+
+def run_check(message_id: int) -> dict:
+    """The task's work, in this process, for the newest request (as the worker runs it)."""
+    check = LinkCheck.objects.get(message_id=message_id)
+    links.links_check_run(message_id, check.started_at.isoformat())
+    return {result["url"]: result for result in LinkCheck.objects.get(message_id=message_id).links}
+
+
+def start(client_pro, box, message_id: int):
+    return client_pro.post(f"/api/v1/mailboxes/{box['id']}/messages/{message_id}/checks/links")
+
+
+def test_each_kind_of_answer(client_pro, box, received, site, allow_private):
+    urls = [f"{site.url}/ok", f"{site.url}/missing", f"{site.url}/moved", f"{site.url}/no-head", f"{site.url}/loop"]
+    message_id = received(linking(*urls))
+    response = start(client_pro, box, message_id)
+    assert response.status_code == 202 and response.json() == {"status": "pending", "links": []}
+    found = run_check(message_id)
+    assert found[f"{site.url}/ok"] == {"url": f"{site.url}/ok", "status_code": 200, "final_url": f"{site.url}/ok",
+                                       "redirects": 0, "error": None, "ok": True}
+    assert found[f"{site.url}/missing"]["status_code"] == 404 and not found[f"{site.url}/missing"]["ok"]
+    moved = found[f"{site.url}/moved"]
+    assert (moved["status_code"], moved["final_url"], moved["redirects"], moved["ok"]) == (200, f"{site.url}/ok", 1,
+                                                                                           True)
+    assert found[f"{site.url}/no-head"]["ok"] and site.hits[("GET", "/no-head")] == 1
+    loop = found[f"{site.url}/loop"]
+    assert loop["error"] == "more than 5 redirects" and loop["redirects"] == 5 and not loop["ok"]
+    assert site.hits[("HEAD", "/loop")] == 6
+    answer = client_pro.get(f"/api/v1/mailboxes/{box['id']}/messages/{message_id}/checks/links").json()
+    assert answer["status"] == "done" and [link["url"] for link in answer["links"]] == urls
+
+
+def test_a_body_is_not_read(client_pro, box, received, site, allow_private):
+    # HEAD refused, so a GET, whose body never ends: the answer is its status line.
+    message_id = received(linking(f"{site.url}/endless"))
+    start(client_pro, box, message_id)
+    started = time.monotonic()
+    found = run_check(message_id)
+    assert found[f"{site.url}/endless"]["ok"] and found[f"{site.url}/endless"]["status_code"] == 200
+    assert time.monotonic() - started < 5
+
+
+def test_ten_seconds_a_link_and_five_at_once(client_pro, box, received, site, allow_private):
+    slow = [f"{site.url}/slow?{index}" for index in range(5)]
+    message_id = received(linking(*slow, f"{site.url}/ok"))
+    start(client_pro, box, message_id)
+    started = time.monotonic()
+    found = run_check(message_id)
+    elapsed = time.monotonic() - started
+    assert all(found[url]["error"] == "no answer within 10 s" and found[url]["status_code"] is None for url in slow)
+    assert found[f"{site.url}/ok"]["ok"]
+    # Five links of 10 s each, side by side: one bound, not five (and not less than one).
+    assert 10 <= elapsed < 20, elapsed
+
+
+def test_private_addresses_are_refused_and_never_contacted(client_pro, box, received, site, settings):
+    settings.RELAY_LINK_CHECK_ALLOW_PRIVATE = False
+    message_id = received(linking(f"{site.url}/ok", f"{site.url}/moved"))
+    start(client_pro, box, message_id)
+    found = run_check(message_id)
+    assert all(not result["ok"] and "does not resolve to a public address" in result["error"]
+               for result in found.values())
+    assert sum(site.hits.values()) == 0
+
+
+def test_every_redirect_is_judged_again(client_pro, box, received, site, settings, monkeypatch):
+    # This site counts as public and a second, on 127.0.0.2, as private: the check follows
+    # a redirect from the first to the second no further than the address rule.
+    from webhooks import transport
+
+    inner = Site("127.0.0.2")
+    try:
+        settings.RELAY_LINK_CHECK_ALLOW_PRIVATE = False
+        monkeypatch.setattr(transport, "public", lambda address: str(address) == "127.0.0.1")
+        url = f"{site.url}/elsewhere?to={inner.url}/ok"
+        message_id = received(linking(url))
+        start(client_pro, box, message_id)
+        result = run_check(message_id)[url]
+        assert result["redirects"] == 1 and result["final_url"] == f"{inner.url}/ok"
+        assert "does not resolve to a public address" in result["error"] and not result["ok"]
+        assert site.hits[("HEAD", "/elsewhere")] == 1 and sum(inner.hits.values()) == 0
+    finally:
+        inner.stop()
+
+
+def test_at_most_fifty_links(client_pro, box, received, site, allow_private):
+    message_id = received(linking(*(f"{site.url}/ok?{index}" for index in range(60))))
+    start(client_pro, box, message_id)
+    found = run_check(message_id)
+    assert len(found) == 50 and all(result["ok"] for result in found.values())
+
+
+def test_a_newer_request_replaces_the_older_result(client_pro, box, received, site, allow_private):
+    message_id = received(linking(f"{site.url}/ok"))
+    start(client_pro, box, message_id)
+    older = LinkCheck.objects.get(message_id=message_id).started_at
+    start(client_pro, box, message_id)
+    # The first request's task ends after the second was asked for: it keeps nothing.
+    links.links_check_run(message_id, older.isoformat())
+    assert LinkCheck.objects.get(message_id=message_id).status == "pending"
+
+
+def test_a_check_never_started_is_not_found(client_pro, box, received):
+    message_id = received(mail_corpus.plain)
+    response = client_pro.get(f"/api/v1/mailboxes/{box['id']}/messages/{message_id}/checks/links")
+    assert response.status_code == 404 and "POST" in response.json()["message"]
+
+
+def test_a_check_whose_task_was_lost_is_queued_again(client_pro, box, received, monkeypatch,
+                                                     django_capture_on_commit_callbacks):
+    message_id = received(mail_corpus.plain)
+    start(client_pro, box, message_id)
+    long_ago = LinkCheck.objects.get(message_id=message_id).started_at.replace(year=2020)
+    LinkCheck.objects.filter(message_id=message_id).update(started_at=long_ago)
+    queued = []
+    monkeypatch.setattr(links, "_queue", lambda message, started_at: queued.append((message, started_at)))
+    with django_capture_on_commit_callbacks(execute=True):
+        answer = client_pro.get(f"/api/v1/mailboxes/{box['id']}/messages/{message_id}/checks/links").json()
+    renewed = LinkCheck.objects.get(message_id=message_id).started_at
+    assert answer["status"] == "pending" and renewed > long_ago and queued == [(message_id, renewed)]
+
+
+def test_a_worker_checks_the_links_end_to_end(processes, site):
+    """POST → 202, a real Celery worker's task, GET → done: over a live web process."""
+    processes.env["RELAY_LINK_CHECK_ALLOW_PRIVATE"] = "true"
+    processes.worker("worker")
+    base = processes.start_web()
+    _, key = account_create_with_key(login="linker", plan="pro")
+    http = requests.Session()
+    http.headers["Authorization"] = f"Bearer {key}"
+    box = http.post(f"{base}/api/v1/mailboxes", json={"ttl_ms": 600_000}, timeout=10).json()
+    message_id = deliver(mail_corpus.newsletter(box["address"], links=[f"{site.url}/ok", f"{site.url}/missing"]),
+                         box["address"])[0]
+    route = f"{base}/api/v1/mailboxes/{box['id']}/messages/{message_id}/checks/links"
+    assert http.post(route, timeout=10).status_code == 202
+    done = wait_until(lambda: (answer := http.get(route, timeout=10).json())["status"] == "done" and answer,
+                      timeout=30, message="the worker's link check")
+    assert [(link["url"], link["ok"]) for link in done["links"]] == [(f"{site.url}/ok", True),
+                                                                     (f"{site.url}/missing", False)]
