@@ -20,12 +20,15 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from oauth2_provider.models import get_access_token_model, get_refresh_token_model
 from oauth2_provider.views import AuthorizationView
 
+from asgiref.sync import async_to_sync
+
 from accounts import services as accounts
 from accounts.errors import Forbidden, RelayError
 from accounts.keys import api_key_revoke
 from api.authentication import AccountRouteThrottle, AnonymousCreateThrottle
 from api.errors import error_of
 from api.waiting import event_stream
+from checks import message_checks
 from domains.models import Domain, DomainStatus
 from inbox import session
 from inbox.mail_html import policy, shown_html
@@ -45,7 +48,7 @@ from relay.outbox.replies import forward_queue, reply_queue
 logger = logging.getLogger(__name__)
 
 LISTED = 50
-TABS = ("html", "text", "headers", "raw", "attachments", "thread")
+TABS = ("html", "text", "headers", "raw", "attachments", "thread", "checks")
 # The pages' own policy: their script and style files, the mail's frame from this origin,
 # the event stream; nothing inline, and no page may frame them.
 PAGE_POLICY = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -327,7 +330,40 @@ def message_page(request, mailbox_id: uuid.UUID, message_id: int):
         context["raw"] = bytes(message.content.raw).decode("utf-8", "replace")
     if tab == "thread" and message.thread_id:
         context["thread"] = thread_messages([message.thread])[message.thread_id]
+    if tab == "checks":
+        context.update(_checks(mailbox, message))
     return render(request, "inbox/message.html", context)
+
+
+def _checks(mailbox, message) -> dict:
+    """The Checks tab: the HTML, header and spam checks now, the latest link check if any."""
+    found = {"html_check": message_checks.html_check(mailbox=mailbox, message_id=message.id),
+             "header_checks": message_checks.headers_check(mailbox=mailbox, message_id=message.id)["checks"]}
+    try:
+        raw = queries.message_raw(mailbox=mailbox, message_id=message.id)
+        found["spam"] = async_to_sync(message_checks.spam_check)(raw=raw)
+    except RelayError as exc:
+        found["spam_error"] = error_of(exc)[1]
+    try:
+        found["link_check"] = message_checks.links_result(mailbox=mailbox, message_id=message.id)
+    except NotFound:
+        found["link_check"] = None
+    html = found["html_check"]
+    names = {client["id"]: client["name"] for client in html["clients"]}
+    found["families"] = sorted((family, score) for family, score in (html["score"] or {}).items() if family != "overall")
+    found["features"] = [{**feature, "lacking": sorted(names.get(client, client) for client, support in
+                                                       feature["support"].items() if support != "yes")}
+                         for feature in html["features"]]
+    return found
+
+
+@require_POST
+@page
+def message_check_links(request, mailbox_id: uuid.UUID, message_id: int):
+    """Start a link check, then back to the Checks tab, which shows it as it goes."""
+    _, mailbox, message = _message(request, mailbox_id, message_id)
+    message_checks.links_start(mailbox=mailbox, message_id=message.id)
+    return HttpResponseRedirect(reverse("inbox-message", args=[mailbox_id, message_id]) + "?tab=checks")
 
 
 def _html_response(request, message, parts_route: str, parts_args: list) -> HttpResponse:

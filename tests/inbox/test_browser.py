@@ -224,7 +224,7 @@ def test_sign_in_by_a_mailed_code_after_a_burnt_one_an_ended_mailbox_and_a_form_
     assert Mailbox.objects.filter(owner=None).count() == 0
 
 
-PAGES = ("home", "mailbox", "message", "sign-in", "account", "delete")
+PAGES = ("home", "mailbox", "message", "checks", "sign-in", "account", "delete")
 
 
 def visit(driver, web, smtp_server):
@@ -237,6 +237,9 @@ def visit(driver, web, smtp_server):
     element(driver, "#messages li a.open").click()
     wait_until(lambda: elements(driver, "iframe#mail-html") and loaded(driver), timeout=10, message="the message")
     yield "message", driver.current_url
+    driver.get(driver.current_url.split("?")[0] + "?tab=checks")
+    wait_until(lambda: elements(driver, "#render-title") and loaded(driver), timeout=10, message="the checks")
+    yield "checks", driver.current_url
     driver.get(page + "/delete")
     yield "delete", driver.current_url
     driver.get(web + "/")

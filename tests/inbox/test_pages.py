@@ -169,10 +169,29 @@ def test_a_message_shows_its_code_links_and_verdicts_and_is_marked_read(db):
     assert "482913" in page and "https://shop.example/ok" in page and "DMARC:" in page
     assert f"/inbox/{mailbox.id}/{message_id}/html" in page and 'sandbox="allow-popups"' in page
     assert Message.objects.get(id=message_id).is_read
-    for tab in ("text", "headers", "raw", "attachments", "thread"):
+    for tab in ("text", "headers", "raw", "attachments", "thread", "checks"):
         assert browser.get(f"/inbox/{mailbox.id}/{message_id}?tab={tab}").status_code == 200
     eml = browser.get(f"/inbox/{mailbox.id}/{message_id}/message.eml")
     assert eml["Content-Disposition"].startswith("attachment") and b"482913" in eml.content
+
+
+def test_the_checks_tab_shows_the_html_header_and_spam_checks_and_starts_a_link_check(db, settings):
+    from checks.models import LinkCheck
+    from tests.mail_corpus import newsletter
+
+    settings.RELAY_SPAMD_URL = ""
+    browser = Client()
+    mailbox = anonymous_mailbox(browser)
+    [message_id] = deliver(newsletter(mailbox.address), mailbox.address)
+    page = browser.get(f"/inbox/{mailbox.id}/{message_id}?tab=checks").content.decode()
+    assert "display:flex" in page and "Outlook Windows" in page, "a feature and a client that lacks it"
+    assert "one_click_unsubscribe" in page and "No spam checker is set up on this Relay." in page
+    assert "Check the links" in page and "data-pending" not in page
+    started = browser.post(f"/inbox/{mailbox.id}/{message_id}/check-links")
+    assert started.status_code == 302 and started["Location"].endswith("?tab=checks")
+    assert LinkCheck.objects.get(message_id=message_id).status == "pending"
+    assert "data-pending" in browser.get(started["Location"]).content.decode()
+    assert Client().post(f"/inbox/{mailbox.id}/{message_id}/check-links").status_code == 404
 
 
 def test_a_hostile_mails_html_is_served_without_script_forms_frames_or_remote_loads(db):
@@ -249,3 +268,14 @@ def test_the_account_lists_and_revokes_its_api_keys_and_a_session_from_that_key_
     assert browser.post("/inbox/apps", {"key": str(key_id)}).status_code == 302
     assert account.api_keys.get().revoked_at is not None
     assert browser.get("/inbox/apps").status_code == 302, "the session of a revoked key went on"
+
+
+def test_every_spanish_message_is_translated_and_none_is_fuzzy():
+    from pathlib import Path
+
+    po = (Path(__file__).resolve().parents[2] / "inbox" / "locale" / "es" / "LC_MESSAGES" / "django.po").read_text()
+    entries = po.split("\n\n")[1:]  # the first is the catalogue's own header
+    fuzzy = [entry for entry in entries if re.search(r"^#,.*\bfuzzy\b", entry, re.M)]
+    empty = [entry for entry in entries if re.search(r'^msgstr(\[\d\])? ""\n?(?!")', entry + "\n", re.M)
+             and not re.search(r'^msgstr(\[\d\])? ""\n"', entry, re.M)]
+    assert fuzzy == [] and empty == []

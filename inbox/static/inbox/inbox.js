@@ -1,5 +1,5 @@
 /* The web inbox's enhancements; every page reads without them: copy buttons, the
-   countdown, and the mailbox's live list over its event stream. */
+   countdown, the mailbox's live list over its event stream, a link check's progress. */
 (function () {
   "use strict";
 
@@ -63,9 +63,15 @@
     stream.addEventListener("expired", function () { stream.close(); window.location.reload(); });
   }
 
+  // A link check under way: the page is read again until it is done.
+  function reloadWhilePending() {
+    if (document.querySelector("[data-pending]")) { setTimeout(function () { window.location.reload(); }, 2000); }
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
     enableCopy(document);
     countdown();
     liveList();
+    reloadWhilePending();
   });
 }());
