@@ -151,6 +151,19 @@ def senders(dns_server, tmp_path_factory):
     return Senders(keys=keys, dns_port=dns_server.port)
 
 
+# --- spamd ---------------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def spamd_server(tmp_path_factory):
+    """The suite's own spamd (tests/spamd_server.py), started once when a test asks for it."""
+    from tests import spamd_server as server_module
+
+    if not server_module.installed():
+        pytest.skip("spamd is not installed (scripts/test.sh installs Debian's spamassassin)")
+    server = server_module.SpamdServer(tmp_path_factory.mktemp("spamd"), free_port()).start()
+    yield server
+    server.stop()
+
+
 # --- API clients ---------------------------------------------------------------------------
 @pytest.fixture(autouse=True)
 def fresh_mail_reader():
