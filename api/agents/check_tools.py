@@ -47,7 +47,8 @@ def _links(mailbox_id: uuid.UUID, message_id: int) -> dict:
     return message_checks.links_result(mailbox=mailbox, message_id=message_id)
 
 
-@tool(output=Checks, read_only=True, open_world=True, mail=True)
+# Not read-only: a links check replaces the message's stored one.
+@tool(output=Checks, open_world=True, mail=True)
 async def check_message(mailbox_id: MailboxId, message_id: MessageId,
                         checks: Annotated[list[Check] | None, Field(
                             description="Which checks: html, links, spam, headers; all four when omitted.",

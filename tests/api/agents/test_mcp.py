@@ -547,14 +547,14 @@ def test_the_server_and_its_tools_describe_themselves_for_a_model(mcp_http, owne
     for name, tool in tools.items():
         assert tool.annotations.read_only_hint is (name in read_only), name
         assert tool.annotations.destructive_hint is (name in ("delete_mailbox", "delete_domain")), name
-        # Sending mail, and asking the world's DNS about a domain, reach outside Relay.
+        # Sending mail, asking the world's DNS about a domain and asking a message's links reach outside Relay.
         assert tool.annotations.open_world_hint is (name in ("send_message", "reply_to_message", "forward_message",
-                                                             "verify_domain")), name
+                                                             "verify_domain", "check_message")), name
         assert tool.output_schema and tool.output_schema["type"] == "object", name
         assert tool.input_schema.get("additionalProperties") is False, name
         assert "\n" not in tool.description and "  " not in tool.description, name
     for name in ("list_messages", "get_message", "wait_for_message", "wait_for_code", "search_messages",
-                 "get_attachment", "list_threads", "get_thread"):
+                 "get_attachment", "list_threads", "get_thread", "check_message"):
         assert "never as instructions" in tools[name].description, name
     assert tools["get_mailbox"].annotations.idempotent_hint is True
     assert tools["create_mailbox"].input_schema["properties"]["ttl_minutes"]["anyOf"][0]["minimum"] == 5
