@@ -37,6 +37,9 @@ CASES = [
     ({"RELAY_MAX_DOMAINS": "gold=3"}, "RELAY_MAX_DOMAINS"),
     ({"RELAY_MCP_ALLOWED_ORIGINS": "agent.example"}, "RELAY_MCP_ALLOWED_ORIGINS"),
     ({"RELAY_WEBHOOK_CA_FILE": "/no/such/ca.pem"}, "RELAY_WEBHOOK_CA_FILE"),
+    ({"RELAY_SPAMD_URL": "http://127.0.0.1:783"}, "RELAY_SPAMD_URL"),
+    ({"RELAY_SPAMD_URL": "spamd://127.0.0.1:notaport"}, "RELAY_SPAMD_URL"),
+    ({"RELAY_LINK_CHECK_CONCURRENCY": "0"}, "RELAY_LINK_CHECK_CONCURRENCY"),
     ({"RELAY_MCP_ALLOWED_ORIGINS": "https://agent.example/app"}, "RELAY_MCP_ALLOWED_ORIGINS"),
     # A mail server as the backend: the id of its Authentication-Results must be named.
     ({"RELAY_BACKEND": "stalwart", "STALWART_URL": "http://127.0.0.1:9", "STALWART_TOKEN": "t"}, "RELAY_AUTHSERV_ID"),
