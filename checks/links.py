@@ -99,13 +99,17 @@ def link_check(session: requests.Session, url: str) -> dict:
     return result
 
 
+def links_check_urls(urls: list[str]) -> list[dict]:
+    """Each URL's result, in order, RELAY_LINK_CHECK_CONCURRENCY at once."""
+    session = transport.pinned_session()
+    with ThreadPoolExecutor(max_workers=settings.RELAY_LINK_CHECK_CONCURRENCY) as pool:
+        return list(pool.map(lambda url: link_check(session, url), urls))
+
+
 def links_check_run(message_id: int, started_at: str) -> int:
     """The task's work: check every link, a few at once, and keep the result if this is
     still the newest request. The number of links checked."""
-    urls = links_of(message_id)
-    session = transport.pinned_session()
-    with ThreadPoolExecutor(max_workers=settings.RELAY_LINK_CHECK_CONCURRENCY) as pool:
-        results = list(pool.map(lambda url: link_check(session, url), urls))
+    results = links_check_urls(links_of(message_id))
     kept = LinkCheck.objects.filter(message_id=message_id, started_at=started_at).update(
         status=LinkCheck.Status.DONE, links=results, finished_at=timezone.now())
     if kept:
