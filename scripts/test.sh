@@ -24,6 +24,14 @@ if [ ! -f var/axe-core/node_modules/axe-core/axe.min.js ] && command -v npm >/de
     >/dev/null || echo "warning: could not install axe-core; the accessibility checks will be skipped" >&2
 fi
 
+# The TypeScript client's tests (tests/test_client_typescript.py) compile and run it with its
+# dev dependencies, installed from its lock file (npm's registry; no browser is downloaded).
+if [ ! -d clients/typescript/node_modules/typescript ] && command -v npm >/dev/null; then
+  echo "installing the TypeScript client's dev dependencies into clients/typescript/node_modules" >&2
+  PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --prefix clients/typescript --no-audit --no-fund --loglevel=error \
+    >/dev/null || echo "warning: could not install them; the TypeScript client's tests will be skipped" >&2
+fi
+
 # The mail-server tests run a Cyrus IMAP of their own (tests/cyrus_server.py); install
 # Debian's when missing and this user may (they skip, saying why, where it cannot be had).
 if [ ! -x /usr/lib/cyrus/bin/master ] || ! command -v saslpasswd2 >/dev/null; then
