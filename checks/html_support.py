@@ -324,6 +324,8 @@ def features_used(html: str) -> Counter:
         finder.found["html-doctype"] += 1
     for element in document.iter():
         finder.element(element)
+    if "html-body" in finder.found and not re.search(r"<body\b", html, re.IGNORECASE):
+        del finder.found["html-body"]  # the parser's own, around a fragment: the sender wrote none
     return Counter({slug: count for slug, count in finder.found.items() if slug in finder.known})
 
 
