@@ -44,7 +44,7 @@ def main() -> None:
     from checks.links import links_check_urls
     from mailboxes.mail_format import whole_html
     from tests import mail_corpus
-    from tests.checks.test_links import Site
+    from tests.link_site import Site
 
     corpus = {name: build("box@relay.localhost") for name, build in mail_corpus.REAL_WORLD.items()}
     corpus["5 MB"] = five_megabytes()

@@ -36,14 +36,12 @@ IMAGE_TYPES = {"png": "image-png", "gif": "image-gif", "jpg": "image-jpg", "jpeg
                "tiff": "image-tiff", "apng": "image-apng", "heif": "image-heif", "heic": "image-heif",
                "mp4": "image-mp4", "hdr": "image-hdr"}
 
-# Properties whose feature is not "css-" and their own name.
-PROPERTIES = {
-    "margin-block-start": "css-margin-block-start-end", "margin-block-end": "css-margin-block-start-end",
-    "margin-inline-start": "css-margin-inline-start-end", "margin-inline-end": "css-margin-inline-start-end",
-    "margin-inline": "css-margin-inline-block", "margin-block": "css-margin-inline-block",
-    "padding-block-start": "css-padding-block-start-end", "padding-block-end": "css-padding-block-start-end",
-    "padding-inline-start": "css-padding-inline-start-end", "padding-inline-end": "css-padding-inline-start-end",
-    "padding-inline": "css-padding-inline-block", "padding-block": "css-padding-inline-block",
+# Properties whose feature is not "css-" and their own name: the logical margins and
+# paddings, then the rest.
+PROPERTIES = {f"{box}-{axis}-{edge}": f"css-{box}-{axis}-start-end"
+              for box in ("margin", "padding") for axis in ("block", "inline") for edge in ("start", "end")}
+PROPERTIES |= {f"{box}-{axis}": f"css-{box}-inline-block" for box in ("margin", "padding") for axis in ("block", "inline")}
+PROPERTIES |= {
     "border-inline": "css-border-inline-block", "border-block": "css-border-inline-block",
     "top": "css-left-right-top-bottom", "right": "css-left-right-top-bottom",
     "bottom": "css-left-right-top-bottom", "left": "css-left-right-top-bottom",

@@ -164,6 +164,20 @@ def spamd_server(tmp_path_factory):
     server.stop()
 
 
+@pytest.fixture
+def checking_web(processes, spamd_server):
+    """A web process that asks the suite's spamd, a worker that may check loopback links,
+    and a loopback site for them: (base URL, site)."""
+    from tests.link_site import Site
+
+    site = Site()
+    processes.env["RELAY_LINK_CHECK_ALLOW_PRIVATE"] = "true"
+    processes.worker("worker")
+    base = processes.start_web(env={"RELAY_SPAMD_URL": spamd_server.url})
+    yield base, site
+    site.stop()
+
+
 # --- API clients ---------------------------------------------------------------------------
 @pytest.fixture(autouse=True)
 def fresh_mail_reader():

@@ -228,24 +228,17 @@ def test_the_client_is_typed_and_depends_on_requests_only():
     assert (ROOT / "client" / "relay_client" / "py.typed").exists()
 
 
-def test_check_message_gives_each_check_as_the_api_answers_it(processes, smtp_server, spamd_server):
-    from tests.checks.test_links import Site
+def test_check_message_gives_each_check_as_the_api_answers_it(checking_web, smtp_server):
     from tests.mail_corpus import newsletter, send
 
-    site = Site()
-    try:
-        processes.env["RELAY_LINK_CHECK_ALLOW_PRIVATE"] = "true"
-        processes.worker("worker")
-        base = processes.start_web(env={"RELAY_SPAMD_URL": spamd_server.url})
-        _, key = account_create_with_key(login="checker", plan="pro")
-        relay = Relay(base, key)
-        box = relay.create_mailbox()
-        send(smtp_server.port, box.address, newsletter(box.address, links=[f"{site.url}/ok", f"{site.url}/gone"]))
-        message = relay.wait_for_message(box.id, timeout_seconds=10)
-        found = relay.check_message(box.id, message.id)
-        only_spam = relay.check_message(box.id, message.id, checks=["spam"])
-    finally:
-        site.stop()
+    base, site = checking_web
+    _, key = account_create_with_key(login="checker", plan="pro")
+    relay = Relay(base, key)
+    box = relay.create_mailbox()
+    send(smtp_server.port, box.address, newsletter(box.address, links=[f"{site.url}/ok", f"{site.url}/gone"]))
+    message = relay.wait_for_message(box.id, timeout_seconds=10)
+    found = relay.check_message(box.id, message.id)
+    only_spam = relay.check_message(box.id, message.id, checks=["spam"])
     assert list(found) == ["html", "links", "spam", "headers"]
     assert found["links"]["status"] == "done" and [link["ok"] for link in found["links"]["links"]] == [True, False]
     assert found["html"]["score"]["overall"] < 1 and found["spam"]["is_spam"] is False

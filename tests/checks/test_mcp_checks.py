@@ -5,42 +5,35 @@ import pytest
 from accounts.services import account_create_with_key
 from tests import mail_corpus
 from tests.api.agents.test_mcp import Http, call, error_of, run
-from tests.checks.test_links import Site
 from tests.helpers import deliver
 
 pytestmark = pytest.mark.workers
 
 
-def test_an_agent_checks_a_newsletter(processes, spamd_server):
-    site = Site()
-    try:
-        processes.env["RELAY_LINK_CHECK_ALLOW_PRIVATE"] = "true"
-        processes.worker("worker")
-        base = processes.start_web(env={"RELAY_SPAMD_URL": spamd_server.url})
-        _, key = account_create_with_key(login="checker", plan="pro")
-        _, stranger = account_create_with_key(login="stranger", plan="pro")
-        mcp = Http(f"{base}/mcp")
+def test_an_agent_checks_a_newsletter(checking_web):
+    base, site = checking_web
+    _, key = account_create_with_key(login="checker", plan="pro")
+    _, stranger = account_create_with_key(login="stranger", plan="pro")
+    mcp = Http(f"{base}/mcp")
 
-        async def create():
-            async with mcp.session(key) as session:
-                return await call(session, "create_mailbox")
+    async def create():
+        async with mcp.session(key) as session:
+            return await call(session, "create_mailbox")
 
-        box = run(create())
-        message_id = deliver(mail_corpus.newsletter(box["address"], links=[f"{site.url}/ok", f"{site.url}/missing"]),
-                             box["address"])[0]
-        ids = {"mailbox_id": box["id"], "message_id": message_id}
+    box = run(create())
+    message_id = deliver(mail_corpus.newsletter(box["address"], links=[f"{site.url}/ok", f"{site.url}/missing"]),
+                         box["address"])[0]
+    ids = {"mailbox_id": box["id"], "message_id": message_id}
 
-        async def scenario():
-            async with mcp.session(key) as session:
-                everything = await call(session, "check_message", ids)
-                only_html = await call(session, "check_message", {**ids, "checks": ["html"]})
-            async with mcp.session(stranger) as session:
-                refused = await error_of(session, "check_message", ids)
-            return everything, only_html, refused
+    async def scenario():
+        async with mcp.session(key) as session:
+            everything = await call(session, "check_message", ids)
+            only_html = await call(session, "check_message", {**ids, "checks": ["html"]})
+        async with mcp.session(stranger) as session:
+            refused = await error_of(session, "check_message", ids)
+        return everything, only_html, refused
 
-        everything, only_html, refused = run(scenario())
-    finally:
-        site.stop()
+    everything, only_html, refused = run(scenario())
     assert list(everything) == ["html", "links", "spam", "headers"]
     assert "css-display-flex" in {feature["slug"] for feature in everything["html"]["features"]}
     assert everything["links"]["status"] == "done"
