@@ -1,8 +1,9 @@
 """API: gunicorn (uvicorn workers, or sync ones with --server wsgi) on this machine, load from wrk in another process. Prints requests/s
 and p99 latency of GET /api/v1/mailboxes/{id} and POST /api/v1/mailboxes, and their
 ratio to a bare Django view making the same primary-key select (bench/baseline_asgi.py),
-served by the same server and workers; the three alternate for `--rounds` rounds, and
-the ratio is given per round (median and range).
+served by the same server and workers; and GET /api/v1/mailboxes/{id} with an OAuth
+access token instead of the API key, with its ratio to the key's. They alternate for
+`--rounds` rounds, and the ratios are given per round (median and range).
 
     scripts/bench.sh api [--seconds 10] [--connections 16] [--workers 2] [--rounds 3] [--server asgi|wsgi]
 """
@@ -56,6 +57,7 @@ def main() -> None:
 
     owner, key = account_create_with_key(login="bench", plan="enterprise")  # 100,000 active mailboxes: the POST run makes thousands
     mailbox, _ = mailbox_create(backend=get_backend(), caller=Caller(owner=owner), local_part=None, domain=None, ttl_ms=3_600_000)
+    token = access_token(owner)
     # Relay's application with the baseline's route added (bench/baseline_asgi.py), so both
     # are served by the same server and the same workers.
     server = (["bench.baseline_asgi", "-k", "uvicorn_worker.UvicornWorker"] if args.server == "asgi"
@@ -65,13 +67,14 @@ def main() -> None:
     wait_until(lambda: _answers(f"http://127.0.0.1:{PORT}/api/schema/"), 60, "gunicorn")
     load = dict(key=key, seconds=args.seconds, connections=args.connections)
     baseline_path = f"/baseline/mailboxes/{mailbox.id}"
-    rounds: dict[str, list[dict]] = {"baseline": [], "GET mailbox": [], "POST mailboxes": []}
+    rounds: dict[str, list[dict]] = {"baseline": [], "GET mailbox": [], "GET mailbox (token)": [], "POST mailboxes": []}
     try:
         wrk(baseline_path, **{**load, "seconds": 3})  # warm up every worker
         wrk(f"/api/v1/mailboxes/{mailbox.id}", **{**load, "seconds": 3})
         for _ in range(args.rounds):
             rounds["baseline"].append(wrk(baseline_path, **load))
             rounds["GET mailbox"].append(wrk(f"/api/v1/mailboxes/{mailbox.id}", **load))
+            rounds["GET mailbox (token)"].append(wrk(f"/api/v1/mailboxes/{mailbox.id}", **{**load, "key": token}))
             rounds["POST mailboxes"].append(wrk("/api/v1/mailboxes", script="bench/wrk_post.lua", **load))
     finally:
         stop(web)
@@ -86,16 +89,39 @@ def main() -> None:
         rps = [result["rps"] for result in rounds[name]]
         return f"{median(rps):.0f} req/s ({min(rps):.0f}–{max(rps):.0f})"
 
-    def ratio(name: str) -> str:
-        values = sorted(route["rps"] / base["rps"] for route, base in zip(rounds[name], rounds["baseline"]))
+    def ratio(name: str, to: str = "baseline") -> str:
+        values = sorted(route["rps"] / base["rps"] for route, base in zip(rounds[name], rounds[to]))
         return f"**{median(values):.2f}** ({values[0]:.2f}–{values[-1]:.2f})"
 
     errors = sum(result["errors"] for results in rounds.values() for result in results)
     figures = (f"gunicorn ({args.server}) -w {args.workers}, wrk -c {args.connections}, {args.rounds} interleaved "
                f"rounds of {args.seconds} s (median, range): GET mailbox {summary('GET mailbox')} = ratio "
-               f"{ratio('GET mailbox')} to the bare Django view's same select {summary('baseline')}; POST mailboxes "
+               f"{ratio('GET mailbox')} to the bare Django view's same select {summary('baseline')}; with an OAuth "
+               f"access token {summary('GET mailbox (token)')} = ratio {ratio('GET mailbox (token)', 'GET mailbox')} "
+               f"to the API key's; POST mailboxes "
                f"{summary('POST mailboxes')} = ratio {ratio('POST mailboxes')}; errors {errors}")
     record("api", command_line(), figures)
+
+
+def access_token(owner) -> str:
+    """An OAuth access token of `owner`'s for the API (what a hosted agent holds after consent)."""
+    from datetime import timedelta
+
+    from django.conf import settings
+    from django.utils import timezone
+    from oauth2_provider.models import get_access_token_model, get_application_model
+
+    from accounts.oauth import oauth_user_for
+
+    user = oauth_user_for(owner)
+    application = get_application_model().objects.create(
+        name="bench agent", client_type="public", authorization_grant_type="authorization-code",
+        redirect_uris="http://127.0.0.1:9/callback", user=user)
+    secret = "bench-access-token-" + "x" * 24
+    get_access_token_model().objects.create(user=user, application=application, token=secret, scope="mailboxes",
+                                            expires=timezone.now() + timedelta(hours=2),
+                                            resource=[settings.RELAY_API_RESOURCE])
+    return secret
 
 
 def _answers(url: str) -> bool:

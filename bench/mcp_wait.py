@@ -136,9 +136,35 @@ def run_round(clients, key: str, mailboxes: list, processes: int, store, web, ma
         worker.join(60)
         if worker.exitcode != 0:
             raise SystemExit(f"a client process of {clients.__name__} failed (exit code {worker.exitcode})")
+    first = min(accepted.values())
     return {"arrived": [done[address][0] - accepted[address] for address in accepted],
             "parsed": [done[address][1] - accepted[address] for address in accepted],
+            "sent": [accepted[address] - first for address in accepted],
             "memory": (during - before) / len(mailboxes)}
+
+
+def plot(rounds: dict, path: str, title: str) -> None:
+    """Each answer's latency (arrival at its client) against when its mail was accepted,
+    MCP and API, every round: the PNG docs/benchmarks.md and the README show."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(8, 4), dpi=110)
+    for name, colour in (("API", "#1f77b4"), ("MCP", "#d62728")):
+        for index, done in enumerate(rounds[name]):
+            axes.scatter(done["sent"], [value * 1000 for value in done["arrived"]], s=6, alpha=0.6, color=colour,
+                         label=f"{name} wait" if index == 0 else None)
+    axes.set_yscale("log")
+    axes.set_xlabel("seconds since the round's first mail was accepted")
+    axes.set_ylabel("ms from the mail's 250 to the answer")
+    axes.set_title(title, fontsize=10)
+    axes.grid(True, which="both", alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path)
+    print(f"wrote {path}")
 
 
 def main() -> None:
@@ -148,6 +174,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="MCP and API rounds, interleaved")
     parser.add_argument("--mail-rate", type=float, default=0,
                         help="mails a second to the waiting mailboxes (0: as fast as Relay takes them)")
+    parser.add_argument("--plot", default="", help="write a PNG of every answer's latency over the run here")
     args = parser.parse_args()
     fresh_database()
     setup_django()
@@ -203,6 +230,9 @@ def main() -> None:
                f"library: MCP p99 {figure('MCP', 'parsed', 0.99)}, API p99 {figure('API', 'parsed', 0.99)}, ratio "
                f"{ratio('parsed')}. Web RSS per held wait: MCP {memory['MCP']:.0f} KiB, API {memory['API']:.0f} KiB")
     record("mcp_wait", command_line(), figures)
+    if args.plot:
+        plot(rounds, args.plot, f"{args.waiters} waits, mails{paced or ' all at once'}: MCP wait_for_code and the "
+                                f"API's wait, {args.rounds} rounds each")
 
 
 if __name__ == "__main__":

@@ -213,6 +213,12 @@ USE_TZ = True
 STATIC_URL = "static/"
 # Filled by `collectstatic` (make run, the Dockerfile); whitenoise serves it.
 STATIC_ROOT = VAR_DIR / "static"
+# Hashed names and gzip copies, made by collectstatic: whitenoise serves a hashed name with a
+# far-future, immutable Cache-Control, so a browser asks for the inbox's CSS and JS once
+# per deploy. A name missing from the manifest falls back to the plain one (not a 500).
+STORAGES = {"default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+            "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"}}
+WHITENOISE_MANIFEST_STRICT = False
 
 
 LOG_LEVEL = _choice("RELAY_LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR"))

@@ -279,3 +279,16 @@ def test_every_spanish_message_is_translated_and_none_is_fuzzy():
     empty = [entry for entry in entries if re.search(r'^msgstr(\[\d\])? ""\n?(?!")', entry + "\n", re.M)
              and not re.search(r'^msgstr(\[\d\])? ""\n"', entry, re.M)]
     assert fuzzy == [] and empty == []
+
+
+def test_the_pages_assets_have_hashed_names_cached_for_a_year_and_a_fresh_name_on_change(db):
+    page = Client().get("/").content.decode()
+    assets = re.findall(r'(?:href|src)="(/static/inbox/inbox\.[0-9a-f]{12}\.(?:css|js))"', page)
+    assert len(assets) == 2, page[:600]
+    for path in assets:
+        response = Client().get(path)
+        assert response.status_code == 200
+        assert "immutable" in response["Cache-Control"] and "max-age=315360000" in response["Cache-Control"]
+        response.close()
+    # The page itself is not cached: it names the current assets.
+    assert "max-age=315360000" not in Client().get("/").get("Cache-Control", "")
