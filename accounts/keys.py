@@ -15,6 +15,7 @@ from django.db.models.functions import Now
 from accounts import revocations
 from accounts.errors import NotFound, QuotaExceeded
 from accounts.models import Account, ApiKey
+from accounts.oauth import token_cache_clear, tokens_forget
 
 logger = logging.getLogger(__name__)
 
@@ -98,12 +99,14 @@ def key_revoked(*, account_id: int) -> None:
     for digest, (_, _, api_key) in list(_key_cache.items()):
         if api_key.account_id == account_id:
             _key_cache.pop(digest, None)
+    tokens_forget(account_id=account_id)
     revocations.announce()
 
 
 def key_cache_clear() -> None:
     _key_cache.clear()
     _touched.clear()
+    token_cache_clear()
 
 
 def api_key_touch(*, api_key: ApiKey) -> None:

@@ -240,6 +240,26 @@ def test_revocation_suspension_and_a_reused_refresh_token_end_a_grant_at_once(re
     assert mcp_call(relay, third, "list_mailboxes", {}).status_code == 403
 
 
+def test_a_token_cached_by_another_process_is_refused_there_on_the_next_request(relay, person, module_processes):
+    port = free_port()
+    other = f"http://127.0.0.1:{port}"  # the same Relay (its public URL, so its resource), another process
+    module_processes.web("oauth-web-2", port, env={"RELAY_PUBLIC_URL": relay})
+    module_processes.wait_ready()
+    wait_until(lambda: requests.get(other + "/readyz", timeout=5).ok, timeout=30, message="the second web process")
+    client_id = register(relay)
+    token = grant(relay, person, client_id, scope="mailboxes")["access_token"]
+    for _ in range(3):  # cached by the second process
+        assert mcp_call(other, token, "list_mailboxes", {}).ok
+    assert requests.post(relay + "/oauth/revoke", data={"token": token, "client_id": client_id},
+                         timeout=10).status_code == 200
+    assert mcp_call(other, token, "list_mailboxes", {}).status_code == 401
+
+    kept = grant(relay, person, client_id, scope="mailboxes")["access_token"]
+    assert mcp_call(other, kept, "list_mailboxes", {}).ok
+    account_suspend(account=person.account)
+    assert mcp_call(other, kept, "list_mailboxes", {}).status_code == 403
+
+
 def test_deny_sends_access_denied_and_connected_apps_revoke(relay, person):
     client_id = register(relay)
     verifier = secrets.token_urlsafe(48)
