@@ -24,7 +24,7 @@ import threading
 import time
 
 from bench.api import PORT, _answers
-from bench.common import command_line, fresh_database, record, rss_mb, setup_django, spawn, stop, wait_until
+from bench.common import command_line, cpu_seconds, fresh_database, record, rss_mb, setup_django, spawn, stop, wait_until
 from bench.waiting import percentile
 
 SMTP_PORT = 2598
@@ -115,7 +115,20 @@ def api_clients(key: str, mailboxes: list[tuple[str, str]], answers, release) ->
         thread.join(120)
 
 
-def run_round(clients, key: str, mailboxes: list, processes: int, store, web, mail_rate: float) -> dict:
+def settle(pid: int, *, busy_below: float = 0.05, window: float = 0.25, at_most: float = 15.0) -> float:
+    """Wait until the web processes' CPU stays under `busy_below` of one core for `window`
+    seconds (every wait set up: its first look done, nothing queued); the seconds it took."""
+    started = time.monotonic()
+    while time.monotonic() - started < at_most:
+        before = cpu_seconds(pid)
+        time.sleep(window)
+        if (cpu_seconds(pid) - before) / window < busy_below:
+            break
+    return time.monotonic() - started
+
+
+def run_round(clients, key: str, mailboxes: list, processes: int, store, web, mail_rate: float,
+              settled: bool = False) -> dict:
     """Start `clients` over `processes` processes, wait until every wait is held, mail each
     mailbox once, collect the answers: their latencies from the 250 (arrived, parsed), and
     the web processes' growth per held wait."""
@@ -128,6 +141,8 @@ def run_round(clients, key: str, mailboxes: list, processes: int, store, web, ma
     for worker in workers:
         worker.start()
     wait_until(lambda: open_waits(store) >= len(mailboxes), 120, f"every wait of {clients.__name__} held")
+    if settled:
+        print(f"{clients.__name__}: the web processes went quiet {settle(web.pid):.2f} s after the last wait was held")
     during = rss_mb(web.pid)
     accepted = send_one_each([address for _, address in pairs], mail_rate)
     done = {address: (arrived, parsed) for address, arrived, parsed in (answers.get(timeout=60) for _ in pairs)}
@@ -175,6 +190,9 @@ def main() -> None:
     parser.add_argument("--mail-rate", type=float, default=0,
                         help="mails a second to the waiting mailboxes (0: as fast as Relay takes them)")
     parser.add_argument("--plot", default="", help="write a PNG of every answer's latency over the run here")
+    parser.add_argument("--settled", action="store_true",
+                        help="send the mails only once the web processes are idle (every wait set up), not as soon "
+                             "as the last wait holds its place")
     args = parser.parse_args()
     fresh_database()
     setup_django()
@@ -204,7 +222,7 @@ def main() -> None:
         for _ in range(args.rounds):
             for name, clients in (("MCP", mcp_agents), ("API", api_clients)):
                 rounds[name].append(run_round(clients, key, mailboxes(), args.client_processes, store, web,
-                                                 args.mail_rate))
+                                                 args.mail_rate, args.settled))
     finally:
         stop(web, smtp)
     ms = lambda values, p: percentile(values, p) * 1000  # noqa: E731
@@ -221,7 +239,8 @@ def main() -> None:
 
     memory = {name: sum(done["memory"] for done in done_rounds) / len(done_rounds) * 1024
               for name, done_rounds in rounds.items()}
-    paced = f" sent at {args.mail_rate:g}/s" if args.mail_rate else ""
+    paced = (f" sent at {args.mail_rate:g}/s" if args.mail_rate else "") + (
+        " once the web processes were idle" if args.settled else "")
     figures = (f"{args.waiters} concurrent waits, clients in {args.client_processes} processes, each answered by one "
                f"mail{paced}; from the SMTP 250 to the answer's arrival at the client, {args.rounds} interleaved rounds "
                f"(median, range): MCP wait_for_code p50 {figure('MCP', 'arrived', 0.5)}, p99 "
