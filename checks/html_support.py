@@ -73,6 +73,7 @@ AT_RULES = {"media": "css-at-media", "font-face": "css-at-font-face", "import": 
             "keyframes": "css-at-keyframes", "supports": "css-at-supports"}
 PSEUDO_ELEMENTS = {"before", "after", "first-letter", "first-line", "marker", "placeholder"}
 VENDOR = re.compile(r"^-(?:webkit|moz|ms|o)-")
+XML_DECLARATION = re.compile(r"^\s*<\?xml[^>]{0,200}\?>")
 
 
 @functools.cache
@@ -314,6 +315,8 @@ class _Finder:
 def features_used(html: str) -> Counter:
     """How many times the HTML uses each of caniemail's features."""
     finder = _Finder()
+    # lxml refuses a str that declares its own encoding (XHTML mail's <?xml … encoding=…?>).
+    html = XML_DECLARATION.sub("", html, count=1)
     try:
         document = lxml.html.document_fromstring(html, parser=lxml.html.HTMLParser(huge_tree=True))
     except (etree.ParserError, ValueError):

@@ -54,14 +54,15 @@ def test_the_package_and_the_example_playwright_spec_type_check():
 
 
 def test_node_test_runner_against_a_live_relay(built, processes, smtp_server):
-    base = processes.start_web(env={"RELAY_MAX_OPEN_WAITS": "1"})
+    base = processes.start_web(env={"RELAY_MAX_OPEN_WAITS": "3"})
     _, key = account_create_with_key(login="typescript", plan="pro")
+    _, busy_key = account_create_with_key(login="typescript-busy", plan="pro")
     secret, body, now = new_secret(), '{"type":"message.received"}', int(time.time())
     webhook = {"body": body, "secret": secret, "headers": {
         "webhook-id": "msg_1", "webhook-timestamp": str(now), "webhook-signature": sign(secret, "msg_1", now,
                                                                                       body.encode())}}
     out = run(["node", "--test", "--test-timeout=60000", "--test-reporter=spec", *sorted(str(path) for path in (PACKAGE / "test").glob("*.test.mjs"))], env={
-        "RELAY_URL": base, "RELAY_API_KEY": key, "RELAY_SMTP_PORT": str(smtp_server.port),
+        "RELAY_URL": base, "RELAY_API_KEY": key, "RELAY_BUSY_API_KEY": busy_key, "RELAY_SMTP_PORT": str(smtp_server.port),
         "RELAY_TEST_WEBHOOK": json.dumps(webhook)}, timeout=300)
     assert "# fail 0" in out or "ℹ fail 0" in out, out
 

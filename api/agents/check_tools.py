@@ -32,14 +32,14 @@ def _now(mailbox_id: uuid.UUID, message_id: int, checks: list[str]) -> tuple[dic
     """The checks that need no waiting, the links' start, and the raw bytes spamd needs."""
     mailbox = reading.mailbox_open(caller=calling(), mailbox_id=mailbox_id)
     found = {}
-    raw = queries.message_raw(mailbox=mailbox, message_id=message_id)
+    raw = queries.message_raw(mailbox=mailbox, message_id=message_id) if "spam" in checks else None
     if "html" in checks:
         found["html"] = message_checks.html_check(mailbox=mailbox, message_id=message_id)
     if "headers" in checks:
         found["headers"] = message_checks.headers_check(mailbox=mailbox, message_id=message_id)
     if "links" in checks:
         found["links"] = message_checks.links_start(mailbox=mailbox, message_id=message_id)
-    return found, raw if "spam" in checks else None
+    return found, raw
 
 
 def _links(mailbox_id: uuid.UUID, message_id: int) -> dict:

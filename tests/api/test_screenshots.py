@@ -17,6 +17,15 @@ SHOTS = ROOT / "var" / "screenshots"
 WIDTH = 1280
 
 
+@pytest.fixture(autouse=True)
+def static_names_the_live_server_finds(settings):
+    """pytest-django's live server serves /static/ from the apps' own folders, which hold no
+    hashed names; production's manifest names are tested through whitenoise
+    (tests/inbox/test_pages.py)."""
+    settings.STORAGES = {**settings.STORAGES,
+                         "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"}}
+
+
 @pytest.fixture
 def browser():
     driver = headless_chromium(WIDTH)

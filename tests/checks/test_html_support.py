@@ -35,6 +35,8 @@ def html_mail(html: str):
     ("<style>@media (max-width: 600px) { p { font-size: 20px } }</style><p>x</p>", "css-at-media"),
     ("<style>@media (prefers-color-scheme: dark) { body { color: #fff } }</style>",
      "css-at-media-prefers-color-scheme"),
+    ('<?xml version="1.0" encoding="utf-8"?><html xmlns="http://www.w3.org/1999/xhtml"><body>'
+     '<div style="display:flex">x</div></body></html>', "css-display-flex"),
 ])
 def test_a_feature_in_use_is_reported_with_each_clients_support(received, checks_of, html, slug):
     message_id = received(html_mail(html))

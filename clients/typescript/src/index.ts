@@ -175,9 +175,13 @@ function given<T extends Record<string, unknown>>(body: T): Partial<T> {
   return Object.fromEntries(Object.entries(body).filter(([, value]) => value !== undefined)) as Partial<T>;
 }
 
-function base64Of(content: Uint8Array | string): string {
-  const bytes = typeof content === "string" ? new TextEncoder().encode(content) : content;
-  return Buffer.from(bytes).toString("base64");
+function attachmentsIn(attachments: AttachmentIn[] | undefined): Schemas["AttachmentIn"][] | undefined {
+  return attachments?.map(attachment => {
+    const bytes = typeof attachment.content === "string" ? new TextEncoder().encode(attachment.content)
+      : attachment.content;
+    return { filename: attachment.filename, content_type: attachment.contentType,
+      content_base64: Buffer.from(bytes).toString("base64") };
+  });
 }
 
 export class Relay {
@@ -382,9 +386,7 @@ export class Relay {
   sendMessage(mailboxId: string, options: SendOptions): Promise<Sent> {
     const body = given({
       to: options.to, subject: options.subject, text: options.text, html: options.html, cc: options.cc,
-      bcc: options.bcc, reply_to: options.replyTo, attachments: options.attachments?.map(attachment => ({
-        filename: attachment.filename, content_type: attachment.contentType, content: base64Of(attachment.content),
-      })),
+      bcc: options.bcc, reply_to: options.replyTo, attachments: attachmentsIn(options.attachments),
     });
     return this.json("POST", `/mailboxes/${mailboxId}/messages`, { ...options, body });
   }
@@ -394,9 +396,7 @@ export class Relay {
   }): Promise<Sent> {
     const body = given({
       text: options.text, html: options.html, reply_all: options.replyAll,
-      attachments: options.attachments?.map(attachment => ({
-        filename: attachment.filename, content_type: attachment.contentType, content: base64Of(attachment.content),
-      })),
+      attachments: attachmentsIn(options.attachments),
     });
     return this.json("POST", `/mailboxes/${mailboxId}/messages/${messageId}/reply`, { ...options, body });
   }

@@ -56,6 +56,18 @@ test("a mailbox is renewed and deleted, then not found", async () => {
     && error.code === "not_found");
 });
 
+test("a mail sent with an attachment is queued and kept in the mailbox", async () => {
+  const box = await relay.createMailbox();
+  const sent = await relay.sendMessage(box.id, { to: ["someone@example.com"], subject: "Report", text: "Attached.",
+    attachments: [{ filename: "report.csv", contentType: "text/csv", content: "a,b\n1,2\n" }] });
+  assert.equal(sent.status, "queued");
+  const kept = await relay.getMessage(box.id, sent.message_id);
+  assert.equal(kept.direction, "out");
+  assert.deepEqual(kept.attachments.map(item => item.filename), ["report.csv"]);
+  const bytes = await relay.getAttachment(box.id, kept.id, kept.attachments[0].id);
+  assert.equal(new TextDecoder().decode(bytes), "a,b\n1,2\n");
+});
+
 test("a bad key is a RelayError 401", async () => {
   const stranger = new Relay({ apiKey: "rk_not_a_key" });
   await assert.rejects(stranger.listMailboxes(), error => error instanceof RelayError && error.status === 401
@@ -79,18 +91,20 @@ test("an abort ends a held wait at once", async () => {
 });
 
 test("a 429 is retried after its Retry-After, and is a RelayError without retries", async () => {
-  // The web process allows one open wait per key (RELAY_MAX_OPEN_WAITS=1).
-  const box = await relay.createMailbox();
-  const holding = relay.waitForMessage(box.id, { timeoutSeconds: 4 });
+  // The web process allows 3 open waits per account (RELAY_MAX_OPEN_WAITS=3); this test's
+  // account is its own, so no other test's wait or stream takes a place.
+  const busy = new Relay({ apiKey: process.env.RELAY_BUSY_API_KEY });
+  const box = await busy.createMailbox();
+  const holding = [1, 2, 3].map(() => busy.waitForMessage(box.id, { timeoutSeconds: 4 }));
   await new Promise(resolve => setTimeout(resolve, 1000));
-  const impatient = new Relay({ retries: 0 });
+  const impatient = new Relay({ apiKey: process.env.RELAY_BUSY_API_KEY, retries: 0 });
   await assert.rejects(impatient.waitForMessage(box.id, { timeoutSeconds: 1 }),
     error => error instanceof RelayError && error.status === 429 && error.code === "rate_limited");
   const started = Date.now();
-  assert.equal(await relay.waitForMessage(box.id, { timeoutSeconds: 1 }), null);
+  assert.equal(await busy.waitForMessage(box.id, { timeoutSeconds: 1 }), null);
   // Relay's Retry-After for open waits is 5 s: the client slept it, then the wait got its place.
   assert.ok(Date.now() - started >= 4500, "waited for the Retry-After before asking again");
-  assert.equal(await holding, null);
+  assert.deepEqual(await Promise.all(holding), [null, null, null]);
 });
 
 test("withMailbox deletes its mailbox after a failure too", async () => {
