@@ -133,23 +133,29 @@ class _Finder:
 
     # --- CSS ---------------------------------------------------------------------------------
     def _value(self, tokens, found: Counter) -> None:
-        for token in tokens:
-            kind = token.type
-            if kind == "function":
-                name = VENDOR.sub("", token.lower_name)
-                if name in FUNCTIONS:
-                    found[FUNCTIONS[name]] += 1
-                self._value(token.arguments, found)
-            elif kind == "dimension":
-                unit = token.lower_unit
-                if f"css-unit-{unit}" in self.known:
-                    found[f"css-unit-{unit}"] += 1
-            elif kind == "percentage":
-                found["css-unit-percent"] += 1
-            elif kind == "ident" and token.lower_value == "initial":
-                found["css-unit-initial"] += 1
-            elif kind == "ident" and token.lower_value == "system-ui":
-                found["css-sytem-ui"] += 1
+        # A stack, not recursion: a sender may nest functions thousands deep.
+        pending = [iter(tokens)]
+        while pending:
+            for token in pending[-1]:
+                kind = token.type
+                if kind == "function":
+                    name = VENDOR.sub("", token.lower_name)
+                    if name in FUNCTIONS:
+                        found[FUNCTIONS[name]] += 1
+                    pending.append(iter(token.arguments))
+                    break
+                if kind == "dimension":
+                    unit = token.lower_unit
+                    if f"css-unit-{unit}" in self.known:
+                        found[f"css-unit-{unit}"] += 1
+                elif kind == "percentage":
+                    found["css-unit-percent"] += 1
+                elif kind == "ident" and token.lower_value == "initial":
+                    found["css-unit-initial"] += 1
+                elif kind == "ident" and token.lower_value == "system-ui":
+                    found["css-sytem-ui"] += 1
+            else:
+                pending.pop()
 
     def _declarations(self, nodes, found: Counter) -> None:
         for node in nodes:
@@ -217,24 +223,30 @@ class _Finder:
             previous = token
 
     def _rules(self, rules) -> None:
-        for rule in rules:
-            if rule.type == "comment":
-                self.found["css-comments"] += 1
-            elif rule.type == "qualified-rule":
-                self._selector(rule.prelude)
-                self._declarations(tinycss2.parse_blocks_contents(rule.content, skip_whitespace=True), self.found)
-            elif rule.type == "at-rule":
-                name = VENDOR.sub("", rule.lower_at_keyword)
-                if name in AT_RULES:
-                    self.found[AT_RULES[name]] += 1
-                if name == "media":
-                    for token in rule.prelude:
-                        if token.type == "() block":
-                            self._media_feature(token.content)
-                if name in ("media", "supports") and rule.content is not None:
-                    self._rules(tinycss2.parse_rule_list(rule.content, skip_comments=False, skip_whitespace=True))
-                elif name == "font-face" and rule.content is not None:
-                    self._declarations(tinycss2.parse_blocks_contents(rule.content, skip_whitespace=True), Counter())
+        # Rules nested in @media and @supports wait on a list, not on the call stack: a sender
+        # may nest them thousands deep.
+        pending = [rules]
+        while pending:
+            for rule in pending.pop():
+                if rule.type == "comment":
+                    self.found["css-comments"] += 1
+                elif rule.type == "qualified-rule":
+                    self._selector(rule.prelude)
+                    self._declarations(tinycss2.parse_blocks_contents(rule.content, skip_whitespace=True), self.found)
+                elif rule.type == "at-rule":
+                    name = VENDOR.sub("", rule.lower_at_keyword)
+                    if name in AT_RULES:
+                        self.found[AT_RULES[name]] += 1
+                    if name == "media":
+                        for token in rule.prelude:
+                            if token.type == "() block":
+                                self._media_feature(token.content)
+                    if name in ("media", "supports") and rule.content is not None:
+                        pending.append(tinycss2.parse_rule_list(rule.content, skip_comments=False,
+                                                                skip_whitespace=True))
+                    elif name == "font-face" and rule.content is not None:
+                        self._declarations(tinycss2.parse_blocks_contents(rule.content, skip_whitespace=True),
+                                           Counter())
 
     def _media_feature(self, tokens) -> None:
         for token in tokens:

@@ -120,3 +120,14 @@ def test_another_mailboxs_message_id_is_not_found(client_pro, received, new_box)
     other = new_box()
     response = client_pro.get(f"/api/v1/mailboxes/{other['id']}/messages/{message_id}/checks/html")
     assert response.status_code == 404
+
+
+def test_css_nested_thousands_deep_is_checked_not_refused(received, checks_of):
+    # Deeper than Python's call stack: @media inside @media, calc() inside calc().
+    depth = 20_000
+    html = ("<style>" + "@media screen {" * depth + "p { color: red }" + "}" * depth + "</style>"
+            + '<p style="width:' + "calc(" * depth + "1px" + ")" * depth + '">x</p>')
+    response = checks_of(received(html_mail(html)), "html")
+    assert response.status_code == 200
+    reported = {feature["slug"]: feature["count"] for feature in response.json()["features"]}
+    assert reported["css-at-media"] == depth and reported["css-unit-calc"] == depth
