@@ -33,8 +33,13 @@ def lapse_seconds() -> int:
 
 
 def links_check_start(message: Message) -> LinkCheck:
-    """Queue a fresh check of the message's links, replacing any earlier result."""
+    """Queue a fresh check of the message's links, replacing any earlier result; while one is
+    under way, that one (asking again sends no more requests to the links' sites)."""
     started_at = timezone.now()
+    running = LinkCheck.objects.filter(message=message, status=LinkCheck.Status.PENDING,
+                                       started_at__gte=started_at - timedelta(seconds=lapse_seconds())).first()
+    if running is not None:
+        return running
     check, _ = LinkCheck.objects.update_or_create(
         message=message, defaults={"status": LinkCheck.Status.PENDING, "links": [], "started_at": started_at,
                                    "finished_at": None})

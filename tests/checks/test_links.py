@@ -120,12 +120,25 @@ def test_at_most_fifty_links(client_pro, box, received, site, allow_private):
     assert len(found) == 50 and all(result["ok"] for result in found.values())
 
 
+def test_asking_again_while_a_check_runs_queues_nothing_more(client_pro, box, received, site, allow_private,
+                                                             monkeypatch, django_capture_on_commit_callbacks):
+    message_id = received(linking(f"{site.url}/ok"))
+    queued = []
+    monkeypatch.setattr(links, "_queue", lambda message, started_at: queued.append(started_at))
+    with django_capture_on_commit_callbacks(execute=True):
+        for _ in range(5):
+            assert start(client_pro, box, message_id).json()["status"] == "pending"
+    assert len(queued) == 1, "each POST while pending sent the links another round of requests"
+
+
 def test_a_newer_request_replaces_the_older_result(client_pro, box, received, site, allow_private):
     message_id = received(linking(f"{site.url}/ok"))
     start(client_pro, box, message_id)
     older = LinkCheck.objects.get(message_id=message_id).started_at
-    start(client_pro, box, message_id)
-    # The first request's task ends after the second was asked for: it keeps nothing.
+    run_check(message_id)
+    start(client_pro, box, message_id)  # done: a new check starts
+    assert LinkCheck.objects.get(message_id=message_id).started_at > older
+    # The first request's task, delivered again late, keeps nothing over the newer request.
     links.links_check_run(message_id, older.isoformat())
     assert LinkCheck.objects.get(message_id=message_id).status == "pending"
 
