@@ -59,6 +59,3 @@ async def spam_report(raw: bytes) -> dict:
     return {"score": verdict.score, "threshold": verdict.threshold, "is_spam": bool(verdict.value),
             "rules": rules_of(response.body.decode("utf-8", "replace"))}
 
-
-def spam_report_sync(raw: bytes) -> dict:
-    return asyncio.run(spam_report(raw))

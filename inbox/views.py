@@ -7,6 +7,7 @@ import uuid
 from types import SimpleNamespace
 from urllib.parse import urlsplit
 
+from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.http import Http404, HttpResponse, HttpResponseRedirect, QueryDict
 from django.shortcuts import render
@@ -19,8 +20,6 @@ from django.views.decorators.clickjacking import xframe_options_sameorigin
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from oauth2_provider.models import get_access_token_model, get_refresh_token_model
 from oauth2_provider.views import AuthorizationView
-
-from asgiref.sync import async_to_sync
 
 from accounts import services as accounts
 from accounts.errors import Forbidden, RelayError
@@ -337,10 +336,10 @@ def message_page(request, mailbox_id: uuid.UUID, message_id: int):
 
 def _checks(mailbox, message) -> dict:
     """The Checks tab: the HTML, header and spam checks now, the latest link check if any."""
-    found = {"html_check": message_checks.html_check(mailbox=mailbox, message_id=message.id),
+    raw = queries.message_raw(mailbox=mailbox, message_id=message.id)  # read once, for the HTML check and spamd
+    found = {"html_check": message_checks.html_of(raw),
              "header_checks": message_checks.headers_check(mailbox=mailbox, message_id=message.id)["checks"]}
     try:
-        raw = queries.message_raw(mailbox=mailbox, message_id=message.id)
         found["spam"] = async_to_sync(message_checks.spam_check)(raw=raw)
     except RelayError as exc:
         found["spam_error"] = error_of(exc)[1]

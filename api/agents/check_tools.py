@@ -29,12 +29,13 @@ def _failed(exc: RelayError) -> dict:
 
 
 def _now(mailbox_id: uuid.UUID, message_id: int, checks: list[str]) -> tuple[dict, bytes | None]:
-    """The checks that need no waiting, the links' start, and the raw bytes spamd needs."""
+    """The checks that need no waiting, the links' start, and the raw bytes (read once, for
+    the HTML check and spamd)."""
     mailbox = reading.mailbox_open(caller=calling(), mailbox_id=mailbox_id)
     found = {}
-    raw = queries.message_raw(mailbox=mailbox, message_id=message_id) if "spam" in checks else None
+    raw = queries.message_raw(mailbox=mailbox, message_id=message_id) if {"html", "spam"} & set(checks) else None
     if "html" in checks:
-        found["html"] = message_checks.html_check(mailbox=mailbox, message_id=message_id)
+        found["html"] = message_checks.html_of(raw)
     if "headers" in checks:
         found["headers"] = message_checks.headers_check(mailbox=mailbox, message_id=message_id)
     if "links" in checks:
@@ -63,7 +64,7 @@ async def check_message(mailbox_id: MailboxId, message_id: MessageId,
     Errors: not_found, expired."""
     wanted = list(dict.fromkeys(checks or message_checks.KINDS))
     found, raw = await in_pool(_now)(mailbox_id, message_id, wanted)
-    if raw is not None:
+    if "spam" in wanted:
         try:
             found["spam"] = await message_checks.spam_check(raw=raw)
         except RelayError as exc:
