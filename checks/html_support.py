@@ -102,7 +102,9 @@ def data() -> dict:
         features[feature["slug"]] = {"slug": feature["slug"], "title": feature["title"], "url": feature["url"],
                                      "support": support, "notes": notes}
     return {"date": raw["last_update_date"][:10], "features": features,
-            "clients": sorted(clients.values(), key=lambda client: client["id"])}
+            "clients": sorted(clients.values(), key=lambda client: client["id"]),
+            "family_names": {family: names["family"].get(family, family) for family in
+                             {client["family"] for client in clients.values()}}}
 
 
 def _property_feature(name: str, known: dict) -> str | None:

@@ -27,7 +27,7 @@ from accounts.keys import api_key_revoke
 from api.authentication import AccountRouteThrottle, AnonymousCreateThrottle
 from api.errors import error_of
 from api.waiting import event_stream
-from checks import message_checks
+from checks import html_support, message_checks
 from domains.models import Domain, DomainStatus
 from inbox import session
 from inbox.mail_html import policy, shown_html
@@ -349,7 +349,9 @@ def _checks(mailbox, message) -> dict:
         found["link_check"] = None
     html = found["html_check"]
     names = {client["id"]: client["name"] for client in html["clients"]}
-    found["families"] = sorted((family, score) for family, score in (html["score"] or {}).items() if family != "overall")
+    family_names = html_support.data()["family_names"]
+    found["families"] = sorted((family_names.get(family, family), score) for family, score in
+                               (html["score"] or {}).items() if family != "overall")
     found["features"] = [{**feature, "lacking": sorted(names.get(client, client) for client, support in
                                                        feature["support"].items() if support != "yes")}
                          for feature in html["features"]]
