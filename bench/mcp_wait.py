@@ -16,10 +16,13 @@ Times are CLOCK_MONOTONIC, which every process on the machine shares.
 """
 import argparse
 import asyncio
+import glob
 import multiprocessing
 import os
 import smtplib
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -55,15 +58,31 @@ def send_one_each(addresses: list[str], rate: float = 0) -> dict[str, float]:
 
 
 # --- the clients, in processes of their own -----------------------------------------------------
-# Each answer is timed twice: when its response reached the client (the HTTP client's
-# response hook, before the body is parsed) and when the client library handed it over
-# (parsed, validated). The first is Relay's latency; the second adds the client's own cost.
+# Each answer is timed three times: when Relay handed its last byte to the web server
+# (bench/timed_asgi.py: Relay's latency), when its response reached the client (the HTTP
+# client's response hook, which runs only when the client's event loop gets to it) and when
+# the client library handed it over (parsed, validated: the client's own cost added).
+def client_library_loaded() -> None:
+    """What the SDK's client loads at its first tool result (jsonschema and the metaschemas it
+    checks an output schema against), loaded now, as in any host that has had one result:
+    otherwise each client process stalls for that first load in the round, and the other
+    sessions' answers arriving meanwhile are timed late."""
+    from jsonschema.validators import validator_for
+    from referencing import Registry
+
+    schema = {"type": "object", "properties": {"code": {"type": "string"}}}
+    validator_for(schema).check_schema(schema)
+    validator_for(schema)(schema, registry=Registry()).iter_errors({"code": "0"})
+
+
 def mcp_agents(key: str, mailboxes: list[tuple[str, str]], answers, release) -> None:
     """One SDK session per mailbox, each calling wait_for_code; each result's times to `answers`."""
     os.nice(CLIENT_NICENESS)
     import httpx2
     from mcp import ClientSession
     from mcp.client.streamable_http import streamable_http_client
+
+    client_library_loaded()
 
     async def agent(mailbox_id: str, address: str) -> None:
         arrived = [0.0]
@@ -127,11 +146,36 @@ def settle(pid: int, *, busy_below: float = 0.05, window: float = 0.25, at_most:
     return time.monotonic() - started
 
 
+def profile_workers(pid: int, seconds: int, path: str) -> list:
+    """py-spy recording each web worker (the children of `pid`) for `seconds`, as collapsed
+    stacks at `path`.<worker pid>; the recorders, to wait for."""
+    with open(f"/proc/{pid}/task/{pid}/children") as children:
+        workers = [int(child) for child in children.read().split()]
+    py_spy = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    return [subprocess.Popen([py_spy, "record", "--pid", str(worker), "--duration", str(seconds), "--rate", "250",
+                              "--format", "raw", "--output", f"{path}.{worker}", "--nonblocking"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for worker in workers]
+
+
+def served_times(path: str) -> dict[str, float]:
+    """When the web processes handed over each answer, by the address its message was sent
+    to (bench/timed_asgi.py's files `path`.<pid>, removed once read)."""
+    from mailboxes.models import Message
+
+    served = {}
+    for answers in glob.glob(f"{path}.*"):
+        with open(answers) as lines:
+            served.update((int(message_id), float(moment)) for message_id, moment in map(str.split, lines))
+        os.remove(answers)
+    return {address: served[message_id] for message_id, address in
+            Message.objects.filter(id__in=served).values_list("id", "mailbox__address")}
+
+
 def run_round(clients, key: str, mailboxes: list, processes: int, store, web, mail_rate: float,
-              settled: bool = False) -> dict:
+              settled: bool = False, profile: str = "", answers_path: str = "") -> dict:
     """Start `clients` over `processes` processes, wait until every wait is held, mail each
-    mailbox once, collect the answers: their latencies from the 250 (arrived, parsed), and
-    the web processes' growth per held wait."""
+    mailbox once, collect the answers: their latencies from the 250 (served, arrived,
+    parsed), and the web processes' growth per held wait."""
     context = multiprocessing.get_context("spawn")
     answers, release = context.Queue(), context.Event()
     pairs = [(str(mailbox.id), mailbox.address) for mailbox in mailboxes]
@@ -144,15 +188,22 @@ def run_round(clients, key: str, mailboxes: list, processes: int, store, web, ma
     if settled:
         print(f"{clients.__name__}: the web processes went quiet {settle(web.pid):.2f} s after the last wait was held")
     during = rss_mb(web.pid)
+    recorders = profile_workers(web.pid, 2, f"{profile}-{clients.__name__}") if profile else []
+    if recorders:
+        time.sleep(0.3)  # py-spy attached before the first mail
     accepted = send_one_each([address for _, address in pairs], mail_rate)
     done = {address: (arrived, parsed) for address, arrived, parsed in (answers.get(timeout=60) for _ in pairs)}
     release.set()
+    for recorder in recorders:
+        recorder.wait(60)
     for worker in workers:
         worker.join(60)
         if worker.exitcode != 0:
             raise SystemExit(f"a client process of {clients.__name__} failed (exit code {worker.exitcode})")
     first = min(accepted.values())
-    return {"arrived": [done[address][0] - accepted[address] for address in accepted],
+    served = served_times(answers_path)
+    return {"served": [served[address] - accepted[address] for address in accepted],
+            "arrived": [done[address][0] - accepted[address] for address in accepted],
             "parsed": [done[address][1] - accepted[address] for address in accepted],
             "sent": [accepted[address] - first for address in accepted],
             "memory": (during - before) / len(mailboxes)}
@@ -193,6 +244,9 @@ def main() -> None:
     parser.add_argument("--settled", action="store_true",
                         help="send the mails only once the web processes are idle (every wait set up), not as soon "
                              "as the last wait holds its place")
+    parser.add_argument("--profile", default="",
+                        help="record each web worker with py-spy over a round's first 2 s of mail, as collapsed "
+                             "stacks at PROFILE-<clients>.<pid>")
     args = parser.parse_args()
     fresh_database()
     setup_django()
@@ -211,8 +265,9 @@ def main() -> None:
                                ttl_ms=3_600_000)[0] for _ in range(args.waiters)]
 
     store = redis.Redis.from_url(settings.RELAY_EVENTS_REDIS_URL)
-    env = {"RELAY_LOG_LEVEL": "WARNING", "RELAY_MAX_OPEN_WAITS": "10000"}
-    web = spawn("web-mcp", [sys.executable, "-m", "gunicorn", "config.asgi", "-k", "uvicorn_worker.UvicornWorker",
+    answers_path = os.path.join(tempfile.mkdtemp(prefix="relay-mcp-wait-"), "answers")
+    env = {"RELAY_LOG_LEVEL": "WARNING", "RELAY_MAX_OPEN_WAITS": "10000", "BENCH_ANSWERS": answers_path}
+    web = spawn("web-mcp", [sys.executable, "-m", "gunicorn", "bench.timed_asgi", "-k", "uvicorn_worker.UvicornWorker",
                             "-w", "2", "-b", f"127.0.0.1:{PORT}", "--timeout", "120"], env=env)
     smtp = spawn("smtp-mcp", [sys.executable, "manage.py", "runsmtp", "--port", str(SMTP_PORT)], env=env,
                  ready="Relay SMTP on")
@@ -222,7 +277,7 @@ def main() -> None:
         for _ in range(args.rounds):
             for name, clients in (("MCP", mcp_agents), ("API", api_clients)):
                 rounds[name].append(run_round(clients, key, mailboxes(), args.client_processes, store, web,
-                                                 args.mail_rate, args.settled))
+                                                 args.mail_rate, args.settled, args.profile, answers_path))
     finally:
         stop(web, smtp)
     ms = lambda values, p: percentile(values, p) * 1000  # noqa: E731
@@ -242,8 +297,11 @@ def main() -> None:
     paced = (f" sent at {args.mail_rate:g}/s" if args.mail_rate else "") + (
         " once the web processes were idle" if args.settled else "")
     figures = (f"{args.waiters} concurrent waits, clients in {args.client_processes} processes, each answered by one "
-               f"mail{paced}; from the SMTP 250 to the answer's arrival at the client, {args.rounds} interleaved rounds "
-               f"(median, range): MCP wait_for_code p50 {figure('MCP', 'arrived', 0.5)}, p99 "
+               f"mail{paced}; {args.rounds} interleaved rounds (median, range). From the SMTP 250 to the answer "
+               f"handed to the web server by Relay: MCP wait_for_code p50 {figure('MCP', 'served', 0.5)}, p99 "
+               f"**{figure('MCP', 'served', 0.99)}**; API wait p50 {figure('API', 'served', 0.5)}, p99 "
+               f"{figure('API', 'served', 0.99)}; p99 ratio per round {ratio('served')}. To the answer's arrival at "
+               f"the client: MCP p50 {figure('MCP', 'arrived', 0.5)}, p99 "
                f"**{figure('MCP', 'arrived', 0.99)}**; API wait p50 {figure('API', 'arrived', 0.5)}, p99 "
                f"{figure('API', 'arrived', 0.99)}; p99 ratio per round {ratio('arrived')}. Parsed by the client "
                f"library: MCP p99 {figure('MCP', 'parsed', 0.99)}, API p99 {figure('API', 'parsed', 0.99)}, ratio "
