@@ -17,8 +17,10 @@ Times are CLOCK_MONOTONIC, which every process on the machine shares.
 import argparse
 import asyncio
 import glob
+import json
 import multiprocessing
 import os
+import signal
 import smtplib
 import subprocess
 import sys
@@ -149,8 +151,7 @@ def settle(pid: int, *, busy_below: float = 0.05, window: float = 0.25, at_most:
 def profile_workers(pid: int, seconds: int, path: str) -> list:
     """py-spy recording each web worker (the children of `pid`) for `seconds`, as collapsed
     stacks at `path`.<worker pid>; the recorders, to wait for."""
-    with open(f"/proc/{pid}/task/{pid}/children") as children:
-        workers = [int(child) for child in children.read().split()]
+    workers = workers_of(pid)
     py_spy = os.path.join(os.path.dirname(sys.executable), "py-spy")
     return [subprocess.Popen([py_spy, "record", "--pid", str(worker), "--duration", str(seconds), "--rate", "250",
                               "--format", "raw", "--output", f"{path}.{worker}", "--nonblocking"],
@@ -171,8 +172,33 @@ def served_times(path: str) -> dict[str, float]:
             Message.objects.filter(id__in=served).values_list("id", "mailbox__address")}
 
 
+def workers_of(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as children:
+        return [int(child) for child in children.read().split()]
+
+
+def snapshot_workers(pid: int, path: str, which: str) -> dict[str, int]:
+    """Have each web worker take its first or second tracemalloc snapshot
+    (bench/timed_asgi.py) and wait for it; after the second, the bytes held since the first
+    by library, summed over the workers."""
+    workers = workers_of(pid)
+    for worker in workers:
+        os.kill(worker, signal.SIGUSR1)
+    files = [f"{path}.{worker}" + (".first" if which == "first" else "") for worker in workers]
+    wait_until(lambda: all(os.path.exists(name) for name in files), 120, f"the web workers' {which} snapshots")
+    held: dict[str, int] = {}
+    for name in files:
+        if which == "second":
+            wait_until(lambda: os.path.getsize(name) > 0, 30, "a worker's memory figures")
+            with open(name) as figures:
+                for library, size in json.load(figures).items():
+                    held[library] = held.get(library, 0) + size
+        os.remove(name)
+    return held
+
+
 def run_round(clients, key: str, mailboxes: list, processes: int, store, web, mail_rate: float,
-              settled: bool = False, profile: str = "", answers_path: str = "") -> dict:
+              settled: bool = False, profile: str = "", answers_path: str = "", memory_path: str = "") -> dict:
     """Start `clients` over `processes` processes, wait until every wait is held, mail each
     mailbox once, collect the answers: their latencies from the 250 (served, arrived,
     parsed), and the web processes' growth per held wait."""
@@ -180,6 +206,8 @@ def run_round(clients, key: str, mailboxes: list, processes: int, store, web, ma
     answers, release = context.Queue(), context.Event()
     pairs = [(str(mailbox.id), mailbox.address) for mailbox in mailboxes]
     before = rss_mb(web.pid)
+    if memory_path:
+        snapshot_workers(web.pid, memory_path, "first")
     workers = [context.Process(target=clients, args=(key, pairs[i::processes], answers, release))
                for i in range(processes)]
     for worker in workers:
@@ -188,6 +216,7 @@ def run_round(clients, key: str, mailboxes: list, processes: int, store, web, ma
     if settled:
         print(f"{clients.__name__}: the web processes went quiet {settle(web.pid):.2f} s after the last wait was held")
     during = rss_mb(web.pid)
+    held = snapshot_workers(web.pid, memory_path, "second") if memory_path else {}
     recorders = profile_workers(web.pid, 2, f"{profile}-{clients.__name__}") if profile else []
     if recorders:
         time.sleep(0.3)  # py-spy attached before the first mail
@@ -206,6 +235,7 @@ def run_round(clients, key: str, mailboxes: list, processes: int, store, web, ma
             "arrived": [done[address][0] - accepted[address] for address in accepted],
             "parsed": [done[address][1] - accepted[address] for address in accepted],
             "sent": [accepted[address] - first for address in accepted],
+            "held": {library: size / len(mailboxes) for library, size in held.items()},
             "memory": (during - before) / len(mailboxes)}
 
 
@@ -247,6 +277,9 @@ def main() -> None:
     parser.add_argument("--profile", default="",
                         help="record each web worker with py-spy over a round's first 2 s of mail, as collapsed "
                              "stacks at PROFILE-<clients>.<pid>")
+    parser.add_argument("--memory-profile", action="store_true",
+                        help="the web workers trace their allocations (slower): print which library holds the memory "
+                             "each held wait takes")
     args = parser.parse_args()
     fresh_database()
     setup_django()
@@ -265,19 +298,22 @@ def main() -> None:
                                ttl_ms=3_600_000)[0] for _ in range(args.waiters)]
 
     store = redis.Redis.from_url(settings.RELAY_EVENTS_REDIS_URL)
-    answers_path = os.path.join(tempfile.mkdtemp(prefix="relay-mcp-wait-"), "answers")
-    env = {"RELAY_LOG_LEVEL": "WARNING", "RELAY_MAX_OPEN_WAITS": "10000", "BENCH_ANSWERS": answers_path}
+    scratch = tempfile.mkdtemp(prefix="relay-mcp-wait-")
+    answers_path, memory_path = os.path.join(scratch, "answers"), os.path.join(scratch, "memory") if args.memory_profile else ""
+    env = {"RELAY_LOG_LEVEL": "WARNING", "RELAY_MAX_OPEN_WAITS": "10000", "BENCH_ANSWERS": answers_path,
+           "BENCH_MEMORY": memory_path}
     web = spawn("web-mcp", [sys.executable, "-m", "gunicorn", "bench.timed_asgi", "-k", "uvicorn_worker.UvicornWorker",
                             "-w", "2", "-b", f"127.0.0.1:{PORT}", "--timeout", "120"], env=env)
     smtp = spawn("smtp-mcp", [sys.executable, "manage.py", "runsmtp", "--port", str(SMTP_PORT)], env=env,
                  ready="Relay SMTP on")
-    wait_until(lambda: _answers(f"http://127.0.0.1:{PORT}/api/schema/"), 60, "the ASGI server")
+    wait_until(lambda: _answers(f"http://127.0.0.1:{PORT}/api/schema/"), 180, "the ASGI server")
     rounds = {"MCP": [], "API": []}
     try:
         for _ in range(args.rounds):
             for name, clients in (("MCP", mcp_agents), ("API", api_clients)):
                 rounds[name].append(run_round(clients, key, mailboxes(), args.client_processes, store, web,
-                                                 args.mail_rate, args.settled, args.profile, answers_path))
+                                                 args.mail_rate, args.settled, args.profile, answers_path,
+                                                 memory_path))
     finally:
         stop(web, smtp)
     ms = lambda values, p: percentile(values, p) * 1000  # noqa: E731
@@ -306,6 +342,14 @@ def main() -> None:
                f"{figure('API', 'arrived', 0.99)}; p99 ratio per round {ratio('arrived')}. Parsed by the client "
                f"library: MCP p99 {figure('MCP', 'parsed', 0.99)}, API p99 {figure('API', 'parsed', 0.99)}, ratio "
                f"{ratio('parsed')}. Web RSS per held wait: MCP {memory['MCP']:.0f} KiB, API {memory['API']:.0f} KiB")
+    if args.memory_profile:
+        for name, done_rounds in rounds.items():
+            libraries = {library for done in done_rounds for library in done["held"]}
+            held = {library: sum(done["held"].get(library, 0) for done in done_rounds) / len(done_rounds) / 1024
+                    for library in libraries}
+            figures += (f". Held per {name} wait, traced, by the library that allocated it: " + ", ".join(
+                f"{library} {size:.1f}" for library, size in sorted(held.items(), key=lambda item: -item[1]))
+                        + f" KiB (sum {sum(held.values()):.1f})")
     record("mcp_wait", command_line(), figures)
     if args.plot:
         plot(rounds, args.plot, f"{args.waiters} waits, mails{paced or ' all at once'}: MCP wait_for_code and the "
