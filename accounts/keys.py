@@ -57,35 +57,6 @@ def api_key_revoke(*, account: Account, key_id: int) -> None:
 
 
 # --- key → account, cached per process while nothing is revoked ------------------------------
-# Trusted while the revocation counter stands where it stood when the entry was made, for
-# at most RELAY_KEY_CACHE_SECONDS and KEY_CACHE_MAX_ENTRIES.
-KEY_CACHE_MAX_ENTRIES = 10_000
-# digest -> (fresh until, the revocation counter read before its row was, the key)
-_key_cache: dict[str, tuple[float, int, ApiKey]] = {}
-# key id -> when this process last wrote its last_used_at (its own monotonic clock, which
-# only paces its own writes); a request within LAST_USED_RESOLUTION of it writes nothing.
-_touched: dict[int, float] = {}
-
-
-def api_key_for_hash(digest: str) -> ApiKey | None:
-    """The unrevoked key with this hash and its account, or None; cached while no revocation
-    is announced, each caller with its own copy of the account."""
-    lifetime = settings.RELAY_KEY_CACHE_SECONDS
-        # Read before the database: a revocation committing meanwhile moves it past the entry's.
-    version = revocations.current() if lifetime > 0 else None
-    entry = _key_cache.get(digest)
-    if entry is not None and version is not None and entry[1] == version and entry[0] > time.monotonic():
-        return _key_copy(entry[2])
-    api_key = ApiKey.objects.select_related("account").filter(key_hash=digest, revoked_at=None).first()
-    if api_key is not None and version is not None:
-        if len(_key_cache) >= KEY_CACHE_MAX_ENTRIES:
-            _key_cache.clear()
-        _key_cache[digest] = (time.monotonic() + lifetime, version, _key_copy(api_key))
-    elif entry is not None:
-        _key_cache.pop(digest, None)
-    return api_key
-
-
 def _key_copy(api_key: ApiKey) -> ApiKey:
     # A model's copy shares its related objects: the account is copied on its own.
     copied = copy.copy(api_key)
@@ -93,12 +64,24 @@ def _key_copy(api_key: ApiKey) -> ApiKey:
     return copied
 
 
+_key_cache = revocations.Cache(account_of=lambda api_key: api_key.account_id, copy=_key_copy)
+# key id -> when this process last wrote its last_used_at (its own monotonic clock, which
+# only paces its own writes); a request within LAST_USED_RESOLUTION of it writes nothing.
+_touched: dict[int, float] = {}
+TOUCHED_MAX_ENTRIES = 10_000
+
+
+def api_key_for_hash(digest: str) -> ApiKey | None:
+    """The unrevoked key with this hash and its account, or None; cached while no revocation
+    is announced, each caller with its own copy of the account."""
+    return _key_cache.get(digest, lambda: ApiKey.objects.select_related("account")
+                          .filter(key_hash=digest, revoked_at=None).first())
+
+
 def key_revoked(*, account_id: int) -> None:
     """After a key of the account, or the account itself, was revoked or suspended: this
     process forgets its keys now, and every other process before its next request."""
-    for digest, (_, _, api_key) in list(_key_cache.items()):
-        if api_key.account_id == account_id:
-            _key_cache.pop(digest, None)
+    _key_cache.forget_account(account_id)
     tokens_forget(account_id=account_id)
     revocations.announce()
 
@@ -114,7 +97,7 @@ def api_key_touch(*, api_key: ApiKey) -> None:
     clock, in the UPDATE)."""
     if time.monotonic() - _touched.get(api_key.id, float("-inf")) < LAST_USED_RESOLUTION.total_seconds():
         return
-    if len(_touched) >= KEY_CACHE_MAX_ENTRIES:
+    if len(_touched) >= TOUCHED_MAX_ENTRIES:
         _touched.clear()
     _touched[api_key.id] = time.monotonic()
     ApiKey.objects.filter(Q(last_used_at=None) | Q(last_used_at__lte=Now() - LAST_USED_RESOLUTION),

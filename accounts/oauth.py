@@ -2,9 +2,7 @@
 access token speaks for, at the audience it is presented to (RFC 8707)."""
 import copy
 import hashlib
-import time
 
-from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.db.models.signals import post_delete
@@ -33,28 +31,18 @@ def oauth_user_for(account: Account):
     return account.oauth_user
 
 
-# checksum -> (until, revocation counter, token with its user's account): as API keys are
-# cached (accounts/keys.py), trusted while no revocation is announced.
-_token_cache: dict[str, tuple[float, int, object]] = {}
-TOKEN_CACHE_MAX_ENTRIES = 10_000
+def _account_id(token) -> int | None:
+    account = getattr(token.user, "relay_account", None) if token.user_id else None
+    return account.id if account is not None else None
+
+
+# checksum -> token with its user's account: as API keys are (accounts/keys.py).
+_token_cache = revocations.Cache(account_of=_account_id)
 
 
 def _token(checksum: str):
-    lifetime = settings.RELAY_KEY_CACHE_SECONDS
-    # Read before the database: a revocation committing meanwhile moves it past the entry's.
-    version = revocations.current() if lifetime > 0 else None
-    entry = _token_cache.get(checksum)
-    if entry is not None and version is not None and entry[1] == version and entry[0] > time.monotonic():
-        return entry[2]
-    token = (get_access_token_model().objects.select_related("user__relay_account")
-             .filter(token_checksum=checksum).first())
-    if token is not None and version is not None:
-        if len(_token_cache) >= TOKEN_CACHE_MAX_ENTRIES:
-            _token_cache.clear()
-        _token_cache[checksum] = (time.monotonic() + lifetime, version, token)
-    elif entry is not None:
-        _token_cache.pop(checksum, None)
-    return token
+    return _token_cache.get(checksum, lambda: get_access_token_model().objects.select_related("user__relay_account")
+                            .filter(token_checksum=checksum).first())
 
 
 def token_grant(secret: str, audience: str) -> tuple[Account, frozenset[str]] | None:
@@ -74,15 +62,13 @@ def token_grant(secret: str, audience: str) -> tuple[Account, frozenset[str]] | 
 def token_revoked(sender, instance, **kwargs) -> None:
     """A token revoked (the toolkit deletes it; so do the web inbox's connected apps and
     a refresh): this process forgets it now, every other before its next request."""
-    _token_cache.pop(instance.token_checksum, None)
+    _token_cache.forget(instance.token_checksum)
     revocations.announce()
 
 
 def tokens_forget(*, account_id: int) -> None:
     """The account was suspended or its keys revoked: its cached tokens go too."""
-    for checksum, (_, _, token) in list(_token_cache.items()):
-        if getattr(token.user, "relay_account", None) is not None and token.user.relay_account.id == account_id:
-            _token_cache.pop(checksum, None)
+    _token_cache.forget_account(account_id)
 
 
 def token_cache_clear() -> None:

@@ -1,7 +1,9 @@
 """Revocation on the very next request in every web process: one Redis counter raised
-after each commits (cached keys trusted while it stands), and a PUBLISH on `relay:revoked`."""
+after each commits (cached credentials trusted while it stands, `Cache`), and a PUBLISH on
+`relay:revoked`."""
 import logging
 import time
+from collections.abc import Callable
 
 import redis
 from django.conf import settings
@@ -71,3 +73,46 @@ def _announce_now() -> None:
         # The others cannot read it either, so do not cache; else their entries age out.
         logger.error("could not announce a revocation (%s): other web processes may accept the key for up to "
                      "RELAY_KEY_CACHE_SECONDS", exc)
+
+
+class Cache:
+    """A per-process cache of credentials (API keys, OAuth access tokens), each entry trusted
+    while the revocation counter stands where it stood when the entry was made, for at most
+    RELAY_KEY_CACHE_SECONDS, and `max_entries` of them. Nothing is cached without a counter
+    to trust (no Redis, or Redis failing)."""
+
+    def __init__(self, *, account_of: Callable[[object], int | None], copy: Callable = lambda value: value,
+                 max_entries: int = 10_000) -> None:
+        self.account_of = account_of  # the account an entry speaks for, to forget it with the account
+        self.copy = copy  # each caller its own copy, when a request may change what it gets
+        self.max_entries = max_entries
+        # key -> (fresh until, the counter read before the value's row was, the value)
+        self.entries: dict[str, tuple[float, int, object]] = {}
+
+    def get(self, key: str, load: Callable[[], object | None]):
+        """The cached value of `key`, or `load()`'s (None: nothing live), cached when it can be."""
+        lifetime = settings.RELAY_KEY_CACHE_SECONDS
+        # Read before the database: a revocation committing meanwhile moves it past the entry's.
+        version = current() if lifetime > 0 else None
+        entry = self.entries.get(key)
+        if entry is not None and version is not None and entry[1] == version and entry[0] > time.monotonic():
+            return self.copy(entry[2])
+        value = load()
+        if value is not None and version is not None:
+            if len(self.entries) >= self.max_entries:
+                self.entries.clear()
+            self.entries[key] = (time.monotonic() + lifetime, version, self.copy(value))
+        elif entry is not None:
+            self.entries.pop(key, None)
+        return value
+
+    def forget(self, key: str) -> None:
+        self.entries.pop(key, None)
+
+    def forget_account(self, account_id: int) -> None:
+        for key, (_, _, value) in list(self.entries.items()):
+            if self.account_of(value) == account_id:
+                self.entries.pop(key, None)
+
+    def clear(self) -> None:
+        self.entries.clear()

@@ -383,11 +383,11 @@ def test_an_entry_stored_by_a_thread_that_read_the_counter_before_a_revocation_i
     settings.RELAY_KEY_CACHE_SECONDS = 60
     digest = keys.hash_key(active)
     assert keys.api_key_for_hash(digest) is not None
-    stale_entry = keys._key_cache[digest]  # what thread A is about to store
+    stale_entry = keys._key_cache.entries[digest]  # what thread A is about to store
     ApiKey.objects.update(revoked_at=datetime.now(dt_timezone.utc))
     revocations._announce_now()
     assert keys.api_key_for_hash(keys.hash_key("rk_some-other-key")) is None  # thread B's request
-    keys._key_cache[digest] = stale_entry  # thread A stores late
+    keys._key_cache.entries[digest] = stale_entry  # thread A stores late
     assert keys.api_key_for_hash(digest) is None
 
 
