@@ -15,7 +15,6 @@ from django.db.models.functions import Now
 from accounts import revocations
 from accounts.errors import NotFound, QuotaExceeded
 from accounts.models import Account, ApiKey
-from accounts.oauth import token_cache_clear, tokens_forget
 
 logger = logging.getLogger(__name__)
 
@@ -81,15 +80,13 @@ def api_key_for_hash(digest: str) -> ApiKey | None:
 def key_revoked(*, account_id: int) -> None:
     """After a key of the account, or the account itself, was revoked or suspended: this
     process forgets its keys now, and every other process before its next request."""
-    _key_cache.forget_account(account_id)
-    tokens_forget(account_id=account_id)
+    revocations.forget_account(account_id)
     revocations.announce()
 
 
 def key_cache_clear() -> None:
-    _key_cache.clear()
+    revocations.clear_all()
     _touched.clear()
-    token_cache_clear()
 
 
 def api_key_touch(*, api_key: ApiKey) -> None:

@@ -66,14 +66,5 @@ def token_revoked(sender, instance, **kwargs) -> None:
     revocations.announce()
 
 
-def tokens_forget(*, account_id: int) -> None:
-    """The account was suspended or its keys revoked: its cached tokens go too."""
-    _token_cache.forget_account(account_id)
-
-
-def token_cache_clear() -> None:
-    _token_cache.clear()
-
-
 def account_active(account: Account) -> bool:
     return account.status == AccountStatus.ACTIVE

@@ -76,13 +76,16 @@ def _announce_now() -> None:
 
 
 class Cache:
-    """A per-process cache of credentials (API keys, OAuth access tokens), each entry trusted
-    while the revocation counter stands where it stood when the entry was made, for at most
-    RELAY_KEY_CACHE_SECONDS, and `max_entries` of them. Nothing is cached without a counter
-    to trust (no Redis, or Redis failing)."""
+    """A per-process cache of credentials (API keys, OAuth access tokens, the web inbox's
+    signed-in sessions), each entry trusted while the revocation counter stands where it
+    stood when the entry was made, for at most RELAY_KEY_CACHE_SECONDS, and `max_entries` of
+    them. Nothing is cached without a counter to trust (no Redis, or Redis failing)."""
+
+    every: "list[Cache]" = []  # forget_account and clear_all reach each of them
 
     def __init__(self, *, account_of: Callable[[object], int | None], copy: Callable = lambda value: value,
                  max_entries: int = 10_000) -> None:
+        Cache.every.append(self)
         self.account_of = account_of  # the account an entry speaks for, to forget it with the account
         self.copy = copy  # each caller its own copy, when a request may change what it gets
         self.max_entries = max_entries
@@ -116,3 +119,15 @@ class Cache:
 
     def clear(self) -> None:
         self.entries.clear()
+
+
+def forget_account(account_id: int) -> None:
+    """This process forgets every credential it cached for the account (each other process
+    before its next request, by the counter)."""
+    for cache in Cache.every:
+        cache.forget_account(account_id)
+
+
+def clear_all() -> None:
+    for cache in Cache.every:
+        cache.clear()

@@ -1,13 +1,15 @@
 """Who a browser is: an account signed in (a Django session, from a mailed code or link,
 or an API key pasted once) and the anonymous mailboxes it made (their tokens in one
 HttpOnly cookie). A session ends at once when its account is suspended or its key revoked."""
+import copy
 import logging
 import uuid
 
-from accounts.keys import api_key_for_hash, hash_key
 from django.contrib import auth
 from django.db.models import Exists
 
+from accounts import revocations
+from accounts.keys import api_key_for_hash, hash_key
 from accounts.models import Account, AccountStatus, ApiKey
 from accounts.oauth import oauth_user_for
 from mailboxes.keys import Caller, caller_for_secret
@@ -35,6 +37,19 @@ def sign_out(request) -> None:
     auth.logout(request)  # the session flushed, the consent page's user gone with it
 
 
+def _signed_in(account_id: int, key_id: int | None) -> Account | None:
+    """The account while it is active and the key it signed in with (if any) is live."""
+    live_key = ApiKey.objects.filter(id=key_id, account_id=account_id, revoked_at=None)
+    account = (Account.objects.filter(id=account_id, status=AccountStatus.ACTIVE)
+               .annotate(key_live=Exists(live_key)).first())
+    return None if account is None or (key_id is not None and not account.key_live) else account
+
+
+# "account id:key id" -> the signed-in account, cached as API keys are (a suspension or a
+# revocation forgets it here and, by the counter, in every other process).
+_sessions = revocations.Cache(account_of=lambda account: account.id, copy=copy.copy)
+
+
 def account_caller(request) -> Caller | None:
     """The signed-in account, checked on every request: a suspended account or a revoked
     key ends the session."""
@@ -42,10 +57,8 @@ def account_caller(request) -> Caller | None:
     if account_id is None:
         return None
     key_id = request.session.get(API_KEY)
-    live_key = ApiKey.objects.filter(id=key_id, account_id=account_id, revoked_at=None)
-    account = (Account.objects.filter(id=account_id, status=AccountStatus.ACTIVE)
-               .annotate(key_live=Exists(live_key)).first())
-    if account is None or (key_id is not None and not account.key_live):
+    account = _sessions.get(f"{account_id}:{key_id}", lambda: _signed_in(account_id, key_id))
+    if account is None:
         logger.info("ended the web inbox session of account %s (suspended, or its key revoked)", account_id)
         sign_out(request)
         return None

@@ -8,7 +8,9 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
 
+from accounts import revocations
 from accounts.keys import api_key_revoke
+from accounts.models import Account, AccountStatus
 from accounts.services import account_create_with_key, account_suspend
 from mailboxes.models import Mailbox, MailboxStatus, Message
 from relay.models import OutboxMail
@@ -130,6 +132,21 @@ def test_a_session_ends_at_once_when_its_key_is_revoked_or_its_account_suspended
     assert by_key.post("/inbox/sign-in", {"form": "key", "key": key}).status_code == 200  # refused, the form again
 
 
+def test_a_session_checked_from_the_cache_ends_when_another_process_suspends_its_account(db, settings):
+    """The signed-in account is cached per process as API keys are: a suspension committed
+    by another process (its row changed, the revocation counter raised) ends the session
+    here on the next request."""
+    settings.RELAY_KEY_CACHE_SECONDS = 60
+    account, key = account_create_with_key(login="gina", email="gina@example.com")
+    browser = Client()
+    assert browser.post("/inbox/sign-in", {"form": "key", "key": key}).status_code == 302
+    assert browser.get("/inbox/mailboxes").status_code == 200
+    Account.objects.filter(id=account.id).update(status=AccountStatus.SUSPENDED)  # another process...
+    assert browser.get("/inbox/mailboxes").status_code == 200, "the cache is not in use"
+    revocations._announce_now()  # ...and its announcement, as it commits
+    assert browser.get("/inbox/mailboxes").status_code == 302, "the suspended account's session went on"
+
+
 def test_the_account_page_creates_mailboxes_within_the_plan_and_an_owner_opens_them(db):
     account, key = account_create_with_key(login="frank", email="frank@example.com", plan="pro")
     browser = Client()
@@ -173,6 +190,22 @@ def test_a_message_shows_its_code_links_and_verdicts_and_is_marked_read(db):
         assert browser.get(f"/inbox/{mailbox.id}/{message_id}?tab={tab}").status_code == 200
     eml = browser.get(f"/inbox/{mailbox.id}/{message_id}/message.eml")
     assert eml["Content-Disposition"].startswith("attachment") and b"482913" in eml.content
+
+
+def test_a_senders_markup_in_the_list_is_shown_as_text(db):
+    """The list's rows are built as HTML by hand (inbox.views._rows): a From and a Subject
+    holding markup and quotes show as text, in the page and in the rows the script adds."""
+    browser = Client()
+    mailbox = anonymous_mailbox(browser)
+    deliver(b'From: "<img src=x onerror=alert(1)>" <m@evil.test>\r\n'
+            b'Subject: <script>alert(2)</script> & "quoted" \'single\'\r\n\r\nYour code is 482913.\r\n',
+            mailbox.address)
+    for body in (browser.get(f"/inbox/{mailbox.id}").content.decode(),
+                 browser.get(f"/inbox/{mailbox.id}/rows?after=0").content.decode()):
+        assert "<script>alert(2)" not in body and "<img src=x" not in body
+        assert "&lt;script&gt;alert(2)&lt;/script&gt; &amp; &quot;quoted&quot; &#x27;single&#x27;" in body
+        assert "&lt;img src=x onerror=alert(1)&gt;" in body
+        assert '<code>482913</code>' in body
 
 
 def test_the_checks_tab_shows_the_html_header_and_spam_checks_and_starts_a_link_check(db, settings):
