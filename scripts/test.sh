@@ -70,10 +70,11 @@ fi
 # The message checks' spam tests run a spamd of their own (tests/spamd_server.py).
 if ! command -v spamd >/dev/null && [ ! -x /usr/sbin/spamd ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    echo "installing spamassassin for the message checks' spam tests" >&2
+    # Debian 12 ships the daemon in a package of its own: spamassassin alone has no spamd.
+    echo "installing spamassassin and spamd for the message checks' spam tests" >&2
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-      spamassassin) >/dev/null \
-      || echo "warning: could not install spamassassin; the spam check tests will be skipped" >&2
+      spamassassin spamd) >/dev/null \
+      || echo "warning: could not install spamassassin and spamd; the spam check tests will be skipped" >&2
   fi
 fi
 

@@ -158,7 +158,7 @@ def spamd_server(tmp_path_factory):
     from tests import spamd_server as server_module
 
     if not server_module.installed():
-        pytest.skip("spamd is not installed (scripts/test.sh installs Debian's spamassassin)")
+        pytest.skip("spamd is not installed (scripts/test.sh installs Debian's spamassassin and spamd)")
     server = server_module.SpamdServer(tmp_path_factory.mktemp("spamd"), free_port()).start()
     yield server
     server.stop()

@@ -1,7 +1,7 @@
-"""SpamAssassin's spamd of the suite's own (Debian's `spamassassin`), on a loopback port of
-its own, with its state under a temp dir and no network tests (`--local`: no DNS block
-lists, so a verdict does not depend on this machine's resolver). `scripts/test.sh`
-installs the package when it is missing.
+"""SpamAssassin's spamd of the suite's own (Debian's `spamassassin` and `spamd`), on a
+loopback port of its own, with its state under a temp dir and no network tests (`--local`:
+no DNS block lists, so a verdict does not depend on this machine's resolver).
+`scripts/test.sh` installs the packages when they are missing.
 
     server = SpamdServer(Path(tmp), free_port()).start()   # once it answers
     server.url                                              # spamd://127.0.0.1:PORT
