@@ -29,6 +29,7 @@ import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 
 from bench.api import PORT, _answers
 from bench.common import command_line, cpu_seconds, fresh_database, record, rss_mb, setup_django, spawn, stop, wait_until
@@ -161,11 +162,16 @@ def profile_workers(pid: int, seconds: int, path: str) -> list:
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for worker in workers]
 
 
-def served_times(path: str) -> dict[str, float]:
-    """When the web processes handed over each answer, by the address its message was sent
-    to (bench/timed_asgi.py's files `path`.<pid>, removed once read)."""
+def served_times(path: str, count: int) -> dict[str, float]:
+    """When the web processes handed over each of `count` answers, by the address its
+    message was sent to (bench/timed_asgi.py's files `path`.<pid>, removed once read)."""
     from mailboxes.models import Message
 
+    def written() -> int:
+        return sum(Path(answers).read_text().count("\n") for answers in glob.glob(f"{path}.*"))
+
+    # A worker notes an answer just after handing it over: its client may have it first.
+    wait_until(lambda: written() >= count, 10, "Relay's own time of every answer")
     served = {}
     for answers in glob.glob(f"{path}.*"):
         with open(answers) as lines:
@@ -192,7 +198,6 @@ def snapshot_workers(pid: int, path: str, which: str) -> dict[str, int]:
     held: dict[str, int] = {}
     for name in files:
         if which == "second":
-            wait_until(lambda: os.path.getsize(name) > 0, 30, "a worker's memory figures")
             with open(name) as figures:
                 for library, size in json.load(figures).items():
                     held[library] = held.get(library, 0) + size
@@ -233,7 +238,7 @@ def run_round(clients, key: str, mailboxes: list, processes: int, store, web, ma
         if worker.exitcode != 0:
             raise SystemExit(f"a client process of {clients.__name__} failed (exit code {worker.exitcode})")
     first = min(accepted.values())
-    served = served_times(answers_path)
+    served = served_times(answers_path, len(pairs))
     return {"served": [served[address] - accepted[address] for address in accepted],
             "arrived": [done[address][0] - accepted[address] for address in accepted],
             "parsed": [done[address][1] - accepted[address] for address in accepted],
@@ -306,7 +311,8 @@ def main() -> None:
 
     store = redis.Redis.from_url(settings.RELAY_EVENTS_REDIS_URL)
     scratch = tempfile.mkdtemp(prefix="relay-mcp-wait-")
-    answers_path, memory_path = os.path.join(scratch, "answers"), os.path.join(scratch, "memory") if args.memory_profile else ""
+    answers_path = os.path.join(scratch, "answers")
+    memory_path = os.path.join(scratch, "memory") if args.memory_profile else ""
     env = {"RELAY_LOG_LEVEL": "WARNING", "RELAY_MAX_OPEN_WAITS": "10000", "BENCH_ANSWERS": answers_path,
            "BENCH_MEMORY": memory_path}
     web = spawn("web-mcp", [sys.executable, "-m", "gunicorn", "bench.timed_asgi", "-k", "uvicorn_worker.UvicornWorker",

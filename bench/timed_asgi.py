@@ -76,8 +76,10 @@ if os.environ.get("BENCH_MEMORY"):
         if len(_snapshots) == 1:
             open(f"{os.environ['BENCH_MEMORY']}.{os.getpid()}.first", "w").close()
         else:
-            with open(f"{os.environ['BENCH_MEMORY']}.{os.getpid()}", "w") as out:
+            figures = f"{os.environ['BENCH_MEMORY']}.{os.getpid()}"
+            with open(figures + ".part", "w") as out:
                 json.dump(_memory_by_library(*_snapshots), out)
+            os.replace(figures + ".part", figures)  # whole when it appears
             _snapshots.clear()
 
     signal.signal(signal.SIGUSR1, _snapshot)
