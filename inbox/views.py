@@ -337,11 +337,20 @@ def message_page(request, mailbox_id: uuid.UUID, message_id: int):
     return render(request, "inbox/message.html", context)
 
 
+def _header_check_label(name: str) -> str:
+    """What a person reads for a header check the API names `name`."""
+    return {"list_unsubscribe": _("List-Unsubscribe header"),
+            "one_click_unsubscribe": _("One-click unsubscribe (RFC 8058)"),
+            "message_id": _("Message-ID header"), "date": _("Date header"),
+            "dkim_aligned": _("DKIM signature aligned with From")}.get(name, name)
+
+
 def _checks(mailbox, message) -> dict:
     """The Checks tab: the HTML, header and spam checks now, the latest link check if any."""
     raw = queries.message_raw(mailbox=mailbox, message_id=message.id)  # read once, for the HTML check and spamd
     found = {"html_check": message_checks.html_of(raw),
-             "header_checks": message_checks.headers_check(mailbox=mailbox, message_id=message.id)["checks"]}
+             "header_checks": [{**check, "label": _header_check_label(check["name"])} for check in
+                               message_checks.headers_check(mailbox=mailbox, message_id=message.id)["checks"]]}
     try:
         found["spam"] = async_to_sync(message_checks.spam_check)(raw=raw)
     except RelayError as exc:
