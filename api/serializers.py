@@ -139,7 +139,7 @@ class MessageSearchQuerySerializer(serializers.Serializer):
 
     @staticmethod
     def filters(query: dict) -> dict:
-        """The validated query as mailboxes.caller_reads.message_search's keywords."""
+        """The validated query as relay.reading.message_search's keywords."""
         return {"words": query.get("q", ""), "sender": query.get("sender", ""), "subject": query.get("subject", ""),
                 "since": query.get("since"), "until": query.get("until"), "unread": query["unread"],
                 "authenticated": query["authenticated"], "after": query.get("after"),

@@ -25,7 +25,7 @@ from api.serializers import (
     MessageSearchQuerySerializer,
     MessageSummarySerializer,
 )
-from mailboxes import caller_reads, changes, queries
+from mailboxes import changes, queries
 from mailboxes.ending import mailbox_delete
 from mailboxes.errors import NotFound
 from mailboxes.changes import LABEL_FIELDS
@@ -122,7 +122,7 @@ class MailboxCollectionView(APIView):
     )
     def get(self, request):
         query = validated(MailboxListQuerySerializer, request.query_params)
-        mailboxes = caller_reads.mailbox_list(
+        mailboxes = reading.mailbox_list(
             caller=request.user, include_expired=query["include_expired"], status=query.get("status"),
             tags=query.get("tag", []), text=query.get("q", ""), created_after=query.get("created_after"),
             created_before=query.get("created_before"), ordering=query["ordering"])
@@ -192,10 +192,8 @@ class MailboxRowsView(APIView):
 
 def _search_answer(request, view, mailbox=None) -> Response:
     search = MessageSearchQuerySerializer.filters(validated(MessageSearchQuerySerializer, request.query_params))
-    return reading.messages_read(
-        caller=request.user, mailbox=mailbox, search=search, pages=True,
-        answer=lambda rows: page_response(request, view, rows, MessageSummarySerializer,
-                                          count_with_page=bool(search["words"])))
+    with reading.messages_read(caller=request.user, mailbox=mailbox, search=search, pages=True) as rows:
+        return page_response(request, view, rows, MessageSummarySerializer, count_with_page=bool(search["words"]))
 
 
 class MessageSearchView(APIView):

@@ -20,7 +20,7 @@ from api.serializers import (EventsQuerySerializer, MessageDetailSerializer, Mes
 from mailboxes import changes, queries
 from mailboxes.errors import Forbidden, RelayError
 from mailboxes.models import Direction, Mailbox, MailboxStatus
-from owed.clock import db_now
+from owed import db_now
 from relay import reading
 
 logger = logging.getLogger(__name__)
@@ -48,8 +48,8 @@ def _seconds_until(moment) -> float:
 def _messages_after(mailbox, after: int, search: dict, answer):
     """What a wait or a stream is about: mail received (sent mail only if asked for)."""
     search = {**search, "direction": search.get("direction") or Direction.IN}
-    return reading.messages_read(caller=None, mailbox=mailbox, search=search,
-                                 answer=lambda rows: answer(rows.filter(id__gt=after)))
+    with reading.messages_read(caller=None, mailbox=mailbox, search=search) as rows:
+        return answer(rows.filter(id__gt=after))
 
 
 def _new_messages(mailbox, after: int, *, ascending: bool, page: int = 1, size: int = MAX_RESULTS,

@@ -13,7 +13,7 @@ from accounts.models import Account
 from accounts.plans import plan_limit
 from domains import keys, records
 from domains.models import Domain, DomainStatus
-from owed.clock import db_now
+from owed import db_now
 
 logger = logging.getLogger(__name__)
 

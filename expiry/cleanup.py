@@ -14,7 +14,7 @@ from expiry.dispatch import publish_cleanups
 from mailboxes.ending import mailboxes_expire_due
 from mailboxes.models import CLEANUPS, CleanupState, Mailbox, MailboxStatus
 from mailboxes.signals import event_happened
-from owed.clock import db_now
+from owed import db_now
 from relay import mailserver
 from relay.backends import NoBackendSlot, PermanentBackendError, TransientBackendError, get_backend
 

@@ -10,7 +10,7 @@ from django.db.models.functions import TruncMinute
 from expiry.dispatch import queue_cleanups_after_commit
 from mailboxes.models import CLEANUPS, CleanupState, Mailbox, MailboxStatus, cleanup_owed
 from mailboxes.queries import mailbox_counts
-from owed.clock import db_now
+from owed import db_now
 
 logger = logging.getLogger(__name__)
 

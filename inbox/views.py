@@ -32,7 +32,7 @@ from checks import html_support, message_checks
 from domains.models import Domain, DomainStatus
 from inbox import session
 from inbox.mail_html import policy, shown_html
-from mailboxes import caller_reads, changes, queries
+from mailboxes import changes, queries
 from mailboxes.creation import mailbox_create
 from mailboxes.ending import mailbox_delete
 from mailboxes.errors import NotFound, RateLimited
@@ -93,16 +93,15 @@ def _rows(mailbox, words: str = "", after: int = 0) -> list:
     """The newest LISTED messages of `mailbox` (matching `words`, newer than `after`), each
     as the list's HTML row (built here, not by fifty template rows or format_html calls:
     those were most of the page's time)."""
-    def answer(rows):
-        rows = rows.filter(id__gt=after) if after else rows
-        return list(rows.values_list("id", "from_header", "subject", "received_at", "is_read", "authenticated",
-                                     "direction", "content__codes")[:LISTED])
     prefix = escape(reverse("inbox-mailbox", args=[mailbox.id]) + "/")
     sent, verified, unverified, copy, no_sender, no_subject = map(escape, (
         _("sent"), _("verified sender"), _("unverified"), _("Copy"), _("(no sender)"), _("(no subject)")))
     unread = f'<span class="visually-hidden">{escape(_("Unread:"))} </span>'
     rows = []
-    found = reading.messages_read(caller=None, mailbox=mailbox, search={"words": words}, answer=answer)
+    with reading.messages_read(caller=None, mailbox=mailbox, search={"words": words}) as found:
+        found = list((found.filter(id__gt=after) if after else found).values_list(
+            "id", "from_header", "subject", "received_at", "is_read", "authenticated", "direction",
+            "content__codes")[:LISTED])
     for message_id, sender, subject, received_at, is_read, authenticated, direction, codes in found:
         passed = direction != "out" and authenticated
         badge = sent if direction == "out" else verified if authenticated else unverified
@@ -235,7 +234,7 @@ def account_mailboxes(request):
             return HttpResponseRedirect(reverse("inbox-mailbox", args=[mailbox.id]))
         except RelayError as exc:
             problem = exc.message
-    mailboxes = caller_reads.mailbox_list(caller=caller, include_expired=True)[:200]
+    mailboxes = reading.mailbox_list(caller=caller, include_expired=True)[:200]
     domains = [*settings.RELAY_DOMAINS, *Domain.objects.filter(owner=caller.owner, status=DomainStatus.VERIFIED)
                .values_list("name", flat=True)]
     return render(request, "inbox/mailboxes.html", {

@@ -20,7 +20,7 @@ from mailboxes.quotas import take_mailbox_slot
 from mailboxes.mail_format import text_of_html
 from mailboxes.models import (AddressReservation, CleanupState, Mailbox, MailboxStatus, Message,
                               MessageContent, Plan, cleanup_owed)
-from owed.clock import db_now
+from owed import db_now
 
 logger = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from mailboxes.errors import (AccountNotRelays, AddressTaken, BackendFailure, Ba
 from mailboxes.keys import Caller
 from mailboxes.models import Mailbox
 from mailboxes.changes import mailbox_activate, mailbox_insert
-from owed.clock import db_now
+from owed import db_now
 
 logger = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from mailboxes.models import CleanupState, Mailbox, MailboxStatus, Message, clea
 from mailboxes.quotas import give_back_mailbox_slots
 from mailboxes.signals import event_happened, mailboxes_ended
 from owed import ERROR_MAX_CHARS
-from owed.clock import db_now
+from owed import db_now
 
 logger = logging.getLogger(__name__)
 

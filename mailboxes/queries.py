@@ -1,5 +1,5 @@
 """Reads of mailboxes and messages as a caller may see them; none writes (what a read owes
-first is mailboxes/caller_reads.py's)."""
+first is relay/reading.py's)."""
 from contextlib import contextmanager
 from datetime import datetime
 
@@ -11,7 +11,7 @@ from django.db.models import Count, Q, QuerySet
 from mailboxes.errors import InvalidRequest, NotFound
 from mailboxes.keys import Caller
 from mailboxes.models import Mailbox, MailboxStatus, Message, MessageContent
-from owed.clock import db_now
+from owed import db_now
 
 
 def mailboxes_visible_to(caller: Caller) -> QuerySet:

@@ -9,7 +9,7 @@ from accounts.models import Account
 from accounts.plans import plan_limit
 from mailboxes.errors import QuotaExceeded
 from mailboxes.models import Mailbox
-from owed.clock import db_now
+from owed import db_now
 
 
 def take_mailbox_slot(owner: Account) -> None:

@@ -1,5 +1,6 @@
 """Owed work: the one rule (take, settle, release, dead letter, retry delay) for every row
-that records something Relay still has to do; see docs/architecture.md, "Owed work"."""
+that records something Relay still has to do (docs/architecture.md, "Owed work"), and the
+one clock its leases and every other time question are judged by."""
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -8,8 +9,19 @@ from datetime import datetime, timedelta
 from celery.utils.time import get_exponential_backoff_interval
 from django.db import connection, transaction
 from django.db.models import F, Model, Q
+from django.utils import timezone
 
-from owed.clock import db_now
+
+def db_now() -> datetime:
+    """The one clock (docs/architecture.md, "One clock"): what two processes could disagree
+    on is decided by the database's clock, PostgreSQL's clock_timestamp(); on SQLite, which
+    is one file on one host, that host's clock."""
+    if connection.vendor != "postgresql":
+        return timezone.now()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT clock_timestamp()")
+        return cursor.fetchone()[0]
+
 
 ERROR_MAX_CHARS = 2000
 

@@ -1,28 +1,44 @@
 """Reading a mailbox, the one entry every door calls: open it (ownership, lazy expiry, the
-live check, a cursor, then the mail server's newest mail) and search its messages."""
-from collections.abc import Callable
-from typing import TypeVar
+live check, a cursor, then the mail server's newest mail), list a caller's mailboxes and
+search their messages, each read preceded by the write it owes (a due mailbox expired on
+the spot, a word search's owed words written)."""
+from collections.abc import Iterator
+from contextlib import contextmanager
 
+from django.db import connection
 from django.db.models import QuerySet
 
-from mailboxes import caller_reads, queries
+from mailboxes import queries
+from mailboxes.changes import contents_index_all_words
+from mailboxes.ending import mailbox_lazy_expire, mailboxes_lazy_expire
+from mailboxes.errors import MailboxExpired
 from mailboxes.keys import Caller
-from mailboxes.models import Mailbox
+from mailboxes.models import Mailbox, MailboxStatus
 from relay import mailserver
-
-Answer = TypeVar("Answer")
 
 
 def mailbox_open(*, caller: Caller, mailbox_id, live: bool = True, fresh: bool = False,
                  after: int | None = None) -> Mailbox:
-    """The caller's mailbox (`live`: MailboxExpired once ended; `after`: a cursor of its
+    """The caller's mailbox, expired on the spot if it is due (NotFound as
+    queries.mailbox_find; `live`: MailboxExpired once ended; `after`: a cursor of its
     messages; `fresh`: the mail server's newest deliveries read first)."""
-    mailbox = (caller_reads.mailbox_get_active if live else caller_reads.mailbox_get)(caller=caller, mailbox_id=mailbox_id)
+    mailbox = queries.mailbox_find(caller=caller, mailbox_id=mailbox_id)
+    mailbox = mailbox_lazy_expire(mailbox=mailbox, now=mailbox.read_at)
+    if live and mailbox.status != MailboxStatus.ACTIVE:
+        raise MailboxExpired()
     if after:
         queries.message_cursor_check(messages=queries.message_list(mailbox=mailbox), after=after)
     if fresh:
         mailserver.read_now(Mailbox.objects.filter(id=mailbox.id))
     return mailbox
+
+
+def mailbox_list(*, caller: Caller, **filters) -> QuerySet:
+    """The caller's mailboxes, those due expired first, filtered as
+    queries.mailboxes_filtered takes them."""
+    visible = queries.mailboxes_visible_to(caller)
+    mailboxes_lazy_expire(mailboxes=visible)
+    return queries.mailboxes_filtered(visible, **filters)
 
 
 def mailboxes_freshen(caller: Caller) -> QuerySet:
@@ -33,10 +49,33 @@ def mailboxes_freshen(caller: Caller) -> QuerySet:
     return visible
 
 
-def messages_read(*, caller: Caller | None, search: dict, answer: Callable[[QuerySet], Answer],
-                  mailbox: Mailbox | None = None, pages: bool = False) -> Answer:
-    """The messages in `mailbox` (or all the caller's) matching `search`, made into the door's
-    answer by `answer(rows)` under the word search's plan (`pages`: the rows a client pages)."""
-    rows = (caller_reads.message_search_pages if pages else caller_reads.message_search)(caller=caller, mailbox=mailbox, **search)
+def message_search(*, caller: Caller | None, mailbox: Mailbox | None = None, words: str = "",
+                   after: int | None = None, **filters) -> QuerySet:
+    """Messages in `mailbox` or all the caller's matching every filter, newest first, the
+    words they owe written first."""
+    messages = queries.messages_in_scope(caller=caller, mailbox=mailbox)
+    if words and connection.vendor == "postgresql":
+        contents_index_all_words(messages=messages.filter(id__gt=after) if after else messages)
+    return queries.messages_matching(messages, words=words, after=after, **filters)
+
+
+def _message_search_pages(*, caller: Caller | None, mailbox: Mailbox | None = None, words: str = "",
+                          after: int | None = None, **filters) -> "QuerySet | queries.OwnerWordSearch":
+    """What a client pages through: message_search's rows, or an owner's words-alone search
+    as a queries.OwnerWordSearch, the owed words written first."""
+    if (words and mailbox is None and after is None and caller is not None and caller.owner is not None
+            and not any(filters.values()) and connection.vendor == "postgresql"):
+        contents_index_all_words(messages=queries.messages_in_scope(caller=caller))
+        return queries.OwnerWordSearch(owner_id=caller.owner.id, words=words)
+    return message_search(caller=caller, mailbox=mailbox, words=words, after=after, **filters)
+
+
+@contextmanager
+def messages_read(*, caller: Caller | None, search: dict, mailbox: Mailbox | None = None,
+                  pages: bool = False) -> Iterator[QuerySet]:
+    """The messages in `mailbox` (or all the caller's) matching `search` (`pages`: the rows a
+    client pages), to be made into the door's answer inside the block, which runs under
+    the word search's plan."""
+    rows = (_message_search_pages if pages else message_search)(caller=caller, mailbox=mailbox, **search)
     with queries.words_search_plan(search.get("words", "")):
-        return answer(rows)
+        yield rows

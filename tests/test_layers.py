@@ -59,10 +59,10 @@ DOORS = ("api", "inbox")
 # lazy expiry, the live check, the cursor's check, the mail server's newest deliveries).
 READING = "opening a mailbox: relay.reading.mailbox_open"
 RULES = [
-    *((step, "", READING, DOORS) for step in ("read_now(", "mailbox_get_active(", "mailbox_get(",
+    *((step, "", READING, DOORS) for step in ("read_now(", "mailbox_lazy_expire(", "mailboxes_lazy_expire(",
                                               "message_cursor_check(", "mailboxes_visible_to(")),
     *((step, "", "searching messages: relay.reading.messages_read", DOORS)
-      for step in ("words_search_plan(", "message_search(", "message_search_pages(")),
+      for step in ("words_search_plan(", "message_search(", "contents_index_all_words(")),
     ('settings.RELAY_BACKEND ==', "config/settings.py", 'which backend calls a server: relay.backends.keeps_accounts()',
      APPS),
     ('settings.RELAY_BACKEND in', "config/settings.py", 'which backend calls a server: relay.backends.keeps_accounts()',

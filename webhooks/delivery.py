@@ -12,7 +12,7 @@ from django.db.models import Count
 from django.db.models.functions import Now
 
 from owed import OwedWork
-from owed.clock import db_now
+from owed import db_now
 from relay import task_names
 from webhooks import signing
 from webhooks.models import DeliveryStatus, Webhook, WebhookDelivery

@@ -8,8 +8,8 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from mailboxes.models import Mailbox
-from mailboxes.prepared import execute_prepared
-from owed.clock import db_now
+from mailboxes.storing import execute_prepared
+from owed import db_now
 from webhooks.models import Webhook, WebhookDelivery, WebhookEvent
 
 

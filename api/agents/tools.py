@@ -25,7 +25,7 @@ from api.serializers import (
     MessageSearchQuerySerializer,
     MessageSummarySerializer,
 )
-from mailboxes import caller_reads, changes, queries
+from mailboxes import changes, queries
 from mailboxes.creation import mailbox_create
 from mailboxes.ending import mailbox_delete
 from mailboxes.errors import NotFound
@@ -96,7 +96,7 @@ def list_mailboxes(include_expired: Annotated[bool, Field(
         description="Also list mailboxes that have expired (still kept for a while).")] = False) -> CallToolResult:
     """List your mailboxes, newest first: {"mailboxes": [mailbox, ...]}. Active ones only
     unless include_expired."""
-    mailboxes = caller_reads.mailbox_list(caller=calling(), include_expired=include_expired)
+    mailboxes = reading.mailbox_list(caller=calling(), include_expired=include_expired)
     return result({"mailboxes": [_mailbox_out(mailbox) for mailbox in mailboxes]})
 
 
@@ -135,9 +135,8 @@ def _listed(*, caller: Principal, mailbox: Mailbox | None, words: str | None, un
                                                            "authenticated": "true" if authenticated else None,
                                                            "direction": direction})
     search = MessageSearchQuerySerializer.filters(query)
-    return reading.messages_read(
-        caller=caller, mailbox=mailbox, search=search,
-        answer=lambda rows: {"messages": MessageSummarySerializer.represent_many(rows[:LISTED_MAX])})
+    with reading.messages_read(caller=caller, mailbox=mailbox, search=search) as rows:
+        return {"messages": MessageSummarySerializer.represent_many(rows[:LISTED_MAX])}
 
 
 @tool(output=MessageList, read_only=True, idempotent=True, mail=True)

@@ -9,7 +9,7 @@ import redis
 from django.conf import settings
 from django.db import connection, transaction
 
-from owed.clock import db_now
+from owed import db_now
 from relay import metrics
 from relay.backends.errors import NoBackendSlot
 from relay.models import BackendCallSlot

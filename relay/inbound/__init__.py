@@ -1,2 +1,2 @@
-"""Mail in: the SMTP server (server.py), storing what it accepts (storing.py), reading
-a message (parsing.py) and what a client wants out of it (extraction.py)."""
+"""Mail in: the SMTP server (server.py) and attachments read back (attachments.py); what it
+accepts is taken in by relay/ingest.py."""

@@ -10,7 +10,7 @@ BATCH = 500
 
 def fill(apps, schema_editor):
     from mailboxes.mail_format import text_of_html
-    from relay.extraction import find_codes, find_links
+    from relay.ingest import find_codes, find_links
 
     MessageContent = apps.get_model("mailboxes", "MessageContent")
     Message = apps.get_model("mailboxes", "Message")

@@ -10,7 +10,7 @@ from celery import current_app
 from django.conf import settings
 from django.db import DatabaseError, connection, connections
 
-from owed.clock import db_now
+from owed import db_now
 from relay import task_names
 from relay.outbox.send import batch_claim
 

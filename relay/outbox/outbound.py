@@ -14,7 +14,7 @@ from accounts.plans import plan_limit
 from mailboxes.errors import Forbidden, Gone, MessageTooLarge, NotFound, QuotaExceeded
 from mailboxes.models import Direction, Mailbox
 from mailboxes.storing import MailboxFull, recipient_by_id
-from owed.clock import db_now
+from owed import db_now
 from relay.ingest import message_ingest
 from relay.models import OutboxKind, OutboxMail
 from relay.outbox import header_lines

@@ -19,7 +19,7 @@ from django.db.models.functions import Now
 from accounts.models import TokenAction
 from accounts.services import token_usable
 from owed import ERROR_MAX_CHARS, OwedWork
-from owed.clock import db_now
+from owed import db_now
 from relay.models import OutboxMail, OutboxStatus
 
 logger = logging.getLogger(__name__)

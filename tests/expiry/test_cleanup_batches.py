@@ -13,7 +13,7 @@ from expiry.sweep import schedule_upcoming
 from expiry.dispatch import EXPIRE_BATCH_TASK, EXPIRE_TASK
 from mailboxes.ending import mailboxes_expire_due
 from mailboxes.models import Mailbox
-from owed.clock import db_now
+from owed import db_now
 from tests.helpers import make_mailbox, make_mailboxes, row_held, wait_until
 
 

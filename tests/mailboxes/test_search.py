@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from mailboxes.keys import Caller
 from mailboxes.models import Mailbox, Message, MessageContent
-from mailboxes.caller_reads import message_search
+from relay.reading import message_search
 from mailboxes.queries import OwnerWordSearch, words_search_plan
 from tests.conftest import _test_database_url
 from tests.helpers import create_via_api, deliver, earlier, listed, row_held, wait_until

@@ -9,7 +9,7 @@ from django.utils import timezone
 from mailboxes.errors import InvalidRequest, MailboxExpired, NotFound
 from mailboxes.keys import caller_for_secret
 from mailboxes.models import Mailbox, MailboxStatus, Message
-from owed.clock import db_now
+from owed import db_now
 from relay import reading
 from tests.helpers import deliver, earlier, make_mailbox
 
@@ -41,8 +41,8 @@ def test_messages_read_answers_from_the_matching_rows(db):
     mailbox = make_mailbox("reading-search")
     deliver(b"Subject: invoice\r\n\r\nyour invoice\r\n", mailbox.address)
     [wanted] = deliver(b"Subject: code\r\n\r\nyour code 4821\r\n", mailbox.address)
-    found = reading.messages_read(caller=None, mailbox=mailbox, search={"words": "code"},
-                                  answer=lambda rows: [row.id for row in rows])
+    with reading.messages_read(caller=None, mailbox=mailbox, search={"words": "code"}) as rows:
+        found = [row.id for row in rows]
     assert found == [wanted]
 
 INFO = ["get", "list"]

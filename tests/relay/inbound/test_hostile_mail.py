@@ -8,7 +8,7 @@ import pytest
 
 from mailboxes.models import MessageContent
 from mailboxes.mail_format import text_of_html
-from relay.extraction import find_codes, find_links
+from relay.ingest import find_codes, find_links
 from tests import mail_corpus as corpus
 from tests.mail_corpus import send
 

@@ -3,7 +3,7 @@ parses them, and shown on message detail."""
 import pytest
 
 from mailboxes.mail_format import text_of_html
-from relay.extraction import find_codes, find_links
+from relay.ingest import find_codes, find_links
 from mailboxes.mail_format import parse_message
 from tests import mail_corpus as corpus
 from tests.helpers import create_via_api, deliver
