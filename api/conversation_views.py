@@ -17,7 +17,7 @@ from api.fields import validated
 from api.views import queued
 from mailboxes.threads import thread_get, thread_list, thread_messages, thread_participants
 from relay import reading
-from relay.outbox.replies import forward_queue, reply_queue
+from relay.outbox.outbound import forward_queue, reply_queue
 
 
 class ReplyView(APIView):

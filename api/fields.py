@@ -7,7 +7,7 @@ from rest_framework import serializers
 
 from api.schema import domain_schema, local_part_schema
 from mailboxes.creation import LOCAL_PART_PATTERN
-from relay.outbox import header_lines
+from relay.outbox import build
 
 # The service's local-part rule (mailboxes.creation), read here to name the field in a 400.
 LOCAL_PART_RE = re.compile(LOCAL_PART_PATTERN)
@@ -44,13 +44,13 @@ class StrictCharField(serializers.CharField):
         return super().to_internal_value(data)
 
 
-@extend_schema_field({"type": "string", "pattern": header_lines.ONE_LINE_PATTERN})
+@extend_schema_field({"type": "string", "pattern": build.ONE_LINE_PATTERN})
 class OneLineField(StrictCharField):
     def to_internal_value(self, data):
         value = super().to_internal_value(data)
         # A line break would end the header and start another: the service's rule, here
         # to name the field in a 400 before anything is built.
-        if header_lines.breaks_line(value):
+        if build.breaks_line(value):
             raise serializers.ValidationError("must be one line: no CR, LF or other line-breaking character.")
         return value
 
@@ -102,7 +102,7 @@ class QueryTextField(PresentEmptyIsAValue, OneLineField):
     def run_validation(self, data=serializers.empty):
         if data == "":
             self.fail("blank")
-        if isinstance(data, str) and header_lines.breaks_line(data):
+        if isinstance(data, str) and build.breaks_line(data):
             raise serializers.ValidationError("must be one line: no CR, LF or other line-breaking character.")
         return super().run_validation(data)
 
@@ -122,4 +122,4 @@ class DomainField(StrictCharField):
 
 
 # What `to` takes: the service's address rule, stated in the schema too.
-ADDRESS_PATTERN = header_lines.ADDRESS_PATTERN
+ADDRESS_PATTERN = build.ADDRESS_PATTERN

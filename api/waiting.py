@@ -1,24 +1,35 @@
 """Waiting for mail without a thread per waiter: `GET …/messages?wait=S` and the event
-stream `GET …/events`, async views woken by the web process's one Redis subscription."""
+stream `GET …/events`, async views woken by the web process's one Redis subscription
+(`relay:mailbox:*` and revocations; they look again every RECHECK_SECONDS anyway), each
+counted among its caller's open waits (RELAY_MAX_OPEN_WAITS, then 429) in Redis with
+leases across web processes, each process alone without Redis, let through if it fails."""
+import asyncio
 import json
 import logging
+import threading
 import time
+import uuid
+from collections import Counter, defaultdict
+
+import redis
+import redis.asyncio as aioredis
+from django.conf import settings
 
 from django.http import HttpResponseNotAllowed, JsonResponse, StreamingHttpResponse
 from rest_framework import exceptions
 
+from accounts import revocations
 from api.authentication import BearerAuthentication, Principal, scope_covers
 from api.errors import error_body, json_error_response
 from api.fields import validated
-from api.hub import hub
-from api.open_waits import OpenWait, caller_key
 from api.pagination import PAGE_SIZE
 from api.scopes import WAITS, InsufficientScope, insufficient_scope
 from api.pooling import in_pool
 from api.serializers import (EventsQuerySerializer, MessageDetailSerializer, MessageSummarySerializer,
                              WaitQuerySerializer, message_codes)
 from mailboxes import changes, queries
-from mailboxes.errors import Forbidden, RelayError
+from mailboxes.errors import Forbidden, RateLimited, RelayError
+from mailboxes.wakeups import CHANNEL_PREFIX, redis_client
 from mailboxes.models import Direction, Mailbox, MailboxStatus
 from owed import db_now
 from relay import reading
@@ -28,6 +39,170 @@ logger = logging.getLogger(__name__)
 
 HEARTBEAT_SECONDS = 15.0
 MAX_RESULTS = PAGE_SIZE
+
+
+# --- the wake-ups ----------------------------------------------------------------------------
+POLL_SECONDS = 0.5
+# A backstop only: with a live subscription no event is lost, and each (re)connect makes
+# every waiter look at once.
+RECHECK_SECONDS = 30.0
+
+
+class Hub:
+    """The waiters of this process, by mailbox id, and the one subscription that wakes them."""
+
+    def __init__(self) -> None:
+        self.waiters: dict[str, set[asyncio.Event]] = defaultdict(set)
+        self.listener: asyncio.Task | None = None
+
+    def register(self, mailbox_id) -> asyncio.Event:
+        if settings.RELAY_EVENTS_REDIS_URL and (self.listener is None or self.listener.done()):
+            self.listener = asyncio.get_running_loop().create_task(self.listen())
+        event = asyncio.Event()
+        self.waiters[str(mailbox_id)].add(event)
+        return event
+
+    def unregister(self, mailbox_id, event: asyncio.Event) -> None:
+        key = str(mailbox_id)
+        self.waiters[key].discard(event)
+        if not self.waiters[key]:
+            del self.waiters[key]
+
+    async def listen(self) -> None:
+        """Read `relay:mailbox:*` for as long as anyone waits; reconnect after a failure."""
+        failures = 0
+        while self.waiters:
+            client = aioredis.Redis.from_url(settings.RELAY_EVENTS_REDIS_URL, socket_connect_timeout=2)
+            try:
+                async with client.pubsub() as pubsub:
+                    await pubsub.psubscribe(CHANNEL_PREFIX + "*")
+                    await pubsub.subscribe(revocations.CHANNEL)
+                    failures = 0
+                    self.wake_all()  # what happened while unsubscribed is looked at now
+                    while self.waiters:
+                        message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+                        if message and message["type"] == "message":
+                            # A key or an account was revoked: every waiter authenticates
+                            # again, and those whose key it was end.
+                            self.wake_all()
+                        elif message and message["type"] == "pmessage":
+                            key = message["channel"].decode()[len(CHANNEL_PREFIX):]
+                            for event in self.waiters.get(key, ()):
+                                event.set()
+            except (aioredis.RedisError, OSError) as exc:
+                failures += 1
+                logger.warning("lost the mailbox-event subscription (%s); reconnecting", exc)
+                await asyncio.sleep(min(5.0, 0.2 * 2 ** failures))
+            finally:
+                await client.aclose()
+
+    def wake_all(self) -> None:
+        for events in self.waiters.values():
+            for event in events:
+                event.set()
+
+    async def wait(self, event: asyncio.Event, timeout: float) -> None:
+        """Until `event` is set (then cleared) or `timeout` passes."""
+        limit = RECHECK_SECONDS if settings.RELAY_EVENTS_REDIS_URL else POLL_SECONDS
+        try:
+            await asyncio.wait_for(event.wait(), timeout=max(0.0, min(timeout, limit)))
+        except TimeoutError:
+            pass
+        event.clear()
+
+
+hub = Hub()
+
+
+# --- the open-wait count ------------------------------------------------------------------------
+# A wait lasts at most 60 s; a stream renews its lease at every heartbeat.
+LEASE_SECONDS = 120
+RETRY_AFTER_SECONDS = 5
+KEY_PREFIX = "relay:open-waits:"
+
+_local = Counter()
+_local_lock = threading.Lock()
+
+
+def _redis_now(client) -> float:
+    """Redis's clock (TIME): every web host counts one caller's open waits in one sorted
+    set, so their leases are judged by one clock, not each host's."""
+    seconds, microseconds = client.time()
+    return seconds + microseconds / 1_000_000
+
+
+def caller_key(caller) -> str:
+    """Who the limit counts: the account, or the anonymous mailbox's token."""
+    return f"account:{caller.owner.pk}" if caller.owner is not None else f"token:{caller.mailbox_id}"
+
+
+def _refused(ident: str) -> RateLimited:
+    logger.info("refused a wait of %s: %d already open", ident, settings.RELAY_MAX_OPEN_WAITS)
+    return RateLimited(f"At most {settings.RELAY_MAX_OPEN_WAITS} waits and event streams may be open at once "
+                       "per account or mailbox token; close one first.", retry_after=RETRY_AFTER_SECONDS)
+
+
+class OpenWait:
+    """One open wait's place in its caller's count, taken by `open_wait`."""
+
+    def __init__(self, ident: str) -> None:
+        self.key = KEY_PREFIX + ident
+        self.member = uuid.uuid4().hex
+        self.counted_in: str | None = None  # "redis", "local", or None (not counted)
+
+    def take(self) -> None:
+        client = redis_client()
+        if client is None:
+            with _local_lock:
+                if _local[self.key] >= settings.RELAY_MAX_OPEN_WAITS:
+                    raise _refused(self.key)
+                _local[self.key] += 1
+            self.counted_in = "local"
+            return
+        try:
+            now = _redis_now(client)
+            with client.pipeline(transaction=True) as pipe:
+                pipe.zremrangebyscore(self.key, "-inf", now)
+                pipe.zadd(self.key, {self.member: now + LEASE_SECONDS})
+                pipe.zcard(self.key)
+                pipe.expire(self.key, LEASE_SECONDS)
+                _, _, open_now, _ = pipe.execute()
+        except redis.RedisError as exc:
+            logger.warning("could not count open waits in Redis (%s); letting this one through", exc)
+            return
+        self.counted_in = "redis"
+        if open_now > settings.RELAY_MAX_OPEN_WAITS:
+            self.give_back()
+            raise _refused(self.key)
+
+    def renew(self) -> None:
+        """Keep a long-lived stream counted past LEASE_SECONDS."""
+        if self.counted_in != "redis":
+            return
+        try:
+            client = redis_client()
+            now = _redis_now(client)
+            with client.pipeline(transaction=False) as pipe:
+                pipe.zadd(self.key, {self.member: now + LEASE_SECONDS}, xx=True)
+                pipe.expire(self.key, LEASE_SECONDS)  # the set outlives its longest-lived member
+                pipe.execute()
+        except redis.RedisError:
+            pass  # lapses at worst, which lets one more wait in: never a refusal
+
+    def give_back(self) -> None:
+        counted_in, self.counted_in = self.counted_in, None
+        if counted_in == "local":
+            with _local_lock:
+                _local[self.key] -= 1
+                if _local[self.key] <= 0:
+                    del _local[self.key]
+            return
+        if counted_in != "redis":
+            return
+        try:
+            redis_client().zrem(self.key, self.member)
+        except redis.RedisError as exc:
+            logger.warning("could not release an open wait in Redis (%s); it lapses in %d s", exc, LEASE_SECONDS)
 
 
 # --- the shared steps -------------------------------------------------------------------------

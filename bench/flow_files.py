@@ -162,7 +162,7 @@ def main() -> None:
             status, text = await http("POST", f"/api/v1/mailboxes/{box['id']}/messages/{message_id}/reply",
                                       {"text": "Confirmed."})
             assert status == 202, text
-            from relay.outbox.mailer import Mailer
+            from relay.outbox.send import Mailer
             await asyncio.to_thread(lambda: Mailer().dispatch(reason="the flow"))
         await stop()
 

@@ -43,7 +43,7 @@ from relay import reading
 from relay.backends import get_backend
 from relay.inbound.attachments import SAFETY_HEADERS, attachment_of, safe_filename, served_content_type
 from relay.outbox import account_mail
-from relay.outbox.replies import forward_queue, reply_queue
+from relay.outbox.outbound import forward_queue, reply_queue
 
 logger = logging.getLogger(__name__)
 

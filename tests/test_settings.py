@@ -132,7 +132,7 @@ def test_debug_is_refused_where_hosts_other_than_this_machine_reach_it():
 def test_an_error_page_shows_no_local_variable_such_as_a_key_being_used(rf, settings):
     from django.views.debug import ExceptionReporter
 
-    from relay.outbox import signing
+    from relay.outbox import build
 
     settings.DEBUG = True
     marker = secrets.token_hex(16)  # made here, so no source line the page quotes holds it
@@ -142,10 +142,10 @@ def test_an_error_page_shows_no_local_variable_such_as_a_key_being_used(rf, sett
         raise ValueError("header folding failed")
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(signing, "signing_key", lambda domain: ("relay", secret.encode()))
-        patch.setattr(signing.dkim, "sign", fails)
+        patch.setattr(build, "signing_key", lambda domain: ("relay", secret.encode()))
+        patch.setattr(build.dkim, "sign", fails)
         try:
-            signing.dkim_signed(b"From: a@brand.test\r\nSubject: a\x0bb\r\n\r\nhi\r\n", "a@brand.test")
+            build.dkim_signed(b"From: a@brand.test\r\nSubject: a\x0bb\r\n\r\nhi\r\n", "a@brand.test")
         except ValueError:
             import sys
 

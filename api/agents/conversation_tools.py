@@ -12,8 +12,7 @@ from api.conversation_serializers import (ForwardSerializer, ReplySerializer, Se
 from mailboxes.threads import thread_get, thread_list, thread_messages, thread_participants
 from relay import reading
 from relay.models import OutboxMail
-from relay.outbox.outbound import outbound_queue
-from relay.outbox.replies import forward_queue, reply_queue
+from relay.outbox.outbound import forward_queue, outbound_queue, reply_queue
 
 
 class AttachmentIn(BaseModel):

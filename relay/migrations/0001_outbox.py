@@ -1,6 +1,6 @@
 """The outbox (docs/api.md): mailboxes' sent-mail table, taken over and widened to every mail
 Relay sends, with the claim and lease the mailer needs. On PostgreSQL every row that
-becomes queued NOTIFYs `relay_outbox`, which wakes the mailers (relay/outbox/mailer.py)."""
+becomes queued NOTIFYs `relay_outbox`, which wakes the mailers (relay/outbox/send.py)."""
 import django.db.models.deletion
 from django.db import migrations, models
 

@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand
 from django.db import connection
 
-from relay.outbox.mailer import Mailer
+from relay.outbox.send import Mailer
 
 
 class Command(BaseCommand):

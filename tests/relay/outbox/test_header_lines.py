@@ -1,4 +1,4 @@
-"""One rule for header lines in mail out (relay/outbox/header_lines.py; SECURITY.md, "Mail
+"""One rule for header lines in mail out (relay/outbox/build.py; SECURITY.md, "Mail
 out"): no character any line breaker splits on gets into a header, through the API,
 the MCP tools, the service itself or a reply to a stranger's Reply-To; a refused value is
 a 400 (a tool error) naming its field, never a 500 and never a header line the sender
@@ -11,9 +11,8 @@ import pytest
 from mailboxes.errors import InvalidRequest
 from mailboxes.models import Mailbox
 from relay.models import OutboxMail
-from relay.outbox.header_lines import LINE_BREAKERS
-from relay.outbox.outbound import Attachment, outbound_queue
-from relay.outbox.replies import addresses
+from relay.outbox.build import LINE_BREAKERS
+from relay.outbox.outbound import Attachment, addresses, outbound_queue
 from relay.outbox.build import mail_build
 from tests.api.agents.test_mcp import call, error_of, mcp_http, mcp_web, owner  # noqa: F401 (fixtures)
 from tests.domains.test_domains import add, publish

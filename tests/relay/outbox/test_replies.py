@@ -1,5 +1,5 @@
-"""relay/outbox/replies.py on its own: whom a reply goes to (`reply_recipients`) and what
-`reply_queue` writes, as a mail client would (RFC 5322, section 3.6.4), for mail stored
+"""Replies (relay/outbox/outbound.py) on their own: whom a reply goes to (`reply_recipients`)
+and what `reply_queue` writes, as a mail client would (RFC 5322, section 3.6.4), for mail stored
 by the same path SMTP uses."""
 import pytest
 
@@ -8,7 +8,7 @@ from mailboxes.models import Direction, Message
 from mailboxes.storing import recipient_by_address
 from relay.ingest import message_ingest
 from relay.models import OutboxMail
-from relay.outbox.replies import reply_queue, reply_recipients
+from relay.outbox.outbound import reply_queue, reply_recipients
 from tests.helpers import create_mailbox
 from tests.mail_corpus import crlf
 
