@@ -7,7 +7,7 @@ from django.conf import settings
 from drf_spectacular.utils import OpenApiParameter
 from rest_framework import serializers
 
-from accounts.plans import plan_limit
+from accounts.models import plan_limit
 from api.errors import DOMAIN_CODES, STATUS_CODES
 from mailboxes.creation import LOCAL_PART_PATTERN
 from mailboxes.models import Plan

@@ -9,8 +9,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q, QuerySet
 
 from accounts.errors import Conflict, InvalidRequest, NotFound, QuotaExceeded
-from accounts.models import Account
-from accounts.plans import plan_limit
+from accounts.models import Account, plan_limit
 from domains import keys, records
 from domains.models import Domain, DomainStatus
 from owed import db_now

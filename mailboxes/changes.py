@@ -11,7 +11,7 @@ from django.db import connection, transaction
 from django.db.models import F, QuerySet
 from django.db.models.functions import Greatest
 
-from accounts.plans import plan_limit
+from accounts.models import plan_limit
 from domains.services import verified_domain
 from mailboxes.ending import announce_ended
 from mailboxes.errors import AddressTaken, DomainRefused, MailboxExpired, TtlOutOfRange

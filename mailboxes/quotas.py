@@ -1,12 +1,11 @@
-"""The plans' quotas (accounts.plans), each raising QuotaExceeded with the seconds until it
+"""The plans' quotas (accounts.models.plan_limit), each raising QuotaExceeded with the seconds until it
 could succeed, under the owner's row lock."""
 from collections import Counter
 
 from django.db.models import F
 from django.db.models.functions import Greatest
 
-from accounts.models import Account
-from accounts.plans import plan_limit
+from accounts.models import Account, plan_limit
 from mailboxes.errors import QuotaExceeded
 from mailboxes.models import Mailbox
 from owed import db_now

@@ -12,7 +12,7 @@ from mcp_types import CallToolResult
 from pydantic import ValidationError
 from rest_framework import exceptions
 
-from api.agents.session import CLIENT_GONE, CREDENTIALS, Credentials
+from api.agents.declare import CLIENT_GONE, CREDENTIALS, Credentials
 from api.agents.results import failure
 from api.agents.check_tools import CHECK_TOOLS
 from api.agents.conversation_tools import CONVERSATION_TOOLS
@@ -246,7 +246,7 @@ class CredentialsGate:
             async def replay():
                 return messages.pop(0) if messages else await receive()
 
-            # The tools act for these credentials (api/agents/session.py).
+            # The tools act for these credentials (api/agents/declare.py).
             CREDENTIALS.set(credentials)
             await self.answer(scope, replay, send)
             return

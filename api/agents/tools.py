@@ -11,10 +11,10 @@ from mcp_types import CallToolResult
 from pydantic import Field
 
 from api import waiting
-from api.agents.declare import arguments_valid, calling, calling_owner, credentials, minutes_to_ms, tool
+from api.agents.declare import (arguments_valid, calling, calling_owner, credentials, minutes_to_ms, tool,
+                                until_client_gone)
 from api.agents.results import (MINUTE_MS, Attachment, Code, Deleted, MailboxList, MailboxOut, MessageList, MessageOut,
                                 Waited, failure, result)
-from api.agents.session import until_client_gone
 from api.authentication import Principal
 from api.pagination import PAGE_SIZE
 from api.pooling import in_pool

@@ -13,8 +13,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import QuerySet
 
-from accounts.models import Account
-from accounts.plans import plan_limit
+from accounts.models import Account, plan_limit
 from mailboxes import queries
 from mailboxes.errors import Forbidden, Gone, InvalidRequest, MessageTooLarge, NotFound, QuotaExceeded
 from mailboxes.mail_format import FORWARD_PREFIX, REPLY_PREFIX, header, lineage_of

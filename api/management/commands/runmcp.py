@@ -9,7 +9,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from api.agents.server import build
-from api.agents.session import CREDENTIALS, Credentials
+from api.agents.declare import CREDENTIALS, Credentials
 from mailboxes.keys import caller_for_secret
 
 logger = logging.getLogger(__name__)

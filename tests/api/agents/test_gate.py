@@ -2,7 +2,7 @@
 with the official SDK's client): what it refuses before the SDK, and what it lets through."""
 from accounts.services import account_create_with_key
 from api.agents.server import CredentialsGate, origin_allowed
-from api.agents.session import CREDENTIALS
+from api.agents.declare import CREDENTIALS
 from tests.helpers import run_async
 
 
