@@ -4,8 +4,10 @@ real door (an SMTP socket, beat's sweep task, POST /mcp and POST …/reply on th
 application), with a profiler noting every file of the apps whose code runs.
 
 A task that would go to the broker runs here instead, so a flow's workers count too.
-Prints, per flow, the files in the order first entered and how often the flow goes back to
-an app it had left. `scripts/bench.sh flow_files`."""
+Prints, per flow, the files in the order first entered, how often the flow goes back to an
+app it had left, and its calls back up: code of an app calling code of an app above it in
+the layers (by a signal, a commit hook or a function handed down), which an import never
+shows. `scripts/bench.sh flow_files`."""
 import asyncio
 import json
 import smtplib
@@ -18,6 +20,22 @@ from pathlib import Path
 from bench.common import ROOT, fresh_database
 
 APPS = ("accounts", "api", "config", "domains", "inbox", "expiry", "mailboxes", "owed", "relay", "webhooks")
+# The layers of .importlinter, top first: a call from an app's code into an app above it
+# (a signal, a commit hook, a function handed down) is a call back up.
+LAYERS = (("config",), ("inbox",), ("api",), ("checks",), ("expiry", "webhooks"), ("relay",), ("mailboxes",),
+          ("domains",), ("accounts",), ("owed",))
+LEVEL = {app: level for level, apps in enumerate(LAYERS) for app in apps}
+# Where a task run here starts, as if on a worker: the walk down a stack stops there.
+WORKER_STARTS: set = set()
+
+
+def _app_file(frame) -> str | None:
+    """The frame's file, relative to the checkout, if it is an app's (migrations aside)."""
+    path = frame.f_code.co_filename
+    if not path.startswith(str(ROOT)):
+        return None
+    relative = Path(path).relative_to(ROOT).as_posix()
+    return relative if relative.split("/")[0] in APPS and "/migrations/" not in relative else None
 
 
 class Crossed:
@@ -28,6 +46,8 @@ class Crossed:
 
     def __init__(self) -> None:
         self.files: OrderedDict[str, None] = OrderedDict()
+        # (the nearest app file below on the stack, the file called) for each call back up
+        self.up: OrderedDict[tuple[str, str], None] = OrderedDict()
 
     @staticmethod
     def install() -> None:
@@ -37,14 +57,25 @@ class Crossed:
     @staticmethod
     def _profile(frame, event, arg):
         crossed = Crossed.current
-        if crossed is not None and event == "call":
-            path = frame.f_code.co_filename
-            if path.startswith(str(ROOT)):
-                relative = Path(path).relative_to(ROOT).as_posix()
-                if relative.split("/")[0] in APPS and "/migrations/" not in relative:
-                    crossed.files.setdefault(relative, None)
+        if crossed is None or event != "call":
+            return
+        relative = _app_file(frame)
+        if relative is None:
+            return
+        crossed.files.setdefault(relative, None)
+        caller = frame.f_back
+        while caller is not None and caller.f_code not in WORKER_STARTS and (below := _app_file(caller)) is None:
+            caller = caller.f_back
+        if caller is not None and caller.f_code in WORKER_STARTS:
+            return
+        if caller is not None and LEVEL[below.split("/")[0]] > LEVEL[relative.split("/")[0]]:
+            crossed.up.setdefault((below, relative), None)
 
     def __enter__(self) -> "Crossed":
+        from relay import ingest
+        # Each flow that stores a message asks for its words' task, whatever an earlier
+        # flow asked for less than a second ago.
+        ingest._words_next_publish = 0.0
         self.threads_before = set(threading.enumerate())
         Crossed.current = self
         return self
@@ -70,12 +101,21 @@ class Crossed:
 
 
 def run_tasks_here() -> None:
-    """A task sent by name runs in this process, as a worker would run it."""
+    """A task sent by name runs in this process, as a worker would run it: on a stack of its
+    own as far as calls back up go (a worker's task is called by Celery, not by its sender)."""
     from celery import current_app
+    from celery.app.task import Task
+
+    apply = Task.apply
+
+    def on_a_worker(task, *args, **kwargs):
+        return apply(task, *args, **kwargs)
 
     def send_task(name, args=(), kwargs=None, **options):
         return current_app.tasks[name].apply(args=args, kwargs=kwargs or {})
 
+    WORKER_STARTS.add(on_a_worker.__code__)
+    Task.apply = on_a_worker
     current_app.loader.import_default_modules()
     current_app.send_task = send_task
     current_app.conf.task_always_eager = True
@@ -183,10 +223,12 @@ def main() -> None:
     assert ending.cleanup_state == "done", ending.cleanup_state
 
     report = {name: {"files": len(crossed.files), "back to an app left": crossed.returns(),
+                     "calls back up": [f"{below} -> {above}" for below, above in crossed.up],
                      "crossed": list(crossed.files)} for name, crossed in flows.items()}
     print(json.dumps(report, indent=1))
     for name, found in report.items():
-        print(f"{name}: {found['files']} files, back to an app it had left {found['back to an app left']} times")
+        print(f"{name}: {found['files']} files, back to an app it had left {found['back to an app left']} times, "
+              f"{len(found['calls back up'])} calls back up")
 
 
 if __name__ == "__main__":

@@ -541,6 +541,8 @@ RELAY_METRICS_TOKEN = env.str("RELAY_METRICS_TOKEN", default="")
 
 # --- Webhooks (docs/api.md) ------------------------------------------------------------------
 RELAY_WEBHOOK_TIMEOUT_SECONDS = _int("RELAY_WEBHOOK_TIMEOUT_SECONDS", 10, minimum=1)
+# How long a delivery's run holds it: one call's deadline twice over, and a margin.
+RELAY_WEBHOOK_RUN_LEASE_SECONDS = RELAY_WEBHOOK_TIMEOUT_SECONDS * 2 + 30
 # Webhooks one account may have: each inbound mail makes a delivery per webhook, so
 # without a cap one account could point Relay at a third party many times over.
 RELAY_MAX_WEBHOOKS = _int("RELAY_MAX_WEBHOOKS", 10, minimum=1)
@@ -662,6 +664,9 @@ RELAY_MAILER_MAX_PER_SECOND = _int("RELAY_MAILER_MAX_PER_SECOND", 0)
 # How long a claimed batch is trusted to its worker (sending, and waiting out retries)
 # before any mailer claims it again.
 RELAY_MAILER_LEASE_SECONDS = _int("RELAY_MAILER_LEASE_SECONDS", 300, minimum=1)
+# A retry must come before the batch's lease lapses, or a mailer would claim the batch
+# again meanwhile (harmless: the outcome is a compare-and-set on the claim).
+RELAY_SEND_RETRY_BACKOFF_MAX_SECONDS = max(1, RELAY_MAILER_LEASE_SECONDS // 2)
 
 # --- Celery ----------------------------------------------------------------------------
 CELERY_BROKER_URL = _broker_url

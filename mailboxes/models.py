@@ -3,7 +3,6 @@ what each plan allows them. Who owns them is accounts/."""
 import uuid
 from datetime import datetime
 
-from django.conf import settings
 from django.contrib.postgres.search import SearchVectorField
 from django.db import models
 from django.db.models import Q
@@ -156,10 +155,8 @@ class Mailbox(models.Model):
 CLEANUPS = OwedWork(
     model=Mailbox, state="cleanup_state", prefix="cleanup_",
     owed=CleanupState.PENDING, running=CleanupState.RUNNING, dead=CleanupState.DEAD,
-    max_retries=lambda: settings.RELAY_CLEANUP_MAX_RETRIES,
-    backoff_seconds=lambda: settings.RELAY_CLEANUP_RETRY_BACKOFF_SECONDS,
-    backoff_max_seconds=lambda: settings.RELAY_CLEANUP_RETRY_BACKOFF_MAX_SECONDS,
-    lease_seconds=lambda: settings.RELAY_CLEANUP_LEASE_SECONDS,
+    max_retries_setting="RELAY_CLEANUP_MAX_RETRIES", backoff_setting="RELAY_CLEANUP_RETRY_BACKOFF_SECONDS",
+    backoff_max_setting="RELAY_CLEANUP_RETRY_BACKOFF_MAX_SECONDS", lease_setting="RELAY_CLEANUP_LEASE_SECONDS",
 )
 
 

@@ -2,11 +2,12 @@
 that records something Relay still has to do (docs/architecture.md, "Owed work"), and the
 one clock its leases and every other time question are judged by."""
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from celery.utils.time import get_exponential_backoff_interval
+from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F, Model, Q
 from django.utils import timezone
@@ -28,18 +29,18 @@ ERROR_MAX_CHARS = 2000
 
 @dataclass(frozen=True)
 class OwedWork:
-    """One kind of owed work: its model, the names of its bookkeeping fields, and the
-    settings its rule reads (read at call time, so a test's override applies)."""
+    """One kind of owed work: its model, the names of its bookkeeping fields, and the names
+    of the settings its rule reads (read at call time, so a test's override applies)."""
 
     model: type[Model]
     state: str  # the field holding the state
     owed: str  # waiting for a run
     running: str  # held by a run; the same as `owed` where only the claim marks a hold
     dead: str  # given up, waiting for an operator
-    max_retries: Callable[[], int]
-    backoff_seconds: Callable[[], float]
-    backoff_max_seconds: Callable[[], float]
-    lease_seconds: Callable[[], float]  # how long a take holds the row
+    max_retries_setting: str
+    backoff_setting: str
+    backoff_max_setting: str
+    lease_setting: str  # how long a take holds the row
     prefix: str = ""  # of the fields claim, lease_until, attempts, last_error
     # The names of those four fields, the prefix put before each.
     claim: str = field(init=False)
@@ -50,6 +51,18 @@ class OwedWork:
     def __post_init__(self) -> None:
         for name in ("claim", "lease_until", "attempts", "last_error"):
             object.__setattr__(self, name, self.prefix + name)
+
+    def max_retries(self) -> int:
+        return getattr(settings, self.max_retries_setting)
+
+    def backoff_seconds(self) -> float:
+        return getattr(settings, self.backoff_setting)
+
+    def backoff_max_seconds(self) -> float:
+        return getattr(settings, self.backoff_max_setting)
+
+    def lease_seconds(self) -> float:
+        return getattr(settings, self.lease_setting)
 
     # --- attempts and delays ------------------------------------------------------------
     def max_attempts(self) -> int:

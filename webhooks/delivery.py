@@ -32,11 +32,8 @@ class RetryableDelivery(Exception):
 DELIVERIES = OwedWork(
     model=WebhookDelivery, state="status",
     owed=DeliveryStatus.PENDING, running=DeliveryStatus.PENDING, dead=DeliveryStatus.FAILED,
-    max_retries=lambda: settings.RELAY_WEBHOOK_MAX_RETRIES,
-    backoff_seconds=lambda: settings.RELAY_WEBHOOK_RETRY_BACKOFF_SECONDS,
-    backoff_max_seconds=lambda: settings.RELAY_WEBHOOK_RETRY_BACKOFF_MAX_SECONDS,
-    # One call's deadline twice over, and a margin.
-    lease_seconds=lambda: settings.RELAY_WEBHOOK_TIMEOUT_SECONDS * 2 + 30,
+    max_retries_setting="RELAY_WEBHOOK_MAX_RETRIES", backoff_setting="RELAY_WEBHOOK_RETRY_BACKOFF_SECONDS",
+    backoff_max_setting="RELAY_WEBHOOK_RETRY_BACKOFF_MAX_SECONDS", lease_setting="RELAY_WEBHOOK_RUN_LEASE_SECONDS",
 )
 
 

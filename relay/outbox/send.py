@@ -36,12 +36,8 @@ logger = logging.getLogger(__name__)
 OUTBOX = OwedWork(
     model=OutboxMail, state="status",
     owed=OutboxStatus.QUEUED, running=OutboxStatus.SENDING, dead=OutboxStatus.FAILED,
-    max_retries=lambda: settings.RELAY_SEND_MAX_RETRIES,
-    backoff_seconds=lambda: settings.RELAY_SEND_RETRY_BACKOFF_SECONDS,
-    # A retry must come before the batch's lease lapses, or a mailer would claim the
-    # batch again meanwhile (harmless: the outcome is a compare-and-set on the claim).
-    backoff_max_seconds=lambda: max(1, settings.RELAY_MAILER_LEASE_SECONDS // 2),
-    lease_seconds=lambda: settings.RELAY_MAILER_LEASE_SECONDS,
+    max_retries_setting="RELAY_SEND_MAX_RETRIES", backoff_setting="RELAY_SEND_RETRY_BACKOFF_SECONDS",
+    backoff_max_setting="RELAY_SEND_RETRY_BACKOFF_MAX_SECONDS", lease_setting="RELAY_MAILER_LEASE_SECONDS",
 )
 
 
