@@ -1,5 +1,5 @@
-"""The plans' quotas (accounts.models.plan_limit), each raising QuotaExceeded with the seconds until it
-could succeed, under the owner's row lock."""
+"""The live-mailbox quota of the plans (accounts.models.plan_limit): a slot taken under the
+owner's row lock, QuotaExceeded with the seconds until one could be, slots given back."""
 from collections import Counter
 
 from django.db.models import F
@@ -31,7 +31,3 @@ def give_back_mailbox_slots(mailbox_ids: list) -> None:
                      .values_list("owner_id", flat=True))
     for owner_id, ended in owners.items():
         Account.objects.filter(id=owner_id).update(live_mailboxes=Greatest(F("live_mailboxes") - ended, 0))
-
-
-def stored_bytes_limit(plan: str) -> int:
-    return plan_limit(plan, "stored_bytes_per_mailbox")

@@ -7,11 +7,10 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.db import connection, transaction
 
-from accounts.models import Account, AccountStatus
+from accounts.models import Account, AccountStatus, plan_limit
 from mailboxes import wakeups
 from mailboxes.ending import mailboxes_expire_due
 from mailboxes.models import Direction, Mailbox, MailboxStatus, Message, MessageContent, Plan, Thread, ThreadKey
-from mailboxes.quotas import stored_bytes_limit
 from mailboxes.signals import event_happened
 from mailboxes.mail_format import Lineage, topic
 from mailboxes.threads import threads_assign, threads_merge
@@ -67,7 +66,7 @@ def _recipient(mailbox_id, address: str, owner_id: int | None, stored_bytes: int
     if owner_status == AccountStatus.SUSPENDED:
         return None
     return Recipient(Mailbox._meta.pk.to_python(mailbox_id), address, owner_id, stored_bytes,
-                     stored_bytes_limit(plan or Plan.FREE))
+                     plan_limit(plan or Plan.FREE, "stored_bytes_per_mailbox"))
 
 
 _BY_ADDRESS = (
