@@ -11,6 +11,7 @@ import urllib3
 from celery import current_app
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from checks.models import LinkCheck
@@ -34,15 +35,17 @@ def lapse_seconds() -> int:
 
 def links_check_start(message: Message) -> LinkCheck:
     """Queue a fresh check of the message's links, replacing any earlier result; while one is
-    under way, that one (asking again sends no more requests to the links' sites)."""
+    under way, that one (asking again sends no more requests to the links' sites). Two
+    requests at once queue one check: the row's insert, or its conditional update, is won
+    by one of them."""
     started_at = timezone.now()
-    running = LinkCheck.objects.filter(message=message, status=LinkCheck.Status.PENDING,
-                                       started_at__gte=started_at - timedelta(seconds=lapse_seconds())).first()
-    if running is not None:
-        return running
-    check, _ = LinkCheck.objects.update_or_create(
-        message=message, defaults={"status": LinkCheck.Status.PENDING, "links": [], "started_at": started_at,
-                                   "finished_at": None})
+    fresh = {"status": LinkCheck.Status.PENDING, "links": [], "started_at": started_at, "finished_at": None}
+    check, created = LinkCheck.objects.get_or_create(message=message, defaults=fresh)
+    if not created:
+        under_way = Q(status=LinkCheck.Status.PENDING, started_at__gte=started_at - timedelta(seconds=lapse_seconds()))
+        if not LinkCheck.objects.filter(message=message).exclude(under_way).update(**fresh):
+            return LinkCheck.objects.get(message=message)
+        check.refresh_from_db()
     transaction.on_commit(lambda: _queue(message.id, started_at))
     return check
 

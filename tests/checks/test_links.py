@@ -1,13 +1,16 @@
 """The link check: a Celery task's HEAD (then GET) of each link, redirects judged again,
 10 s a link, a few at once, against a loopback HTTP server with routes of each kind."""
+import threading
 import time
 
 import pytest
 import requests
+from django.db import connection, transaction
 
 from accounts.services import account_create_with_key
 from checks import links
 from checks.models import LinkCheck
+from mailboxes.models import Message
 from tests import mail_corpus
 from tests.helpers import deliver, wait_until
 from tests.link_site import Site
@@ -129,6 +132,40 @@ def test_asking_again_while_a_check_runs_queues_nothing_more(client_pro, box, re
         for _ in range(5):
             assert start(client_pro, box, message_id).json()["status"] == "pending"
     assert len(queued) == 1, "each POST while pending sent the links another round of requests"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_requests_at_the_same_moment_queue_one_check(client_pro, box, received, site, allow_private, monkeypatch):
+    message = Message.objects.get(id=received(linking(f"{site.url}/ok")))
+    queued, answers = [], []
+    monkeypatch.setattr(links, "_queue", lambda message_id, started_at: queued.append(started_at))
+
+    def second_request():
+        try:
+            answers.append(links.links_check_start(message))
+        finally:
+            connection.close()
+
+    with transaction.atomic():
+        links.links_check_start(message)  # the first request, not committed yet
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            first = cursor.fetchone()[0]
+        second = threading.Thread(target=second_request)
+        second.start()
+        wait_until(lambda: _waiting_on(first), timeout=10, message="the second request to wait for the first")
+    second.join(10)
+    assert not second.is_alive() and len(answers) == 1
+    assert len(queued) == 1, "both requests queued a check: the links' sites were asked twice"
+    assert answers[0].started_at == queued[0] == LinkCheck.objects.get(message=message).started_at
+
+
+def _waiting_on(pid: int) -> bool:
+    """Whether a session waits for a lock `pid` holds (pg_locks is read live, not from the
+    transaction's snapshot of the statistics)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_locks WHERE NOT granted AND %s = ANY(pg_blocking_pids(pid))", [pid])
+        return cursor.fetchone()[0] > 0
 
 
 def test_a_newer_request_replaces_the_older_result(client_pro, box, received, site, allow_private):
