@@ -25,6 +25,8 @@ urlpatterns = [
          name="inbox-message-eml"),
     path("<uuid:mailbox_id>/<int:message_id>/attachments/<int:number>", pooled_page(views.message_download),
          name="inbox-attachment"),
+    path("<uuid:mailbox_id>/<int:message_id>/checks/<str:section>", pooled_page(views.message_check_section),
+         name="inbox-check-section"),
     path("<uuid:mailbox_id>/<int:message_id>/check-links", pooled_page(views.message_check_links),
          name="inbox-check-links"),
     path("<uuid:mailbox_id>/<int:message_id>/<str:how>", pooled_page(views.message_send), name="inbox-send"),

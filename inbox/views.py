@@ -332,7 +332,7 @@ def message_page(request, mailbox_id: uuid.UUID, message_id: int):
     if tab == "thread" and message.thread_id:
         context["thread"] = thread_messages([message.thread])[message.thread_id]
     if tab == "checks":
-        context.update(_checks(mailbox, message))
+        context.update(_checks(mailbox, message, spam=request.GET.get("spam") == "1"))
     return render(request, "inbox/message.html", context)
 
 
@@ -344,20 +344,15 @@ def _header_check_label(name: str) -> str:
             "dkim_aligned": _("DKIM signature aligned with From")}.get(name, name)
 
 
-def _checks(mailbox, message) -> dict:
-    """The Checks tab: the HTML, header and spam checks now, the latest link check if any."""
+def _checks(mailbox, message, *, spam: bool) -> dict:
+    """The Checks tab: the HTML and header checks now, the latest link check if any, and
+    with `spam` spamd's answer (the page asks for it after loading, so a slow spamd never
+    holds the page)."""
     raw = queries.message_raw(mailbox=mailbox, message_id=message.id)  # read once, for the HTML check and spamd
     found = {"html_check": message_checks.html_of(raw),
              "header_checks": [{**check, "label": _header_check_label(check["name"])} for check in
-                               message_checks.headers_check(mailbox=mailbox, message_id=message.id)["checks"]]}
-    try:
-        found["spam"] = async_to_sync(message_checks.spam_check)(raw=raw)
-    except RelayError as exc:
-        found["spam_error"] = error_of(exc)[1]
-    try:
-        found["link_check"] = message_checks.links_result(mailbox=mailbox, message_id=message.id)
-    except NotFound:
-        found["link_check"] = None
+                               message_checks.headers_check(mailbox=mailbox, message_id=message.id)["checks"]],
+             **_link_check(mailbox, message), **(_spam(raw) if spam else {})}
     html = found["html_check"]
     names = {client["id"]: client["name"] for client in html["clients"]}
     family_names = html_support.data()["family_names"]
@@ -367,6 +362,36 @@ def _checks(mailbox, message) -> dict:
                                                        feature["support"].items() if support != "yes")}
                          for feature in html["features"]]
     return found
+
+
+def _spam(raw: bytes) -> dict:
+    try:
+        return {"spam": async_to_sync(message_checks.spam_check)(raw=raw)}
+    except RelayError as exc:
+        return {"spam_error": error_of(exc)[1]}
+
+
+def _link_check(mailbox, message) -> dict:
+    try:
+        return {"link_check": message_checks.links_result(mailbox=mailbox, message_id=message.id)}
+    except NotFound:
+        return {"link_check": None}
+
+
+CHECK_SECTIONS = ("spam", "links")
+
+
+@require_GET
+@page
+def message_check_section(request, mailbox_id: uuid.UUID, message_id: int, section: str):
+    """One section of the Checks tab, as the page's script fetches it: spamd's answer once
+    the page is shown, the link check while it runs."""
+    if section not in CHECK_SECTIONS:
+        raise Http404()
+    _, mailbox, message = _message(request, mailbox_id, message_id)
+    found = (_spam(queries.message_raw(mailbox=mailbox, message_id=message.id)) if section == "spam"
+             else _link_check(mailbox, message))
+    return render(request, f"inbox/check_{section}.html", {"mailbox": mailbox, "message": message, **found})
 
 
 @require_POST

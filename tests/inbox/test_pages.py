@@ -209,6 +209,7 @@ def test_a_senders_markup_in_the_list_is_shown_as_text(db):
 
 
 def test_the_checks_tab_shows_the_html_header_and_spam_checks_and_starts_a_link_check(db, settings):
+    from checks import links
     from checks.models import LinkCheck
     from tests.mail_corpus import newsletter
 
@@ -218,13 +219,40 @@ def test_the_checks_tab_shows_the_html_header_and_spam_checks_and_starts_a_link_
     [message_id] = deliver(newsletter(mailbox.address), mailbox.address)
     page = browser.get(f"/inbox/{mailbox.id}/{message_id}?tab=checks").content.decode()
     assert "display:flex" in page and "Outlook Windows" in page, "a feature and a client that lacks it"
-    assert "one_click_unsubscribe" in page and "No spam checker is set up on this Relay." in page
-    assert "Check the links" in page and "data-pending" not in page
+    assert "One-click unsubscribe (RFC 8058)" in page
+    spam_section = f"/inbox/{mailbox.id}/{message_id}/checks/spam"
+    assert f'data-load="{spam_section}"' in page, "the page does not ask for spamd's answer after it is shown"
+    assert "No spam checker is set up on this Relay." in browser.get(spam_section).content.decode()
+    without_script = browser.get(f"/inbox/{mailbox.id}/{message_id}?tab=checks&spam=1").content.decode()
+    assert "No spam checker is set up on this Relay." in without_script and "data-load" not in without_script
+    assert "Check the links" in page and "data-refresh" not in page
     started = browser.post(f"/inbox/{mailbox.id}/{message_id}/check-links")
     assert started.status_code == 302 and started["Location"].endswith("?tab=checks")
     assert LinkCheck.objects.get(message_id=message_id).status == "pending"
-    assert "data-pending" in browser.get(started["Location"]).content.decode()
+    links_section = f"/inbox/{mailbox.id}/{message_id}/checks/links"
+    assert f'data-refresh="{links_section}"' in browser.get(started["Location"]).content.decode()
+    check = LinkCheck.objects.get(message_id=message_id)
+    links.links_check_run(message_id, check.started_at.isoformat())  # as the worker does
+    done = browser.get(links_section).content.decode()
+    assert "data-refresh" not in done and "Check the links again" in done and "<table" in done
     assert Client().post(f"/inbox/{mailbox.id}/{message_id}/check-links").status_code == 404
+    assert Client().get(spam_section).status_code == 404 and Client().get(links_section).status_code == 404
+    assert browser.get(f"/inbox/{mailbox.id}/{message_id}/checks/other").status_code == 404
+
+
+def test_the_checks_tab_is_shown_without_waiting_for_spamd(db, monkeypatch):
+    from checks import message_checks
+    from tests.mail_corpus import newsletter
+
+    def hangs(**kwargs):
+        raise AssertionError("the page waited for spamd")
+
+    monkeypatch.setattr(message_checks, "spam_check", hangs)
+    browser = Client()
+    mailbox = anonymous_mailbox(browser)
+    [message_id] = deliver(newsletter(mailbox.address), mailbox.address)
+    page = browser.get(f"/inbox/{mailbox.id}/{message_id}?tab=checks")
+    assert page.status_code == 200 and "Asking SpamAssassin…" in page.content.decode()
 
 
 def test_a_hostile_mails_html_is_served_without_script_forms_frames_or_remote_loads(db):

@@ -63,15 +63,40 @@
     stream.addEventListener("expired", function () { stream.close(); window.location.reload(); });
   }
 
-  // A link check under way: the page is read again until it is done.
-  function reloadWhilePending() {
-    if (document.querySelector("[data-pending]")) { setTimeout(function () { window.location.reload(); }, 2000); }
+  // A section of the Checks tab fetched on its own: spamd's answer once the page is shown
+  // (data-load), a link check every two seconds until it is done (data-refresh). A failed
+  // fetch leaves the section as it was, with its link to the whole page.
+  function replaceSection(section, url) {
+    return fetch(url, {credentials: "same-origin"})
+      .then(function (response) { return response.ok ? response.text() : Promise.reject(response.status); })
+      .then(function (html) {
+        var holder = document.createElement("div");
+        holder.innerHTML = html;
+        var fresh = holder.firstElementChild;
+        section.replaceWith(fresh);
+        return fresh;
+      });
+  }
+
+  function loadSections() {
+    document.querySelectorAll("section[data-load]").forEach(function (section) {
+      replaceSection(section, section.dataset.load).catch(function () {});
+    });
+    var running = document.querySelector("section[data-refresh]");
+    function refresh(section) {
+      setTimeout(function () {
+        replaceSection(section, section.dataset.refresh)
+          .then(function (fresh) { if (fresh.dataset.refresh) { refresh(fresh); } })
+          .catch(function () { refresh(section); });
+      }, 2000);
+    }
+    if (running) { refresh(running); }
   }
 
   document.addEventListener("DOMContentLoaded", function () {
     enableCopy(document);
     countdown();
     liveList();
-    reloadWhilePending();
+    loadSections();
   });
 }());
