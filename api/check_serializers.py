@@ -24,6 +24,14 @@ class ScoreField(serializers.DictField):
     pass
 
 
+@extend_schema_field({"type": "object", "additionalProperties": {"type": "number", "nullable": True},
+                      "description": "overall, and one entry per client family: the share (0 to 1) of the "
+                                     "message's feature uses that caniemail's data has tested in those clients, "
+                                     "which the score rests on"})
+class TestedField(serializers.DictField):
+    pass
+
+
 class HtmlFeatureSerializer(serializers.Serializer):
     slug = serializers.CharField()
     title = serializers.CharField()
@@ -37,6 +45,7 @@ class HtmlCheckSerializer(serializers.Serializer):
     data_date = serializers.DateField(help_text="The date of the caniemail data Relay ships.")
     clients = ClientSerializer(many=True)
     score = ScoreField(allow_null=True, help_text="null for a message without HTML")
+    tested = TestedField(allow_null=True, help_text="null for a message without HTML")
     features = HtmlFeatureSerializer(many=True, help_text="The features used that some client does not fully "
                                                           "support, least supported first.")
 

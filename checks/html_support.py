@@ -345,25 +345,24 @@ def features_used(html: str) -> Counter:
 
 
 def html_report(html: str) -> dict:
-    """The check's answer: the features some client lacks, and a score per client family
-    and overall (the share of the uses supported, partly supported counting half)."""
+    """The check's answer: the features some client lacks, a score per client family and
+    overall (the share of the uses supported, partly supported counting half), and how much
+    of the message each score rests on (`tested`: the share of its uses the data covers)."""
     known = data()
     if not html.strip():
-        return {"data_date": known["date"], "clients": known["clients"], "score": None, "features": []}
+        return {"data_date": known["date"], "clients": known["clients"], "score": None, "tested": None,
+                "features": []}
     used = features_used(html)
-    client_scores = {}
+    uses = sum(used.values())
+    client_scores, client_tested = {}, {}
     for client in known["clients"]:
         weights = [(count, WEIGHT[support]) for slug, count in used.items()
                    if (support := known["features"][slug]["support"].get(client["id"])) is not None]
         total = sum(count for count, _ in weights)
         if total:
             client_scores[client["id"]] = sum(count * weight for count, weight in weights) / total
-    families: dict[str, list[float]] = {}
-    for client in known["clients"]:
-        if client["id"] in client_scores:
-            families.setdefault(client["family"], []).append(client_scores[client["id"]])
-    score = {"overall": _round(sum(client_scores.values()) / len(client_scores)) if client_scores else None}
-    score |= {family: _round(sum(values) / len(values)) for family, values in sorted(families.items())}
+            client_tested[client["id"]] = total / uses
+    score, tested = _by_family(known["clients"], client_scores), _by_family(known["clients"], client_tested)
     features = []
     for slug, count in used.items():
         feature = known["features"][slug]
@@ -371,7 +370,18 @@ def html_report(html: str) -> dict:
             features.append({**feature, "count": count})
     features.sort(key=lambda item: (sum(WEIGHT[s] for s in item["support"].values()) / max(1, len(item["support"])),
                                     item["slug"]))
-    return {"data_date": known["date"], "clients": known["clients"], "score": score, "features": features}
+    return {"data_date": known["date"], "clients": known["clients"], "score": score, "tested": tested,
+            "features": features}
+
+
+def _by_family(clients: list[dict], per_client: dict[str, float]) -> dict:
+    """`overall` (the mean of every client's value) and the mean of each family's clients'."""
+    families: dict[str, list[float]] = {}
+    for client in clients:
+        if client["id"] in per_client:
+            families.setdefault(client["family"], []).append(per_client[client["id"]])
+    found = {"overall": _round(sum(per_client.values()) / len(per_client)) if per_client else None}
+    return found | {family: _round(sum(values) / len(values)) for family, values in sorted(families.items())}
 
 
 def _round(value: float) -> float:

@@ -49,6 +49,10 @@ logger = logging.getLogger(__name__)
 
 LISTED = 50
 TABS = ("html", "text", "headers", "raw", "attachments", "thread", "checks")
+# The Checks tab's sections fetched on their own, and the share of a message's feature uses
+# caniemail must have tested in a family of clients for its score to be shown.
+CHECK_SECTIONS = ("spam", "links")
+ENOUGH_TESTED = 0.5
 # The pages' own policy: their script and style files, the mail's frame from this origin,
 # the event stream; nothing inline, and no page may frame them.
 PAGE_POLICY = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -356,8 +360,12 @@ def _checks(mailbox, message, *, spam: bool) -> dict:
     html = found["html_check"]
     names = {client["id"]: client["name"] for client in html["clients"]}
     family_names = html_support.data()["family_names"]
-    found["families"] = sorted((family_names.get(family, family), score) for family, score in
-                               (html["score"] or {}).items() if family != "overall")
+    # A family's score is shown when at least half the message's uses were tested there;
+    # the rest are named as scored on too little data.
+    scored = [(family_names.get(family, family), score, (html["tested"] or {}).get(family) or 0)
+              for family, score in (html["score"] or {}).items() if family != "overall"]
+    found["families"] = sorted((name, score) for name, score, tested in scored if tested >= ENOUGH_TESTED)
+    found["untested_families"] = sorted((name, tested) for name, _, tested in scored if tested < ENOUGH_TESTED)
     found["features"] = [{**feature, "lacking": sorted(names.get(client, client) for client, support in
                                                        feature["support"].items() if support != "yes")}
                          for feature in html["features"]]
@@ -376,9 +384,6 @@ def _link_check(mailbox, message) -> dict:
         return {"link_check": message_checks.links_result(mailbox=mailbox, message_id=message.id)}
     except NotFound:
         return {"link_check": None}
-
-
-CHECK_SECTIONS = ("spam", "links")
 
 
 @require_GET

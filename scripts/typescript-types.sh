@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerates the TypeScript client's types (clients/typescript/src/schema.ts) from Relay's
-# OpenAPI schema with openapi-typescript; tests/clients/test_typescript.py fails when they differ.
+# OpenAPI schema with openapi-typescript; tests/test_client_typescript.py fails when they differ.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 schema=$(mktemp --suffix=.json)

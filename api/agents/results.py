@@ -101,6 +101,7 @@ class HtmlCheck(Result):
     data_date: str
     clients: list[dict[str, str]]
     score: dict[str, float | None] | None
+    tested: dict[str, float | None] | None = None
     features: list[dict[str, Any]]
 
 

@@ -77,6 +77,14 @@ def test_the_score_is_the_share_of_uses_supported(received, checks_of):
             expected[family] = round(sum(members) / len(members), 3)
     assert body["score"] == expected
     assert body["score"]["outlook"] < 1.0, "Outlook on Windows has no flex"
+    # What each score rests on: the share of the six uses the data has tested in the client.
+    tested = {client: sum(count for slug, count in uses.items() if client in support[slug]) / 6 for client in scores}
+    expected_tested = {"overall": round(sum(tested.values()) / len(tested), 3)}
+    for family in set(clients.values()):
+        members = [tested[client] for client, of in clients.items() if of == family and client in tested]
+        if members:
+            expected_tested[family] = round(sum(members) / len(members), 3)
+    assert body["tested"] == expected_tested and set(body["tested"]) == set(body["score"])
 
 
 def test_the_newsletter_of_the_corpus(received, checks_of):
@@ -89,7 +97,7 @@ def test_the_newsletter_of_the_corpus(received, checks_of):
 
 def test_a_message_without_html_has_no_features_and_no_score(received, checks_of):
     body = checks_of(received(mail_corpus.plain), "html").json()
-    assert body["features"] == [] and body["score"] is None
+    assert body["features"] == [] and body["score"] is None and body["tested"] is None
 
 
 def test_a_five_megabyte_html_mail_is_checked_in_bounded_time(received, checks_of):

@@ -220,6 +220,9 @@ def test_the_checks_tab_shows_the_html_header_and_spam_checks_and_starts_a_link_
     page = browser.get(f"/inbox/{mailbox.id}/{message_id}?tab=checks").content.decode()
     assert "display:flex" in page and "Outlook Windows" in page, "a feature and a client that lacks it"
     assert "One-click unsubscribe (RFC 8058)" in page
+    # RainLoop's data tests one of the newsletter's features: named, not scored 0.00.
+    untested = page[page.index('id="untested"'):].split("</p>")[0]
+    assert "RainLoop" in untested and "<td>RainLoop</td>" not in page and "<td>Gmail</td>" in page
     spam_section = f"/inbox/{mailbox.id}/{message_id}/checks/spam"
     assert f'data-load="{spam_section}"' in page, "the page does not ask for spamd's answer after it is shown"
     assert "No spam checker is set up on this Relay." in browser.get(spam_section).content.decode()

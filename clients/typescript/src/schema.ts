@@ -809,6 +809,10 @@ export interface components {
             score: {
                 [key: string]: number | null;
             } | null;
+            /** @description null for a message without HTML */
+            tested: {
+                [key: string]: number | null;
+            } | null;
             /** @description The features used that some client does not fully support, least supported first. */
             features: components["schemas"]["HtmlFeature"][];
         };
