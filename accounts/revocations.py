@@ -3,6 +3,7 @@ after each commits (cached credentials trusted while it stands, `Cache`), and a 
 `relay:revoked`."""
 import logging
 import time
+import weakref
 from collections.abc import Callable
 
 import redis
@@ -81,11 +82,11 @@ class Cache:
     stood when the entry was made, for at most RELAY_KEY_CACHE_SECONDS, and `max_entries` of
     them. Nothing is cached without a counter to trust (no Redis, or Redis failing)."""
 
-    every: "list[Cache]" = []  # forget_account and clear_all reach each of them
+    every: "weakref.WeakSet[Cache]" = weakref.WeakSet()  # forget_account and clear_all reach each of them
 
     def __init__(self, *, account_of: Callable[[object], int | None], copy: Callable = lambda value: value,
                  max_entries: int = 10_000) -> None:
-        Cache.every.append(self)
+        Cache.every.add(self)
         self.account_of = account_of  # the account an entry speaks for, to forget it with the account
         self.copy = copy  # each caller its own copy, when a request may change what it gets
         self.max_entries = max_entries
