@@ -14,7 +14,6 @@ from collections import Counter, defaultdict
 import redis
 import redis.asyncio as aioredis
 from django.conf import settings
-
 from django.http import HttpResponseNotAllowed, JsonResponse, StreamingHttpResponse
 from rest_framework import exceptions
 
@@ -29,8 +28,8 @@ from api.serializers import (EventsQuerySerializer, MessageDetailSerializer, Mes
                              WaitQuerySerializer, message_codes)
 from mailboxes import changes, queries
 from mailboxes.errors import Forbidden, RateLimited, RelayError
-from mailboxes.wakeups import CHANNEL_PREFIX, redis_client
 from mailboxes.models import Direction, Mailbox, MailboxStatus
+from mailboxes.wakeups import CHANNEL_PREFIX, redis_client
 from owed import db_now
 from relay import reading
 

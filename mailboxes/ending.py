@@ -10,8 +10,7 @@ from mailboxes import wakeups
 from mailboxes.models import CleanupState, Mailbox, MailboxStatus, Message, cleanup_owed
 from mailboxes.quotas import give_back_mailbox_slots
 from mailboxes.signals import event_happened, mailboxes_ended
-from owed import ERROR_MAX_CHARS
-from owed import db_now
+from owed import ERROR_MAX_CHARS, db_now
 
 logger = logging.getLogger(__name__)
 

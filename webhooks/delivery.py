@@ -11,8 +11,7 @@ from django.db import connection, transaction
 from django.db.models import Count
 from django.db.models.functions import Now
 
-from owed import OwedWork
-from owed import db_now
+from owed import OwedWork, db_now
 from relay import task_names
 from webhooks import signing
 from webhooks.models import DeliveryStatus, Webhook, WebhookDelivery

@@ -10,7 +10,6 @@ from email.mime.base import MIMEBase
 from email.utils import parseaddr
 
 import dkim
-
 from django.conf import settings
 from django.core.mail import EmailMultiAlternatives
 
