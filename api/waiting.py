@@ -331,12 +331,12 @@ def _first_message_now(authenticate, base_url: str, mailbox_id, cursor: list[int
     return mailbox, None
 
 
-async def first_message(*, caller: Principal, authenticate, base_url: str, mailbox_id, seconds: float, filters: dict,
+async def first_message(*, caller: Principal, authenticate, base_url: str, mailbox_id, seconds: float, search: dict,
                         with_code: bool = False):
-    """The first message matching `filters` (the wait route's query), held up to `seconds`:
+    """The first message matching `search` (relay.reading.search_of's), held up to `seconds`:
     whole and marked read, or None; raises what the wait route answers. MCP's
     wait_for_message and wait_for_code; `base_url` starts its download URLs."""
-    search = WaitQuerySerializer.filters(validated(WaitQuerySerializer, {**filters, "wait": 0}))
+    search = dict(search)
     after = search.pop("after") or 0
     await in_pool(_open_fresh)(caller, mailbox_id, after)
     cursor = [after]

@@ -11,10 +11,17 @@ from django.db.models import QuerySet
 from mailboxes import queries
 from mailboxes.changes import contents_index_all_words
 from mailboxes.ending import mailbox_lazy_expire, mailboxes_lazy_expire
-from mailboxes.errors import MailboxExpired
+from mailboxes.errors import InvalidRequest, MailboxExpired
 from mailboxes.keys import Caller
 from mailboxes.models import Mailbox, MailboxStatus
 from relay import mailserver
+from relay.outbox.build import breaks_line
+
+# What a search's text filters take, and the names callers give them (the API's query
+# parameters are declared from these; MCP's tools check their arguments by search_of).
+SEARCH_TEXT_MAX = {"words": 200, "sender": 320, "subject": 200}
+SEARCH_TEXT_NAMES = {"words": "q", "sender": "from", "subject": "subject"}
+AFTER_MAX = 10 ** 18 - 1
 
 
 def mailbox_open(*, caller: Caller, mailbox_id, live: bool = True, fresh: bool = False,
@@ -68,6 +75,33 @@ def _message_search_pages(*, caller: Caller | None, mailbox: Mailbox | None = No
         contents_index_all_words(messages=queries.messages_in_scope(caller=caller))
         return queries.OwnerWordSearch(owner_id=caller.owner.id, words=words)
     return message_search(caller=caller, mailbox=mailbox, words=words, after=after, **filters)
+
+
+def search_of(*, words: str | None = None, sender: str | None = None, subject: str | None = None,
+              unread: bool = False, authenticated: bool = False, after: int | None = None,
+              direction: str = "") -> dict:
+    """A search as messages_read takes it, from a door's typed arguments, each checked as the
+    API checks its query: text one line and not empty, trimmed, within SEARCH_TEXT_MAX;
+    `after` within AFTER_MAX. InvalidRequest names the filter as the API does (its
+    message, as DRF's, does not repeat the name)."""
+    search = {"unread": unread, "authenticated": authenticated, "after": after, "direction": direction or ""}
+    for name, value in (("words", words), ("sender", sender), ("subject", subject)):
+        search[name] = "" if value is None else _search_text(name, value)
+    if after is not None and not 1 <= after <= AFTER_MAX:
+        raise InvalidRequest(f"must be between 1 and {AFTER_MAX}.", field="after")
+    return search
+
+
+def _search_text(name: str, value: str) -> str:
+    field = SEARCH_TEXT_NAMES[name]
+    if value == "":
+        raise InvalidRequest("may not be empty; leave it out to filter nothing.", field=field)
+    if breaks_line(value):
+        raise InvalidRequest("must be one line: no CR, LF or other line-breaking character.", field=field)
+    value = value.strip()
+    if len(value) > SEARCH_TEXT_MAX[name]:
+        raise InvalidRequest(f"takes at most {SEARCH_TEXT_MAX[name]} characters.", field=field)
+    return value
 
 
 @contextmanager

@@ -22,7 +22,6 @@ from api.serializers import (
     MailboxCreateSerializer,
     MailboxSerializer,
     MessageDetailSerializer,
-    MessageSearchQuerySerializer,
     MessageSummarySerializer,
 )
 from mailboxes import changes, queries
@@ -131,10 +130,7 @@ def _listed(*, caller: Principal, mailbox: Mailbox | None, words: str | None, un
             authenticated: bool = False, direction: str | None = None) -> dict:
     """The newest LISTED_MAX messages matching the search route's filters, in `mailbox` or
     in all of the caller's."""
-    query = arguments_valid(MessageSearchQuerySerializer, {"q": words, "unread": "true" if unread else None,
-                                                           "authenticated": "true" if authenticated else None,
-                                                           "direction": direction})
-    search = MessageSearchQuerySerializer.filters(query)
+    search = reading.search_of(words=words, unread=unread, authenticated=authenticated, direction=direction)
     with reading.messages_read(caller=caller, mailbox=mailbox, search=search) as rows:
         return {"messages": MessageSummarySerializer.represent_many(rows[:LISTED_MAX])}
 
@@ -178,12 +174,10 @@ async def _first_message(mailbox_id: uuid.UUID, *, wait: int, after: int | None,
     (api.waiting.first_message); it ends when the MCP client hangs up."""
     found = credentials()
     caller = found.principal or await in_pool(found.authenticate)()
-    filters = {name: value for name, value in {"after": after, "from": from_, "subject": subject,
-                                               "authenticated": "true" if authenticated else None}.items()
-               if value is not None}
+    search = reading.search_of(sender=from_, subject=subject, after=after, authenticated=authenticated)
     return await until_client_gone(waiting.first_message(
         caller=caller, authenticate=found.authenticate, base_url=found.base_url, mailbox_id=mailbox_id, seconds=wait,
-        filters=filters, with_code=with_code))
+        search=search, with_code=with_code))
 
 
 # Each call may take a message (marked read): not idempotent, since a second call may

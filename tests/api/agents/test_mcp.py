@@ -15,6 +15,7 @@ import pytest
 import redis
 import requests
 from django.conf import settings
+from django.test import Client
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
@@ -638,6 +639,41 @@ def test_arguments_are_strict_and_a_misspelt_one_does_nothing(mcp_http, owner):
     assert errors["reserved"].startswith("invalid_request: local_part: ")
     assert errors["bool_as_text"].startswith("invalid_request: include_expired: ")
     assert list(Mailbox.objects.values_list("id", flat=True)) == [uuid.UUID(box["id"])], "a refused call did something"
+
+
+def test_search_and_wait_filters_are_checked_as_the_api_checks_its_query(mcp_http, owner):
+    async def scenario():
+        async with mcp_http.session(owner) as session:
+            box = await call(session, "create_mailbox")
+            started = time.monotonic()
+            errors = {
+                "two_lines": await error_of(session, "list_messages", {"mailbox_id": box["id"], "query": "a\nb"}),
+                "nul": await error_of(session, "search_messages", {"query": "a\x00b"}),
+                "long_subject": await error_of(session, "wait_for_code", {"mailbox_id": box["id"],
+                                                                          "subject": "x" * 201, "timeout_seconds": 30}),
+                "empty_from": await error_of(session, "wait_for_message", {"mailbox_id": box["id"], "from": "",
+                                                                           "timeout_seconds": 30}),
+                "after_too_big": await error_of(session, "wait_for_message", {"mailbox_id": box["id"],
+                                                                              "after": 10 ** 19, "timeout_seconds": 30}),
+            }
+            took = time.monotonic() - started
+            fits = await call(session, "wait_for_message", {"mailbox_id": box["id"], "subject": " " + "x" * 200 + " ",
+                                                            "timeout_seconds": 0})
+            return box, errors, took, fits
+
+    box, errors, took, fits = run(scenario())
+    assert errors["two_lines"].startswith("invalid_request: q: must be one line"), errors
+    assert errors["nul"].startswith("invalid_request: q: must be one line"), errors
+    assert errors["long_subject"] == "invalid_request: subject: takes at most 200 characters.", errors
+    assert errors["empty_from"].startswith("invalid_request: from: may not be empty"), errors
+    assert errors["after_too_big"].startswith("invalid_request: after: must be between 1 and "), errors
+    assert took < 30, "a refused wait was held"  # a guard: each is refused before any wait
+    assert fits == {"message": None}, "200 characters once trimmed are within the limit"
+    # The API refuses the same values in its query.
+    api = Client(HTTP_AUTHORIZATION=f"Bearer {owner}")
+    for query in ("subject=" + "x" * 201, "from=", "after=" + str(10 ** 19), "q=a%0Ab"):
+        answer = api.get(f"/api/v1/mailboxes/{box['id']}/messages?{query}")
+        assert answer.status_code == 400, (query, answer.content)
 
 
 def test_an_id_is_checked_as_a_uuid_and_never_steers_a_call_elsewhere(mcp_http, owner, smtp_server):
