@@ -102,8 +102,8 @@ def _rows(mailbox, words: str = "", after: int = 0) -> list:
         _("sent"), _("verified sender"), _("unverified"), _("Copy"), _("(no sender)"), _("(no subject)")))
     unread = f'<span class="visually-hidden">{escape(_("Unread:"))} </span>'
     rows = []
-    with reading.messages_read(caller=None, mailbox=mailbox, search={"words": words}) as found:
-        found = list((found.filter(id__gt=after) if after else found).values_list(
+    with reading.messages_read(caller=None, mailbox=mailbox, search={"words": words}) as matching:
+        found = list((matching.filter(id__gt=after) if after else matching).values_list(
             "id", "from_header", "subject", "received_at", "is_read", "authenticated", "direction",
             "content__codes")[:LISTED])
     for message_id, sender, subject, received_at, is_read, authenticated, direction, codes in found:
@@ -365,7 +365,7 @@ def _checks(mailbox, message, *, spam: bool) -> dict:
     scored = [(family_names.get(family, family), score, (html["tested"] or {}).get(family) or 0)
               for family, score in (html["score"] or {}).items() if family != "overall"]
     found["families"] = sorted((name, score) for name, score, tested in scored if tested >= ENOUGH_TESTED)
-    found["untested_families"] = sorted((name, tested) for name, _, tested in scored if tested < ENOUGH_TESTED)
+    found["untested_families"] = sorted((name, tested) for name, _score, tested in scored if tested < ENOUGH_TESTED)
     found["features"] = [{**feature, "lacking": sorted(names.get(client, client) for client, support in
                                                        feature["support"].items() if support != "yes")}
                          for feature in html["features"]]
