@@ -68,11 +68,15 @@
   // fetch leaves the section as it was, with its link to the whole page.
   function replaceSection(section, url) {
     return fetch(url, {credentials: "same-origin"})
-      .then(function (response) { return response.ok ? response.text() : Promise.reject(response.status); })
+      .then(function (response) {
+        // A redirect (to sign in again) or an error page is not the section: keep this one.
+        return response.ok && !response.redirected ? response.text() : Promise.reject(response.status);
+      })
       .then(function (html) {
         var holder = document.createElement("div");
         holder.innerHTML = html;
         var fresh = holder.firstElementChild;
+        if (!fresh || fresh.tagName !== "SECTION") { return Promise.reject("not a section"); }
         section.replaceWith(fresh);
         return fresh;
       });
