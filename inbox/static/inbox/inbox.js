@@ -87,14 +87,17 @@
       replaceSection(section, section.dataset.load).catch(function () {});
     });
     var running = document.querySelector("section[data-refresh]");
-    function refresh(section) {
+    // Ten failed looks in a row (the network gone, the session ended): stop; the section's
+    // link still reads the whole page again.
+    function refresh(section, failures) {
+      if (failures >= 10) { return; }
       setTimeout(function () {
         replaceSection(section, section.dataset.refresh)
-          .then(function (fresh) { if (fresh.dataset.refresh) { refresh(fresh); } })
-          .catch(function () { refresh(section); });
+          .then(function (fresh) { if (fresh.dataset.refresh) { refresh(fresh, 0); } })
+          .catch(function () { refresh(section, failures + 1); });
       }, 2000);
     }
-    if (running) { refresh(running); }
+    if (running) { refresh(running, 0); }
   }
 
   document.addEventListener("DOMContentLoaded", function () {
