@@ -10,6 +10,8 @@ import redis
 from django.conf import settings
 from django.db import transaction
 
+from accounts.redis_clients import events_redis
+
 logger = logging.getLogger(__name__)
 
 COUNTER = "relay:revocations"
@@ -18,18 +20,13 @@ CHANNEL = "relay:revoked"
 # for its timeout): keys are looked up in the database meanwhile.
 PAUSE_AFTER_FAILURE_SECONDS = 5.0
 
-_client: redis.Redis | None = None
+# Every request asks: a Redis that does not answer at once counts as failing.
+TIMEOUT_SECONDS = 0.5
 _paused_until = 0.0
 
 
 def _connection() -> redis.Redis | None:
-    global _client
-    if not settings.RELAY_EVENTS_REDIS_URL:
-        return None
-    if _client is None:
-        _client = redis.Redis.from_url(settings.RELAY_EVENTS_REDIS_URL, socket_timeout=0.5,
-                                       socket_connect_timeout=0.5)
-    return _client
+    return events_redis(timeout=TIMEOUT_SECONDS)
 
 
 def _redis() -> redis.Redis | None:

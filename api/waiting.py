@@ -12,12 +12,12 @@ import uuid
 from collections import Counter, defaultdict
 
 import redis
-import redis.asyncio as aioredis
 from django.conf import settings
 from django.http import HttpResponseNotAllowed, JsonResponse, StreamingHttpResponse
 from rest_framework import exceptions
 
 from accounts import revocations
+from accounts.redis_clients import events_subscription_client
 from api.authentication import BearerAuthentication, Principal, scope_covers
 from api.errors import error_body, json_error_response
 from api.fields import validated
@@ -71,7 +71,7 @@ class Hub:
         """Read `relay:mailbox:*` for as long as anyone waits; reconnect after a failure."""
         failures = 0
         while self.waiters:
-            client = aioredis.Redis.from_url(settings.RELAY_EVENTS_REDIS_URL, socket_connect_timeout=2)
+            client = events_subscription_client(connect_timeout=2)
             try:
                 async with client.pubsub() as pubsub:
                     await pubsub.psubscribe(CHANNEL_PREFIX + "*")
@@ -88,7 +88,7 @@ class Hub:
                             key = message["channel"].decode()[len(CHANNEL_PREFIX):]
                             for event in self.waiters.get(key, ()):
                                 event.set()
-            except (aioredis.RedisError, OSError) as exc:
+            except (redis.RedisError, OSError) as exc:
                 failures += 1
                 logger.warning("lost the mailbox-event subscription (%s); reconnecting", exc)
                 await asyncio.sleep(min(5.0, 0.2 * 2 ** failures))

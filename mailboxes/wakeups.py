@@ -4,13 +4,14 @@ import logging
 import time
 
 import redis
-from django.conf import settings
 from django.db import transaction
+
+from accounts.redis_clients import events_redis
 
 logger = logging.getLogger(__name__)
 
 CHANNEL_PREFIX = "relay:mailbox:"
-_client: redis.Redis | None = None
+TIMEOUT_SECONDS = 2
 _last_warning = 0.0
 
 
@@ -19,13 +20,8 @@ def channel(mailbox_id) -> str:
 
 
 def redis_client() -> redis.Redis | None:
-    """This process's client of RELAY_EVENTS_REDIS_URL, or None without one."""
-    global _client
-    if not settings.RELAY_EVENTS_REDIS_URL:
-        return None
-    if _client is None:
-        _client = redis.Redis.from_url(settings.RELAY_EVENTS_REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
-    return _client
+    """The events Redis, or None without one."""
+    return events_redis(timeout=TIMEOUT_SECONDS)
 
 
 def publish(mailbox_ids, event: str) -> None:

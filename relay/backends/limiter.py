@@ -9,6 +9,7 @@ import redis
 from django.conf import settings
 from django.db import connection, transaction
 
+from accounts.redis_clients import redis_client
 from owed import db_now
 from relay import metrics
 from relay.backends.errors import NoBackendSlot
@@ -86,7 +87,7 @@ class Limiter:
 class RedisLimiter(Limiter):
     def __init__(self, url: str, **limits) -> None:
         super().__init__(**limits)
-        self.client = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+        self.client = redis_client(url, timeout=5)
         self.take = self.client.register_script(TAKE_SLOT)
 
     def try_take(self, token: str) -> tuple[bool, int]:
