@@ -7,6 +7,8 @@ from rest_framework import serializers
 
 from api.schema import domain_schema, local_part_schema
 from mailboxes.creation import LOCAL_PART_PATTERN
+from mailboxes.errors import InvalidRequest
+from relay.reading import AFTER_MAX, SEARCH_TEXT_MAX, search_after, search_text
 from relay.outbox import build
 
 # The service's local-part rule (mailboxes.creation), read here to name the field in a 400.
@@ -107,8 +109,40 @@ class QueryTextField(PresentEmptyIsAValue, OneLineField):
         return super().run_validation(data)
 
 
+@extend_schema_field({"type": "string", "pattern": build.ONE_LINE_PATTERN})
+class SearchTextField(PresentEmptyIsAValue, StrictCharField):
+    """A search filter's text, checked by the rule every door's search takes
+    (relay.reading.search_text), its limit declared from the same table."""
+
+    def __init__(self, rule: str, **kwargs):
+        self.rule = rule
+        super().__init__(max_length=SEARCH_TEXT_MAX[rule], allow_blank=True, **kwargs)
+
+    def run_validation(self, data=serializers.empty):
+        if isinstance(data, str):
+            try:
+                data = search_text(self.rule, data)
+            except InvalidRequest as exc:
+                raise serializers.ValidationError(exc.message) from exc
+        return super().run_validation(data)
+
+
 class QueryIntegerField(PresentEmptyIsAValue, serializers.IntegerField):
     pass
+
+
+class SearchAfterField(QueryIntegerField):
+    """A search's `after`, checked by the rule every door's search takes
+    (relay.reading.search_after), its bounds declared from the same limit."""
+
+    def __init__(self, **kwargs):
+        super().__init__(min_value=1, max_value=AFTER_MAX, **kwargs)
+
+    def to_internal_value(self, data):
+        try:
+            return search_after(super().to_internal_value(data))
+        except InvalidRequest as exc:
+            raise serializers.ValidationError(exc.message) from exc
 
 
 @extend_schema_field(local_part_schema())

@@ -16,6 +16,8 @@ from api.fields import (
     QueryDateTimeField,
     QueryIntegerField,
     QueryTextField,
+    SearchAfterField,
+    SearchTextField,
     StrictBooleanField,
     StrictCharField,
     StrictIntegerField,
@@ -28,7 +30,6 @@ from mailboxes.mail_format import header, lineage_of
 from relay.inbound.attachments import without_format_characters
 from relay.authentication import RESULTS, nothing_known
 from relay.models import OutboxMail, OutboxStatus
-from relay.reading import AFTER_MAX, SEARCH_TEXT_MAX
 
 
 # --- labels (docs/api.md) ------------------------------------------------------------------
@@ -121,19 +122,19 @@ class MailboxListQuerySerializer(serializers.Serializer):
 
 
 class MessageSearchQuerySerializer(serializers.Serializer):
-    q = QueryTextField(required=False, max_length=SEARCH_TEXT_MAX["words"],
-                       help_text='Words in the subject or text, all of them ("a phrase", or, -word work too).')
-    vars()["from"] = QueryTextField(required=False, max_length=SEARCH_TEXT_MAX["sender"], source="sender",
-                                    help_text="Text in the From header or the envelope sender.")
-    subject = QueryTextField(required=False, max_length=SEARCH_TEXT_MAX["subject"], help_text="Text in the subject.")
+    q = SearchTextField("words", required=False,
+                        help_text='Words in the subject or text, all of them ("a phrase", or, -word work too).')
+    vars()["from"] = SearchTextField("sender", required=False, source="sender",
+                                     help_text="Text in the From header or the envelope sender.")
+    subject = SearchTextField("subject", required=False, help_text="Text in the subject.")
     since = QueryDateTimeField(required=False, help_text="Received at or after this (ISO 8601).")
     until = QueryDateTimeField(required=False, help_text="Received before this (ISO 8601).")
     unread = StrictBooleanField(required=False, default=False, help_text="true: only messages not yet read.")
     authenticated = StrictBooleanField(required=False, default=False,
                                        help_text="true: only mail whose verdict is pass (SPF, DKIM and DMARC).")
-    after = QueryIntegerField(min_value=1, max_value=AFTER_MAX, required=False,
-                              help_text="Only messages received after this message (its id); "
-                                        "400 if it is not one of the listed mailbox's messages.")
+    after = SearchAfterField(required=False,
+                             help_text="Only messages received after this message (its id); "
+                                       "400 if it is not one of the listed mailbox's messages.")
     direction = QueryChoiceField(choices=Direction.values, required=False,
                                  help_text="in: received mail; out: mail sent from the mailbox. Both when absent "
                                            "(a wait: in).")

@@ -86,13 +86,22 @@ def search_of(*, words: str | None = None, sender: str | None = None, subject: s
     message, as DRF's, does not repeat the name)."""
     search = {"unread": unread, "authenticated": authenticated, "after": after, "direction": direction or ""}
     for name, value in (("words", words), ("sender", sender), ("subject", subject)):
-        search[name] = "" if value is None else _search_text(name, value)
-    if after is not None and not 1 <= after <= AFTER_MAX:
-        raise InvalidRequest(f"must be between 1 and {AFTER_MAX}.", field="after")
+        search[name] = "" if value is None else search_text(name, value)
+    if after is not None:
+        search_after(after)
     return search
 
 
-def _search_text(name: str, value: str) -> str:
+def search_after(value: int) -> int:
+    """`after`, a message's id, as every door takes it: within AFTER_MAX."""
+    if not 1 <= value <= AFTER_MAX:
+        raise InvalidRequest(f"must be between 1 and {AFTER_MAX}.", field="after")
+    return value
+
+
+def search_text(name: str, value: str) -> str:
+    """A search filter's text (`name`: words, sender or subject) as every door takes it:
+    one line, not empty, trimmed, within SEARCH_TEXT_MAX (only white space filters nothing)."""
     field = SEARCH_TEXT_NAMES[name]
     if value == "":
         raise InvalidRequest("may not be empty; leave it out to filter nothing.", field=field)

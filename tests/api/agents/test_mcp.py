@@ -669,11 +669,13 @@ def test_search_and_wait_filters_are_checked_as_the_api_checks_its_query(mcp_htt
     assert errors["after_too_big"].startswith("invalid_request: after: must be between 1 and "), errors
     assert took < 30, "a refused wait was held"  # a guard: each is refused before any wait
     assert fits == {"message": None}, "200 characters once trimmed are within the limit"
-    # The API refuses the same values in its query.
+    # The API refuses the same values in its query, for the same reason in the same words.
     api = Client(HTTP_AUTHORIZATION=f"Bearer {owner}")
-    for query in ("subject=" + "x" * 201, "from=", "after=" + str(10 ** 19), "q=a%0Ab"):
+    for query, name, error in (("subject=" + "x" * 201, "subject", "long_subject"), ("from=", "from", "empty_from"),
+                               ("after=" + str(10 ** 19), "after", "after_too_big"), ("q=a%0Ab", "q", "two_lines")):
         answer = api.get(f"/api/v1/mailboxes/{box['id']}/messages?{query}")
         assert answer.status_code == 400, (query, answer.content)
+        assert errors[error] == f"invalid_request: {name}: {' '.join(answer.json()['fields'][name])}", answer.json()
 
 
 def test_an_id_is_checked_as_a_uuid_and_never_steers_a_call_elsewhere(mcp_http, owner, smtp_server):
