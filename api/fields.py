@@ -1,18 +1,24 @@
 """The fields and base serializer every input of the API is read with: strict about what
 they take, so that a malformed value is a 400 naming it (docs/api.md, "Errors")."""
-import re
-
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from api.schema import domain_schema, local_part_schema
-from mailboxes.creation import LOCAL_PART_PATTERN
+from mailboxes.creation import local_part_checked
 from mailboxes.errors import InvalidRequest
+from mailboxes.mail_format import ONE_LINE_PATTERN, breaks_line
 from relay.reading import AFTER_MAX, SEARCH_TEXT_MAX, search_after, search_text
 from relay.outbox import build
 
-# The service's local-part rule (mailboxes.creation), read here to name the field in a 400.
-LOCAL_PART_RE = re.compile(LOCAL_PART_PATTERN)
+
+
+def by_rule(rule, value):
+    """`rule(value)`, a rule of a service below api/ (so that a route and a tool say it
+    once), its InvalidRequest as the field's 400."""
+    try:
+        return rule(value)
+    except InvalidRequest as exc:
+        raise serializers.ValidationError(exc.message) from exc
 
 
 def validated(serializer_class, data) -> dict:
@@ -46,13 +52,13 @@ class StrictCharField(serializers.CharField):
         return super().to_internal_value(data)
 
 
-@extend_schema_field({"type": "string", "pattern": build.ONE_LINE_PATTERN})
+@extend_schema_field({"type": "string", "pattern": ONE_LINE_PATTERN})
 class OneLineField(StrictCharField):
     def to_internal_value(self, data):
         value = super().to_internal_value(data)
         # A line break would end the header and start another: the service's rule, here
         # to name the field in a 400 before anything is built.
-        if build.breaks_line(value):
+        if breaks_line(value):
             raise serializers.ValidationError("must be one line: no CR, LF or other line-breaking character.")
         return value
 
@@ -104,12 +110,12 @@ class QueryTextField(PresentEmptyIsAValue, OneLineField):
     def run_validation(self, data=serializers.empty):
         if data == "":
             self.fail("blank")
-        if isinstance(data, str) and build.breaks_line(data):
+        if isinstance(data, str) and breaks_line(data):
             raise serializers.ValidationError("must be one line: no CR, LF or other line-breaking character.")
         return super().run_validation(data)
 
 
-@extend_schema_field({"type": "string", "pattern": build.ONE_LINE_PATTERN})
+@extend_schema_field({"type": "string", "pattern": ONE_LINE_PATTERN})
 class SearchTextField(PresentEmptyIsAValue, StrictCharField):
     """A search filter's text, checked by the rule every door's search takes
     (relay.reading.search_text), its limit declared from the same table."""
@@ -120,10 +126,7 @@ class SearchTextField(PresentEmptyIsAValue, StrictCharField):
 
     def run_validation(self, data=serializers.empty):
         if isinstance(data, str):
-            try:
-                data = search_text(self.rule, data)
-            except InvalidRequest as exc:
-                raise serializers.ValidationError(exc.message) from exc
+            data = by_rule(lambda text: search_text(self.rule, text), data)
         return super().run_validation(data)
 
 
@@ -139,15 +142,16 @@ class SearchAfterField(QueryIntegerField):
         super().__init__(min_value=1, max_value=AFTER_MAX, **kwargs)
 
     def to_internal_value(self, data):
-        try:
-            return search_after(super().to_internal_value(data))
-        except InvalidRequest as exc:
-            raise serializers.ValidationError(exc.message) from exc
+        return by_rule(search_after, super().to_internal_value(data))
 
 
 @extend_schema_field(local_part_schema())
 class LocalPartField(StrictCharField):
-    pass
+    """Checked by the service's rule (mailboxes.creation.local_part_checked) before the
+    limits declared for the schema."""
+
+    def to_internal_value(self, data):
+        return by_rule(local_part_checked, super().to_internal_value(data))
 
 
 @extend_schema_field(domain_schema())

@@ -2,16 +2,13 @@
 services the domain's rules."""
 import json
 
-from django.core.validators import RegexValidator
 from django.urls import reverse
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from api.fields import (
     DomainField,
-    LOCAL_PART_RE,
     LocalPartField,
-    OneLineField,
     QueryChoiceField,
     QueryDateTimeField,
     QueryIntegerField,
@@ -22,40 +19,48 @@ from api.fields import (
     StrictCharField,
     StrictIntegerField,
     StrictSerializer,
+    by_rule,
 )
 from api.schema import ttl_bounds
+from mailboxes.changes import METADATA_MAX_BYTES, NAME_MAX, TAG_PATTERN, TAGS_MAX, labels_checked, tag_checked
 from mailboxes.models import Direction, MailboxStatus
 from mailboxes.queries import MAILBOX_ORDERINGS
-from mailboxes.mail_format import header, lineage_of
+from mailboxes.mail_format import ONE_LINE_PATTERN, header, lineage_of
 from relay.inbound.attachments import without_format_characters
 from relay.authentication import RESULTS, nothing_known
 from relay.models import OutboxMail, OutboxStatus
 
 
-# --- labels (docs/api.md) ------------------------------------------------------------------
-TAG_PATTERN = r"^[a-z0-9_-]{1,32}$"
-METADATA_MAX_BYTES = 4096
+# --- labels (docs/api.md): each checked by the service's rule (mailboxes.changes.labels_checked)
+def _label_rule(field: str):
+    return lambda value: labels_checked({field: value})[field]
+
+
+@extend_schema_field({"type": "string", "pattern": ONE_LINE_PATTERN})
+class LabelNameField(StrictCharField):
+    def to_internal_value(self, data):
+        return by_rule(_label_rule("name"), super().to_internal_value(data))
 
 
 @extend_schema_field({"type": "string", "pattern": TAG_PATTERN})
 class TagField(StrictCharField):
     def __init__(self, **kwargs):
         super().__init__(max_length=32, **kwargs)
-        self.validators.append(RegexValidator(TAG_PATTERN, "A tag is 1 to 32 of a-z, 0-9, '_' and '-'."))
+
+    def to_internal_value(self, data):
+        return by_rule(tag_checked, super().to_internal_value(data))
 
 
 class TagListField(serializers.ListField):
-    """Up to 10 tags; a repeated tag counts once, and the order given is kept. The limit
-    holds for the list as sent (the schema's maxItems), repeats included."""
+    """Labels' tags: the rule counts them as sent (the schema's maxItems), repeats included."""
 
     def __init__(self, **kwargs):
-        super().__init__(child=TagField(), max_length=10, **kwargs)
+        super().__init__(child=TagField(), max_length=TAGS_MAX, **kwargs)
 
     def to_internal_value(self, data):
-        # DRF checks max_length on the value returned here; the repeats must count.
-        if isinstance(data, list) and len(data) > self.max_length:
-            self.fail("max_length", max_length=self.max_length)
-        return list(dict.fromkeys(super().to_internal_value(data)))
+        if isinstance(data, list):
+            data = by_rule(_label_rule("tags"), data)
+        return super().to_internal_value(data)
 
 
 @extend_schema_field({"type": "object", "additionalProperties": True,
@@ -64,22 +69,15 @@ class MetadataField(serializers.JSONField):
     """A JSON object, taken in as its compact JSON text (what Mailbox.metadata keeps)."""
 
     def to_internal_value(self, data):
-        if not isinstance(data, dict):
-            raise serializers.ValidationError("metadata must be a JSON object.")
-        text = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
-        size = len(text.encode())
-        if size > METADATA_MAX_BYTES:
-            raise serializers.ValidationError(f"metadata must be at most {METADATA_MAX_BYTES} bytes as JSON; "
-                                              f"this is {size}.")
-        return text
+        return by_rule(_label_rule("metadata"), data)
 
     def to_representation(self, value):
         return json.loads(value) if isinstance(value, str) else value
 
 
 class LabelsSerializer(StrictSerializer):
-    name = OneLineField(required=False, max_length=100, allow_blank=True, trim_whitespace=False,
-                        help_text="A name for the mailbox, up to 100 characters.")
+    name = LabelNameField(required=False, max_length=NAME_MAX, allow_blank=True, trim_whitespace=False,
+                          help_text="A name for the mailbox, up to 100 characters.")
     tags = TagListField(required=False, help_text="Up to 10 tags of a-z, 0-9, '_' and '-', each at most 32.")
     metadata = MetadataField(required=False, help_text=f"A JSON object, at most {METADATA_MAX_BYTES} bytes.")
 
@@ -95,13 +93,6 @@ class MailboxCreateSerializer(LabelsSerializer):
                          help_text="One of RELAY_DOMAINS (the first when absent) or one of your verified domains.")
     ttl_ms = StrictIntegerField(required=False, **ttl_bounds(),
                                 help_text="Lifetime in ms, at most the plan's cap; the plan's default when absent.")
-
-    def validate_local_part(self, value: str) -> str:
-        value = value.lower()
-        if not LOCAL_PART_RE.fullmatch(value):
-            raise serializers.ValidationError(
-                "local_part must be 1 to 64 of a-z, 0-9, '.', '_' and '-', with no leading, trailing or double dot.")
-        return value  # which ones may be handed out is mailbox_create's rule, for every door
 
 
 class MailboxRenewSerializer(StrictSerializer):

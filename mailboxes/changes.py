@@ -1,6 +1,8 @@
 """What can be done to a mailbox and its mail: reserve, record, activate, renew, label,
 mark read, delete a message, write its search words."""
+import json
 import logging
+import re
 import secrets
 import string
 import uuid
@@ -14,10 +16,10 @@ from django.db.models.functions import Greatest
 from accounts.models import plan_limit
 from domains.services import verified_domain
 from mailboxes.ending import announce_ended
-from mailboxes.errors import AddressTaken, DomainRefused, MailboxExpired, TtlOutOfRange
+from mailboxes.errors import AddressTaken, DomainRefused, InvalidRequest, MailboxExpired, TtlOutOfRange
 from mailboxes.keys import Caller, new_mailbox_token
 from mailboxes.quotas import take_mailbox_slot
-from mailboxes.mail_format import text_of_html
+from mailboxes.mail_format import breaks_line, text_of_html
 from mailboxes.models import (AddressReservation, CleanupState, Mailbox, MailboxStatus, Message,
                               MessageContent, Plan, cleanup_owed)
 from owed import db_now
@@ -153,8 +155,63 @@ def message_delete(*, mailbox: Mailbox, message_id: int) -> bool:
     return True
 
 
-# The fields a PATCH may change (docs/api.md).
+# The fields a PATCH may change (docs/api.md), and what each takes.
 LABEL_FIELDS = ("name", "tags", "metadata")
+NAME_MAX = 100
+TAGS_MAX = 10
+TAG_PATTERN = r"^[a-z0-9_-]{1,32}$"
+_TAG = re.compile(TAG_PATTERN)
+METADATA_MAX_BYTES = 4096
+
+
+def labels_checked(labels: dict) -> dict:
+    """Labels as every door takes them (a name of one line, at most NAME_MAX characters,
+    empty for none; at most TAGS_MAX tags as sent, a repeat kept once; metadata a JSON
+    object kept as its compact text, at most METADATA_MAX_BYTES), or InvalidRequest
+    naming the field."""
+    return {field: _LABEL_RULES[field](labels[field]) for field in LABEL_FIELDS if field in labels}
+
+
+def _name(value: str) -> str:
+    if not isinstance(value, str):
+        raise InvalidRequest("must be a string.", field="name")
+    if breaks_line(value):
+        raise InvalidRequest("must be one line: no CR, LF or other line-breaking character.", field="name")
+    if len(value) > NAME_MAX:
+        raise InvalidRequest(f"takes at most {NAME_MAX} characters.", field="name")
+    return value
+
+
+def tag_checked(value: str) -> str:
+    """One tag (a label, or a list's filter): 1 to 32 of a-z, 0-9, '_' and '-'."""
+    if not isinstance(value, str) or not _TAG.fullmatch(value):
+        raise InvalidRequest("a tag is 1 to 32 of a-z, 0-9, '_' and '-'.", field="tags")
+    return value
+
+
+def _tags(values: list) -> list[str]:
+    if len(values) > TAGS_MAX:
+        raise InvalidRequest(f"takes at most {TAGS_MAX} tags.", field="tags")
+    for index, value in enumerate(values):
+        try:
+            tag_checked(value)
+        except InvalidRequest as exc:
+            raise InvalidRequest(f"item {index}: {exc.message}", field="tags") from exc
+    return list(dict.fromkeys(values))
+
+
+def _metadata(value: dict) -> str:
+    if not isinstance(value, dict):
+        raise InvalidRequest("metadata must be a JSON object.", field="metadata")
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    size = len(text.encode())
+    if size > METADATA_MAX_BYTES:
+        raise InvalidRequest(f"metadata must be at most {METADATA_MAX_BYTES} bytes as JSON; this is {size}.",
+                             field="metadata")
+    return text
+
+
+_LABEL_RULES = {"name": _name, "tags": _tags, "metadata": _metadata}
 
 
 def mailbox_label(*, mailbox: Mailbox, labels: dict) -> Mailbox:

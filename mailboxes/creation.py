@@ -30,14 +30,21 @@ LOCAL_PART_PATTERN = r"[a-z0-9_-]+(\.[a-z0-9_-]+)*"
 _LOCAL_PART = re.compile(LOCAL_PART_PATTERN)
 
 
+def local_part_checked(value: str) -> str:
+    """A local part as every door takes it, lowercased: a dot-atom of 1 to 64 characters."""
+    value = value.lower()
+    if len(value) > 64 or not _LOCAL_PART.fullmatch(value):
+        raise InvalidRequest("local_part must be 1 to 64 of a-z, 0-9, '.', '_' and '-', with no leading, trailing or "
+                             "double dot.", field="local_part")
+    return value
+
+
 def address_allowed(*, backend, local_part: str | None, domain: str | None,
                     owner=None) -> tuple[str | None, str | None]:
     """The address rules for every door: a dot-atom local part not reserved, a domain of
     RELAY_DOMAINS or the owner's verified ones. Both lowercased; InvalidRequest naming the field."""
-    local_part, domain = (local_part or None) and local_part.lower(), (domain or None) and domain.lower()
-    if local_part is not None and (len(local_part) > 64 or not _LOCAL_PART.fullmatch(local_part)):
-        raise InvalidRequest("local_part must be 1 to 64 of a-z, 0-9, '.', '_' and '-', with no leading, trailing or "
-                             "double dot.", field="local_part")
+    local_part = None if local_part is None else local_part_checked(local_part)
+    domain = None if domain is None else domain.lower()
     if domain is not None and domain not in settings.RELAY_DOMAINS and not verified_domain(owner=owner, name=domain):
         raise DomainRefused()
     if local_part is not None and (local_part in settings.RELAY_RESERVED_LOCAL_PARTS

@@ -13,6 +13,16 @@ from email.parser import BytesHeaderParser
 
 logger = logging.getLogger(__name__)
 
+# Every character str.splitlines() breaks at, and NUL: none may go into a header line.
+LINE_BREAKERS = "\r\n\v\f\x1c\x1d\x1e\x85\u2028\u2029\x00"
+_BREAKS = re.compile(f"[{re.escape(LINE_BREAKERS)}]")
+# The same rule as a JSON-schema pattern, for the API's schema.
+ONE_LINE_PATTERN = "^[^" + "".join(f"\\u{ord(character):04x}" for character in LINE_BREAKERS) + "]*$"
+
+
+def breaks_line(value: str) -> bool:
+    return bool(_BREAKS.search(value))
+
 MAX_HEADERS = 500
 MAX_HEADER_CHARS = 16_384
 MAX_ATTACHMENTS = 200

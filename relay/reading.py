@@ -13,9 +13,9 @@ from mailboxes.changes import contents_index_all_words
 from mailboxes.ending import mailbox_lazy_expire, mailboxes_lazy_expire
 from mailboxes.errors import InvalidRequest, MailboxExpired
 from mailboxes.keys import Caller
+from mailboxes.mail_format import breaks_line
 from mailboxes.models import Mailbox, MailboxStatus
 from relay import mailserver
-from relay.outbox.build import breaks_line
 
 # What a search's text filters take, and the names callers give them (the API's query
 # parameters are declared from these; MCP's tools check their arguments by search_of).

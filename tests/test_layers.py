@@ -85,6 +85,7 @@ RULES = [
     ("MAX = 50", "", "how many a page, a wait or a list tool returns: api.pagination.PAGE_SIZE", APPS),
     ("RESULTS = 50", "", "how many a page, a wait or a list tool returns: api.pagination.PAGE_SIZE", APPS),
     ("page_size = 50", "", "how many a page, a wait or a list tool returns: api.pagination.PAGE_SIZE", APPS),
+    ("[a-z0-9_-]{1,32}", "mailboxes/changes.py", "a mailbox's labels: mailboxes.changes.labels_checked", APPS),
     ("Redis.from_url(", "accounts/redis_clients.py", "a Redis client: accounts.redis_clients", APPS),
     ("redis.from_url(", "accounts/redis_clients.py", "a Redis client: accounts.redis_clients", APPS),
     ("revocations.current(", "", "caching a credential while no revocation is announced: accounts.revocations.Cache",

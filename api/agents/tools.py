@@ -11,15 +11,13 @@ from mcp_types import CallToolResult
 from pydantic import Field
 
 from api import waiting
-from api.agents.declare import (arguments_valid, calling, calling_owner, credentials, minutes_to_ms, tool,
-                                until_client_gone)
+from api.agents.declare import calling, calling_owner, credentials, minutes_to_ms, tool, until_client_gone
 from api.agents.results import (MINUTE_MS, Attachment, Code, Deleted, MailboxList, MailboxOut, MessageList, MessageOut,
                                 Waited, failure, result)
 from api.authentication import Principal
 from api.pagination import PAGE_SIZE
 from api.pooling import in_pool
 from api.serializers import (
-    MailboxCreateSerializer,
     MailboxSerializer,
     MessageDetailSerializer,
     MessageSummarySerializer,
@@ -70,7 +68,8 @@ def create_mailbox(ttl_minutes: TtlMinutes = None,
                    local_part: Annotated[str | None, Field(description="The part before @: 1-64 of a-z 0-9 . _ -; "
                                                                        "random when omitted.")] = None,
                    name: Annotated[str | None, Field(description="A label for you, up to 100 characters.")] = None,
-                   tags: Annotated[list[str] | None, Field(description="Up to 10 tags of [a-z0-9_-]{1,32}.")] = None,
+                   tags: Annotated[list[str] | None, Field(description=f"Up to {changes.TAGS_MAX} tags of "
+                                                                        f"{changes.TAG_PATTERN.strip('^$')}.")] = None,
                    domain: Annotated[str | None, Field(description="Relay's own domain when omitted, or one of your "
                                                                    "verified domains (list_domains).")] = None,
                    ) -> CallToolResult:
@@ -81,12 +80,10 @@ def create_mailbox(ttl_minutes: TtlMinutes = None,
     taken on the mail server), invalid_request (a bad argument), forbidden (a mailbox
     token cannot create mailboxes)."""
     owner = calling_owner()
-    body = arguments_valid(MailboxCreateSerializer, {"local_part": local_part, "name": name, "tags": tags,
-                                                     "domain": domain})
-    mailbox, _ = mailbox_create(backend=get_backend(), caller=owner, local_part=body.get("local_part"),
-                                domain=body.get("domain"),
-                                ttl_ms=minutes_to_ms(ttl_minutes),
-                                labels={field: body[field] for field in changes.LABEL_FIELDS if field in body})
+    labels = changes.labels_checked({field: value for field, value in (("name", name), ("tags", tags))
+                                     if value is not None})
+    mailbox, _ = mailbox_create(backend=get_backend(), caller=owner, local_part=local_part, domain=domain,
+                                ttl_ms=minutes_to_ms(ttl_minutes), labels=labels)
     return result(_mailbox_out(mailbox))
 
 

@@ -16,6 +16,7 @@ from django.core.mail import EmailMultiAlternatives
 from domains.keys import KeyUnreadable
 from domains.services import signing_key
 from mailboxes.errors import InvalidRequest
+from mailboxes.mail_format import breaks_line
 from relay import dkim_linear  # noqa: F401 (dkimpy's body canonicalization made linear)
 from relay.models import KIND_PRIORITY, OutboxMail
 
@@ -23,19 +24,9 @@ logger = logging.getLogger(__name__)
 
 
 # --- header lines ---------------------------------------------------------------------------
-# Every character str.splitlines() breaks at, and NUL.
-LINE_BREAKERS = "\r\n\v\f\x1c\x1d\x1e\x85\u2028\u2029\x00"
-_BREAKS = re.compile(f"[{re.escape(LINE_BREAKERS)}]")
-# The same rule as a JSON-schema pattern, for the API's schema.
-ONE_LINE_PATTERN = "^[^" + "".join(f"\\u{ord(character):04x}" for character in LINE_BREAKERS) + "]*$"
-
 # A local part of atext and dots, a domain of letters, digits and hyphens: nothing quoted.
 ADDRESS_PATTERN = r"^[A-Za-z0-9!#$%&'*+/=?^_`{|}~.-]{1,64}@[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+$"
 _ADDRESS = re.compile(ADDRESS_PATTERN)
-
-
-def breaks_line(value: str) -> bool:
-    return bool(_BREAKS.search(value))
 
 
 def one_line(value: str, field: str) -> str:

@@ -641,6 +641,27 @@ def test_arguments_are_strict_and_a_misspelt_one_does_nothing(mcp_http, owner):
     assert list(Mailbox.objects.values_list("id", flat=True)) == [uuid.UUID(box["id"])], "a refused call did something"
 
 
+def test_create_mailbox_checks_its_arguments_as_the_api_checks_its_body(mcp_http, owner):
+    bad = {"name": {"name": "a\nb"}, "long_name": {"name": "x" * 101}, "tag": {"tags": ["ok", "Not A Tag"]},
+           "eleven_tags": {"tags": ["t"] * 11}, "local_part": {"local_part": "a..b"}}
+
+    async def scenario():
+        async with mcp_http.session(owner) as session:
+            errors = {case: await error_of(session, "create_mailbox", arguments) for case, arguments in bad.items()}
+            kept = await call(session, "create_mailbox", {"name": "x" * 100, "tags": ["a", "b", "a"]})
+            return errors, kept
+
+    errors, kept = run(scenario())
+    assert (kept["name"], kept["tags"]) == ("x" * 100, ["a", "b"])
+    api = Client(HTTP_AUTHORIZATION=f"Bearer {owner}")
+    for case, arguments in bad.items():
+        answer = api.post("/api/v1/mailboxes", arguments, content_type="application/json")
+        assert answer.status_code == 400, (case, answer.content)
+        [(name, reasons)] = answer.json()["fields"].items()
+        assert errors[case] == f"invalid_request: {name}: {' '.join(reasons)}", (case, errors[case], answer.json())
+    assert Mailbox.objects.count() == 1, "a refused call made a mailbox"
+
+
 def test_search_and_wait_filters_are_checked_as_the_api_checks_its_query(mcp_http, owner):
     async def scenario():
         async with mcp_http.session(owner) as session:

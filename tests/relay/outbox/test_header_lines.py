@@ -11,7 +11,7 @@ import pytest
 from mailboxes.errors import InvalidRequest
 from mailboxes.models import Mailbox
 from relay.models import OutboxMail
-from relay.outbox.build import LINE_BREAKERS
+from mailboxes.mail_format import LINE_BREAKERS
 from relay.outbox.outbound import Attachment, addresses, outbound_queue
 from relay.outbox.build import mail_build
 from tests.api.agents.test_mcp import call, error_of, mcp_http, mcp_web, owner  # noqa: F401 (fixtures)
