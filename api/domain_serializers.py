@@ -2,16 +2,16 @@
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from api.fields import StrictCharField, StrictSerializer
+from api.fields import RuleField, StrictSerializer
 from api.schema import DOMAIN_NAME_PATTERN
 from domains.models import DomainStatus
 from domains.records import to_publish
+from domains.services import name_check
 
 
 @extend_schema_field({"type": "string", "minLength": 1, "maxLength": 254, "pattern": DOMAIN_NAME_PATTERN})
-class DomainNameField(StrictCharField):
-    def __init__(self, **kwargs):
-        super().__init__(min_length=1, max_length=254, trim_whitespace=False, **kwargs)
+class DomainNameField(RuleField):
+    rule = staticmethod(name_check)
 
 
 class DomainCreateSerializer(StrictSerializer):

@@ -13,10 +13,10 @@ from api.fields import (
     QueryDateTimeField,
     QueryIntegerField,
     QueryTextField,
+    RuleField,
     SearchAfterField,
     SearchTextField,
     StrictBooleanField,
-    StrictCharField,
     StrictIntegerField,
     StrictSerializer,
     by_rule,
@@ -37,18 +37,16 @@ def _label_rule(field: str):
 
 
 @extend_schema_field({"type": "string", "pattern": ONE_LINE_PATTERN})
-class LabelNameField(StrictCharField):
-    def to_internal_value(self, data):
-        return by_rule(_label_rule("name"), super().to_internal_value(data))
+class LabelNameField(RuleField):
+    rule = staticmethod(_label_rule("name"))
 
 
 @extend_schema_field({"type": "string", "pattern": TAG_PATTERN})
-class TagField(StrictCharField):
+class TagField(RuleField):
+    rule = staticmethod(tag_checked)
+
     def __init__(self, **kwargs):
         super().__init__(max_length=32, **kwargs)
-
-    def to_internal_value(self, data):
-        return by_rule(tag_checked, super().to_internal_value(data))
 
 
 class TagListField(serializers.ListField):

@@ -6,10 +6,10 @@ from typing import Annotated
 from mcp_types import CallToolResult
 from pydantic import Field
 
-from api.agents.declare import arguments_valid, calling_owner, tool
+from api.agents.declare import calling_owner, tool
 from api.agents.results import Deleted, DomainList, DomainOut, result
 from api.pooling import DNS_CHECKS
-from api.domain_serializers import DomainCreateSerializer, DomainSerializer
+from api.domain_serializers import DomainSerializer
 from domains.services import domain_create, domain_verify, domains_of
 from mailboxes.domain_removal import domain_delete
 
@@ -30,8 +30,7 @@ def create_domain(name: Annotated[str, Field(description="A domain you control, 
     DKIM key are required; SPF and DMARC recommended). Then call verify_domain. Errors:
     conflict (already added), quota_exceeded (the plan's domains), invalid_request."""
     owner = calling_owner(DOING)
-    return result(_out(domain_create(owner=owner.owner, name=arguments_valid(DomainCreateSerializer,
-                                                                             {"name": name})["name"])))
+    return result(_out(domain_create(owner=owner.owner, name=name)))
 
 
 @tool(output=DomainList, read_only=True, idempotent=True)

@@ -21,6 +21,7 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from accounts.services import account_create_with_key
+from domains.models import Domain
 from mailboxes.models import Mailbox
 from tests.helpers import ROOT, free_port, wait_until
 from tests import dkim_keys
@@ -641,25 +642,41 @@ def test_arguments_are_strict_and_a_misspelt_one_does_nothing(mcp_http, owner):
     assert list(Mailbox.objects.values_list("id", flat=True)) == [uuid.UUID(box["id"])], "a refused call did something"
 
 
-def test_create_mailbox_checks_its_arguments_as_the_api_checks_its_body(mcp_http, owner):
-    bad = {"name": {"name": "a\nb"}, "long_name": {"name": "x" * 101}, "tag": {"tags": ["ok", "Not A Tag"]},
-           "eleven_tags": {"tags": ["t"] * 11}, "local_part": {"local_part": "a..b"}}
+# Each tool and the route it mirrors: bad arguments, refused in the same words by both.
+ARGUMENTS_REFUSED = {
+    ("create_mailbox", "/api/v1/mailboxes"): [
+        {"name": "a\nb"}, {"name": "x" * 101}, {"tags": ["ok", "Not A Tag"]}, {"tags": ["t"] * 11},
+        {"tags": [" a "]}, {"local_part": "a..b"}, {"local_part": ""}],
+    ("create_domain", "/api/v1/domains"): [{"name": ""}, {"name": " "}, {"name": "localhost"}, {"name": "a" * 250 + ".test"},
+                                           {"name": "relay.localhost"}],
+}
+
+
+@pytest.mark.parametrize("tool, route", ARGUMENTS_REFUSED)
+def test_a_tool_checks_its_arguments_as_the_route_checks_its_body(mcp_http, owner, tool, route):
+    cases = ARGUMENTS_REFUSED[tool, route]
 
     async def scenario():
         async with mcp_http.session(owner) as session:
-            errors = {case: await error_of(session, "create_mailbox", arguments) for case, arguments in bad.items()}
-            kept = await call(session, "create_mailbox", {"name": "x" * 100, "tags": ["a", "b", "a"]})
-            return errors, kept
+            return [await error_of(session, tool, arguments) for arguments in cases]
 
-    errors, kept = run(scenario())
-    assert (kept["name"], kept["tags"]) == ("x" * 100, ["a", "b"])
+    errors = run(scenario())
     api = Client(HTTP_AUTHORIZATION=f"Bearer {owner}")
-    for case, arguments in bad.items():
-        answer = api.post("/api/v1/mailboxes", arguments, content_type="application/json")
-        assert answer.status_code == 400, (case, answer.content)
+    for arguments, error in zip(cases, errors):
+        answer = api.post(route, arguments, content_type="application/json")
+        assert answer.status_code == 400, (arguments, answer.content)
         [(name, reasons)] = answer.json()["fields"].items()
-        assert errors[case] == f"invalid_request: {name}: {' '.join(reasons)}", (case, errors[case], answer.json())
-    assert Mailbox.objects.count() == 1, "a refused call made a mailbox"
+        assert error == f"invalid_request: {name}: {' '.join(reasons)}", (arguments, error, answer.json())
+    assert not Mailbox.objects.exists() and not Domain.objects.exists(), "a refused call made something"
+
+
+def test_create_mailbox_keeps_a_name_at_its_limit_and_a_repeated_tag_once(mcp_http, owner):
+    async def scenario():
+        async with mcp_http.session(owner) as session:
+            return await call(session, "create_mailbox", {"name": "x" * 100, "tags": ["a", "b", "a"]})
+
+    kept = run(scenario())
+    assert (kept["name"], kept["tags"]) == ("x" * 100, ["a", "b"])
 
 
 def test_search_and_wait_filters_are_checked_as_the_api_checks_its_query(mcp_http, owner):
