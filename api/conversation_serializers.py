@@ -1,34 +1,31 @@
 """Input and output shapes of sending, replying, forwarding and threads (docs/api.md,
 "Sending" and "Threads")."""
-import base64
-import binascii
-
 from django.conf import settings
 from django.core.validators import RegexValidator
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from api.fields import ADDRESS_PATTERN, OneLineField, StrictBooleanField, StrictCharField, StrictSerializer
+from api.fields import ADDRESS_PATTERN, RuleField, StrictBooleanField, StrictCharField, StrictSerializer, by_rule
 from api.serializers import MessageSummarySerializer
+from mailboxes.mail_format import ONE_LINE_PATTERN
 from relay.models import OutboxMail
-from relay.outbox.outbound import Attachment
+from relay.outbox.outbound import (BODY_MAX, CONTENT_TYPE_PATTERN, FILENAME_MAX, MAX_ATTACHMENTS, MAX_RECIPIENTS,
+                                   SUBJECT_MAX, sending_checked)
 
-# type/subtype (RFC 2045's tokens). multipart/* and message/* are refused: their
-# structure is the message's to make, not an attachment's.
-CONTENT_TYPE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}$"
-MAX_ATTACHMENTS = 20
-MAX_RECIPIENTS = 50
+
+# --- what a send takes: the service's rules (relay.outbox.outbound.sending_checked) -----------
+def _sending_rule(name: str):
+    return lambda value: sending_checked({name: value})[name]
 
 
 @extend_schema_field({"type": "string", "pattern": ADDRESS_PATTERN, "maxLength": 320})
-class AddressField(StrictCharField):
-    def __init__(self, **kwargs):
-        super().__init__(max_length=320, **kwargs)
-        self.validators.append(RegexValidator(ADDRESS_PATTERN, "Enter a valid email address."))
+class AddressField(RuleField):
+    rule = staticmethod(_sending_rule("reply_to"))
 
 
 class RecipientListField(serializers.ListField):
-    """A list of addresses; a single string is taken as a list of one."""
+    """A list of addresses, checked by the service's rule (relay.outbox.outbound.sending_checked);
+    a single string is taken as a list of one."""
 
     def __init__(self, **kwargs):
         super().__init__(child=AddressField(), max_length=MAX_RECIPIENTS, **kwargs)
@@ -36,51 +33,70 @@ class RecipientListField(serializers.ListField):
     def to_internal_value(self, data):
         if isinstance(data, str):
             data = [data]
+        if isinstance(data, list):
+            data = by_rule(_sending_rule(self.field_name), data)
         return super().to_internal_value(data)
 
 
+@extend_schema_field({"type": "string", "pattern": ONE_LINE_PATTERN})
+class SubjectField(RuleField):
+    rule = staticmethod(_sending_rule("subject"))
+
+
+class BodyField(RuleField):
+    """Bounded so that the largest valid bodies, every character JSON-escaped, stay well
+    under the request size limit (DATA_UPLOAD_MAX_MEMORY_SIZE)."""
+    rule = staticmethod(_sending_rule("text"))
+
+    def __init__(self, **kwargs):
+        super().__init__(max_length=BODY_MAX, allow_blank=True, **kwargs)
+
+
+@extend_schema_field({"type": "string", "pattern": ONE_LINE_PATTERN})
+class FilenameField(StrictCharField):
+    pass
+
+
+# An attachment's shape; what it may hold is the service's rule (AttachmentListField).
 class AttachmentInSerializer(StrictSerializer):
-    filename = OneLineField(min_length=1, max_length=255)
-    content_type = StrictCharField(max_length=255, validators=[RegexValidator(
-        CONTENT_TYPE_PATTERN, "Enter a MIME type, type/subtype.")])
+    filename = FilenameField(min_length=1, max_length=FILENAME_MAX)
+    content_type = StrictCharField(max_length=255, validators=[RegexValidator(CONTENT_TYPE_PATTERN)])
     content_base64 = StrictCharField(allow_blank=True, trim_whitespace=False,
                                      max_length=settings.RELAY_MAX_MESSAGE_BYTES * 4 // 3 + 4,
                                      help_text="The bytes, base64 (RFC 4648, no line breaks).")
 
-    def validate_content_type(self, value: str) -> str:
-        value = value.lower()
-        if value.startswith(("multipart/", "message/")):
-            raise serializers.ValidationError("multipart/* and message/* cannot be attached.")
-        return value
 
-    def validate_content_base64(self, value: str) -> bytes:
-        try:
-            return base64.b64decode(value, validate=True)
-        except (binascii.Error, ValueError):
-            raise serializers.ValidationError("must be base64 (RFC 4648, no line breaks).") from None
+ATTACHMENT_FIELDS = ("filename", "content_type", "content_base64")
 
-    def validate(self, data) -> Attachment:
-        return Attachment(filename=data["filename"], content_type=data["content_type"],
-                          content=data["content_base64"])
+
+def _shaped(data) -> bool:
+    return isinstance(data, list) and all(
+        isinstance(item, dict) and all(isinstance(item.get(name), str) for name in ATTACHMENT_FIELDS) for item in data)
+
+
+class AttachmentListField(serializers.ListField):
+    """Attachments checked by the service's rule, which makes them Attachment; their shape
+    (objects of three strings, nothing else) is DRF's to check."""
+
+    def __init__(self, **kwargs):
+        super().__init__(child=AttachmentInSerializer(), max_length=MAX_ATTACHMENTS, **kwargs)
+
+    def to_internal_value(self, data):
+        attachments = by_rule(_sending_rule("attachments"), data) if _shaped(data) else None
+        super().to_internal_value(data)
+        return attachments
 
 
 def _attachments():
-    return AttachmentInSerializer(many=True, required=False, max_length=MAX_ATTACHMENTS,
-                                  help_text=f"Up to {MAX_ATTACHMENTS}; the whole message within "
-                                            "RELAY_MAX_MESSAGE_BYTES (413 over it).")
-
-
-# Bounded so that the largest valid bodies, every character JSON-escaped, stay well under
-# the request size limit (DATA_UPLOAD_MAX_MEMORY_SIZE).
-def _body(**kwargs):
-    return StrictCharField(max_length=100_000, allow_blank=True, **kwargs)
+    return AttachmentListField(required=False, help_text=f"Up to {MAX_ATTACHMENTS}; the whole message within "
+                                                         "RELAY_MAX_MESSAGE_BYTES (413 over it).")
 
 
 class SendSerializer(StrictSerializer):
     to = RecipientListField(min_length=1, help_text="A list of addresses (a single string counts as a list of one).")
-    subject = OneLineField(min_length=1, max_length=998, help_text="One line: no CR or LF.")
-    text = _body()
-    html = _body(required=False)
+    subject = SubjectField(min_length=1, max_length=SUBJECT_MAX, help_text="One line: no CR or LF.")
+    text = BodyField()
+    html = BodyField(required=False)
     cc = RecipientListField(required=False)
     bcc = RecipientListField(required=False, help_text="In the envelope only: never in the headers sent.")
     reply_to = AddressField(required=False)
@@ -88,8 +104,8 @@ class SendSerializer(StrictSerializer):
 
 
 class ReplySerializer(StrictSerializer):
-    text = _body()
-    html = _body(required=False)
+    text = BodyField()
+    html = BodyField(required=False)
     reply_all = StrictBooleanField(required=False, default=False,
                                    help_text="Also to the original's To and Cc (never this mailbox).")
     attachments = _attachments()
@@ -97,7 +113,7 @@ class ReplySerializer(StrictSerializer):
 
 class ForwardSerializer(StrictSerializer):
     to = RecipientListField(min_length=1)
-    text = _body(required=False, default="", help_text="Written above the forwarded message.")
+    text = BodyField(required=False, default="", help_text="Written above the forwarded message.")
 
 
 class SendAcceptedSerializer(serializers.Serializer):

@@ -4,15 +4,14 @@ from typing import Annotated
 from mcp_types import CallToolResult
 from pydantic import BaseModel, ConfigDict, Field
 
-from api.agents.declare import arguments_valid, calling, tool
+from api.agents.declare import calling, tool
 from api.agents.results import Queued, ThreadList, ThreadWhole, result
 from api.agents.tools import LISTED_MAX, MailboxId, MessageId
-from api.conversation_serializers import (ForwardSerializer, ReplySerializer, SendSerializer, ThreadDetailSerializer,
-                                          ThreadSerializer)
+from api.conversation_serializers import ThreadDetailSerializer, ThreadSerializer
 from mailboxes.threads import thread_get, thread_list, thread_messages, thread_participants
 from relay import reading
 from relay.models import OutboxMail
-from relay.outbox.outbound import forward_queue, outbound_queue, reply_queue
+from relay.outbox.outbound import forward_queue, outbound_queue, reply_queue, sending_checked
 
 
 class AttachmentIn(BaseModel):
@@ -34,8 +33,11 @@ def _queued(mail: OutboxMail) -> CallToolResult:
     return result({"id": mail.id, "status": mail.status, "message_id": mail.kept_as_id})
 
 
-def _files(attachments: list[AttachmentIn] | None) -> list[dict] | None:
-    return None if attachments is None else [attachment.model_dump() for attachment in attachments]
+def _checked(**arguments) -> dict:
+    """The arguments given, checked by the rules a send takes at every door."""
+    if arguments.get("attachments") is not None:
+        arguments["attachments"] = [attachment.model_dump() for attachment in arguments["attachments"]]
+    return sending_checked({name: value for name, value in arguments.items() if value is not None})
 
 
 @tool(output=Queued, open_world=True)
@@ -54,9 +56,8 @@ def send_message(mailbox_id: MailboxId,
     sends per day, or recipients per send: To, Cc and Bcc together), too_large, expired,
     invalid_request."""
     mailbox = reading.mailbox_open(caller=calling(), mailbox_id=mailbox_id)
-    return _queued(outbound_queue(mailbox=mailbox, **arguments_valid(SendSerializer, {
-        "to": to, "subject": subject, "text": text, "cc": cc, "bcc": bcc, "reply_to": reply_to, "html": html,
-        "attachments": _files(attachments)})))
+    return _queued(outbound_queue(mailbox=mailbox, **_checked(
+        to=to, subject=subject, text=text, cc=cc, bcc=bcc, reply_to=reply_to, html=html, attachments=attachments)))
 
 
 @tool(output=Queued, open_world=True)
@@ -68,8 +69,8 @@ def reply_to_message(mailbox_id: MailboxId, message_id: MessageId, text: Text, h
     headers that keep it in the conversation's thread. Returns {"id", "status",
     "message_id"} like send_message, with its errors, and not_found."""
     mailbox = reading.mailbox_open(caller=calling(), mailbox_id=mailbox_id)
-    return _queued(reply_queue(mailbox=mailbox, message_id=message_id, **arguments_valid(ReplySerializer, {
-        "text": text, "html": html, "reply_all": reply_all, "attachments": _files(attachments)})))
+    return _queued(reply_queue(mailbox=mailbox, message_id=message_id, reply_all=reply_all,
+                               **_checked(text=text, html=html, attachments=attachments)))
 
 
 @tool(output=Queued, open_world=True)
@@ -81,8 +82,7 @@ def forward_message(mailbox_id: MailboxId, message_id: MessageId,
     exactly as it was received. Returns {"id", "status", "message_id"} like send_message.
     """
     mailbox = reading.mailbox_open(caller=calling(), mailbox_id=mailbox_id)
-    return _queued(forward_queue(mailbox=mailbox, message_id=message_id,
-                                 **arguments_valid(ForwardSerializer, {"to": to, "text": text})))
+    return _queued(forward_queue(mailbox=mailbox, message_id=message_id, **_checked(to=to, text=text)))
 
 
 @tool(output=ThreadList, read_only=True, idempotent=True, mail=True)

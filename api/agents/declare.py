@@ -20,7 +20,6 @@ from rest_framework import exceptions
 
 from api.agents.results import MINUTE_MS, Result, failure, failure_of
 from api.authentication import Principal
-from api.fields import validated
 from api.pooling import in_pool
 from mailboxes.errors import Forbidden, RelayError
 from mailboxes.keys import caller_for_secret
@@ -99,12 +98,6 @@ def calling_owner(doing: str = "creating mailboxes") -> Principal:
     if principal.is_anonymous:
         raise Forbidden(f"A mailbox token acts on its own mailbox only; {doing} needs an account's API key.")
     return principal
-
-
-def arguments_valid(serializer_class, data: dict) -> dict:
-    """A tool's arguments read as the route reads its body (api.fields.validated); an
-    argument left out (None) is absent, not null."""
-    return validated(serializer_class, {name: value for name, value in data.items() if value is not None})
 
 
 def minutes_to_ms(ttl_minutes: int | None) -> int | None:

@@ -2,6 +2,9 @@
 the mailbox (direction "out") in the same transaction; replies and forwards (docs/api.md)
 are sends whose recipients, subject and headers come from a message of the same mailbox
 (RFC 5322, 3.6.4), kept in its thread."""
+import base64
+import binascii
+import re
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
@@ -16,7 +19,7 @@ from django.db.models import QuerySet
 from accounts.models import Account, plan_limit
 from mailboxes import queries
 from mailboxes.errors import Forbidden, Gone, InvalidRequest, MessageTooLarge, NotFound, QuotaExceeded
-from mailboxes.mail_format import FORWARD_PREFIX, REPLY_PREFIX, header, lineage_of
+from mailboxes.mail_format import FORWARD_PREFIX, REPLY_PREFIX, breaks_line, header, lineage_of
 from mailboxes.models import Direction, Mailbox, Message
 from mailboxes.storing import MailboxFull, recipient_by_id
 from owed import db_now
@@ -42,6 +45,88 @@ class Attachment:
         filename = self.filename if self.filename.isascii() else ("utf-8", "", self.filename)
         part.add_header("Content-Disposition", "attachment", filename=filename)
         return part
+
+
+# --- what a send, a reply and a forward take, for every door ----------------------------------
+MAX_RECIPIENTS = 50  # in each of To, Cc and Bcc; the plan's recipients_per_send counts them together
+MAX_ATTACHMENTS = 20
+SUBJECT_MAX = 998  # RFC 5322's line
+# Bodies bounded so that the largest, every character JSON-escaped, fit a request.
+BODY_MAX = 100_000
+FILENAME_MAX = 255
+# type/subtype (RFC 2045's tokens); multipart/* and message/* are the message's to make.
+CONTENT_TYPE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}$"
+_CONTENT_TYPE = re.compile(CONTENT_TYPE_PATTERN)
+
+
+def sending_checked(arguments: dict) -> dict:
+    """A send's, a reply's or a forward's arguments (those given) as every door takes them,
+    attachments as Attachment; InvalidRequest naming the first one that is wrong. Text is
+    taken trimmed, as the API always has."""
+    return {name: _SENDING_RULES[name](value, name) if name in _SENDING_RULES else value
+            for name, value in arguments.items()}
+
+
+def _recipients(values: list, field: str) -> list[str]:
+    if not values and field == "to":
+        raise InvalidRequest("needs at least one address.", field=field)
+    if len(values) > MAX_RECIPIENTS:
+        raise InvalidRequest(f"takes at most {MAX_RECIPIENTS} addresses.", field=field)
+    return [_address(value, field, f"item {index}: ") for index, value in enumerate(values)]
+
+
+def _address(value, field: str, where: str = "") -> str:
+    if not isinstance(value, str) or not strict_address(value.strip()):
+        raise InvalidRequest(f"{where}must be an email address (local@domain, no quoting, no control characters).",
+                             field=field)
+    return value.strip()
+
+
+def _subject(value: str, field: str) -> str:
+    return _one_line(value, field, SUBJECT_MAX)
+
+
+def _one_line(value: str, field: str, most: int, where: str = "") -> str:
+    value = value.strip()
+    if not value:
+        raise InvalidRequest(f"{where}may not be empty.", field=field)
+    if breaks_line(value):
+        raise InvalidRequest(f"{where}must be one line: no CR, LF or other line-breaking character.", field=field)
+    if len(value) > most:
+        raise InvalidRequest(f"{where}takes at most {most} characters.", field=field)
+    return value
+
+
+def _body(value: str, field: str) -> str:
+    value = value.strip()
+    if len(value) > BODY_MAX:
+        raise InvalidRequest(f"takes at most {BODY_MAX} characters.", field=field)
+    return value
+
+
+def _attachments(values: list, field: str) -> list[Attachment]:
+    if len(values) > MAX_ATTACHMENTS:
+        raise InvalidRequest(f"takes at most {MAX_ATTACHMENTS} files.", field=field)
+    return [_attachment(value, field, f"item {index}: ") for index, value in enumerate(values)]
+
+
+def _attachment(value: dict, field: str, where: str) -> Attachment:
+    filename = _one_line(value["filename"], field, FILENAME_MAX, f"{where}filename: ")
+    content_type = value["content_type"].strip().lower()
+    if not _CONTENT_TYPE.fullmatch(content_type):
+        raise InvalidRequest(f"{where}content_type: must be a MIME type, type/subtype.", field=field)
+    if content_type.startswith(("multipart/", "message/")):
+        raise InvalidRequest(f"{where}content_type: multipart/* and message/* cannot be attached.", field=field)
+    try:
+        content = base64.b64decode(value["content_base64"], validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidRequest(f"{where}content_base64: must be base64 (RFC 4648, no line breaks).",
+                             field=field) from None
+    return Attachment(filename=filename, content_type=content_type, content=content)
+
+
+_SENDING_RULES = {"to": _recipients, "cc": _recipients, "bcc": _recipients, "reply_to": _address,
+                  "subject": _subject, "text": _body, "html": _body, "attachments": _attachments}
 
 
 def check_send(owner: Account, recipients: int) -> None:

@@ -23,6 +23,7 @@ from mcp.client.streamable_http import streamable_http_client
 from accounts.services import account_create_with_key
 from domains.models import Domain
 from mailboxes.models import Mailbox
+from relay.models import OutboxMail
 from tests.helpers import ROOT, free_port, wait_until
 from tests import dkim_keys
 from tests.domains.test_domains import publish
@@ -642,6 +643,7 @@ def test_arguments_are_strict_and_a_misspelt_one_does_nothing(mcp_http, owner):
     assert list(Mailbox.objects.values_list("id", flat=True)) == [uuid.UUID(box["id"])], "a refused call did something"
 
 
+SENDABLE = {"to": ["someone@example.com"], "subject": "Hi", "text": "Hello"}
 # Each tool and the route it mirrors: bad arguments, refused in the same words by both.
 ARGUMENTS_REFUSED = {
     ("create_mailbox", "/api/v1/mailboxes"): [
@@ -649,16 +651,35 @@ ARGUMENTS_REFUSED = {
         {"tags": [" a "]}, {"local_part": "a..b"}, {"local_part": ""}],
     ("create_domain", "/api/v1/domains"): [{"name": ""}, {"name": " "}, {"name": "localhost"}, {"name": "a" * 250 + ".test"},
                                            {"name": "relay.localhost"}],
+    ("send_message", "/api/v1/mailboxes/{mailbox_id}/messages"): [
+        {**SENDABLE, "to": []}, {**SENDABLE, "to": ["a@example.com", "not an address"]},
+        {**SENDABLE, "to": ["a@example.com"] * 51}, {**SENDABLE, "subject": " "}, {**SENDABLE, "subject": "a\u2028b"},
+        {**SENDABLE, "subject": "s" * 999}, {**SENDABLE, "text": "t" * 100_001}, {**SENDABLE, "reply_to": "x"},
+        {**SENDABLE, "cc": ["@example.com"]},
+        *({**SENDABLE, "attachments": [{"filename": "a.txt", "content_type": "text/plain", "content_base64": "eA=="},
+                                       attachment]}
+          for attachment in ({"filename": "a\nb", "content_type": "text/plain", "content_base64": "eA=="},
+                             {"filename": "", "content_type": "text/plain", "content_base64": "eA=="},
+                             {"filename": "a", "content_type": "text", "content_base64": "eA=="},
+                             {"filename": "a", "content_type": "multipart/mixed", "content_base64": "eA=="},
+                             {"filename": "a", "content_type": "text/plain", "content_base64": "e A=="})),
+        {**SENDABLE, "attachments": [{"filename": "a", "content_type": "text/plain", "content_base64": ""}] * 21}],
 }
 
 
 @pytest.mark.parametrize("tool, route", ARGUMENTS_REFUSED)
 def test_a_tool_checks_its_arguments_as_the_route_checks_its_body(mcp_http, owner, tool, route):
     cases = ARGUMENTS_REFUSED[tool, route]
+    mailbox = None
+    if "{mailbox_id}" in route:
+        mailbox = Client(HTTP_AUTHORIZATION=f"Bearer {owner}").post(
+            "/api/v1/mailboxes", {}, content_type="application/json").json()["id"]
+        route = route.format(mailbox_id=mailbox)
 
     async def scenario():
         async with mcp_http.session(owner) as session:
-            return [await error_of(session, tool, arguments) for arguments in cases]
+            return [await error_of(session, tool, {**arguments, **({"mailbox_id": mailbox} if mailbox else {})})
+                    for arguments in cases]
 
     errors = run(scenario())
     api = Client(HTTP_AUTHORIZATION=f"Bearer {owner}")
@@ -667,7 +688,8 @@ def test_a_tool_checks_its_arguments_as_the_route_checks_its_body(mcp_http, owne
         assert answer.status_code == 400, (arguments, answer.content)
         [(name, reasons)] = answer.json()["fields"].items()
         assert error == f"invalid_request: {name}: {' '.join(reasons)}", (arguments, error, answer.json())
-    assert not Mailbox.objects.exists() and not Domain.objects.exists(), "a refused call made something"
+    assert Mailbox.objects.count() == (1 if mailbox else 0) and not Domain.objects.exists(), "a refused call made something"
+    assert not OutboxMail.objects.exists(), "a refused call sent something"
 
 
 def test_create_mailbox_keeps_a_name_at_its_limit_and_a_repeated_tag_once(mcp_http, owner):
