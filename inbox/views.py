@@ -85,7 +85,7 @@ def _base_url(request) -> str:
     return request.build_absolute_uri("/").rstrip("/")
 
 
-def _open(request, mailbox_id, *, live: bool = False) -> tuple:
+def _caller_mailbox(request, mailbox_id, *, live: bool = False) -> tuple:
     """(caller, mailbox) for this browser, as the API opens it; NotFound for a stranger."""
     caller = session.caller_for(request, mailbox_id)
     if caller is None:
@@ -250,7 +250,7 @@ def account_mailboxes(request):
 @require_GET
 @page
 def mailbox_page(request, mailbox_id: uuid.UUID):
-    caller, mailbox = _open(request, mailbox_id)
+    caller, mailbox = _caller_mailbox(request, mailbox_id)
     words = request.GET.get("q", "").strip()[:200]
     return render(request, "inbox/mailbox.html", {
         "mailbox": mailbox, "messages": _rows(mailbox, words), "q": words, "live": mailbox.status ==
@@ -263,7 +263,7 @@ def mailbox_page(request, mailbox_id: uuid.UUID):
 @page
 def mailbox_rows(request, mailbox_id: uuid.UUID):
     """The rows newer than `after`, as the mailbox page draws them (its script adds them)."""
-    _, mailbox = _open(request, mailbox_id)
+    _, mailbox = _caller_mailbox(request, mailbox_id)
     after = request.GET.get("after", "0")
     return render(request, "inbox/rows.html", {"mailbox": mailbox, "messages": _rows(
         mailbox, after=int(after) if after.isdigit() and len(after) < 19 else 0)})
@@ -289,7 +289,7 @@ async def mailbox_events(request, mailbox_id: uuid.UUID):
 @require_POST
 @page
 def mailbox_renew(request, mailbox_id: uuid.UUID):
-    caller, mailbox = _open(request, mailbox_id, live=True)
+    caller, mailbox = _caller_mailbox(request, mailbox_id, live=True)
     changes.mailbox_renew(mailbox=mailbox, plan=caller.plan, ttl_ms=None)
     return HttpResponseRedirect(reverse("inbox-mailbox", args=[mailbox_id]))
 
@@ -297,7 +297,7 @@ def mailbox_renew(request, mailbox_id: uuid.UUID):
 @require_http_methods(["GET", "POST"])
 @page
 def mailbox_remove(request, mailbox_id: uuid.UUID):
-    caller, mailbox = _open(request, mailbox_id)
+    caller, mailbox = _caller_mailbox(request, mailbox_id)
     if request.method == "POST":
         mailbox_delete(mailbox=mailbox)
         return HttpResponseRedirect(reverse("inbox-mailboxes" if caller.owner else "home"))
@@ -306,7 +306,7 @@ def mailbox_remove(request, mailbox_id: uuid.UUID):
 
 # --- a message ------------------------------------------------------------------------------
 def _message(request, mailbox_id, message_id):
-    caller, mailbox = _open(request, mailbox_id)
+    caller, mailbox = _caller_mailbox(request, mailbox_id)
     return caller, mailbox, queries.message_get(mailbox=mailbox, message_id=message_id)
 
 
