@@ -18,8 +18,9 @@ class SupportField(serializers.DictField):
 
 
 @extend_schema_field({"type": "object", "additionalProperties": {"type": "number", "nullable": True},
-                      "description": "overall, and one entry per client family: the share (0 to 1) of the "
-                                     "features' uses supported, partial support counting half"})
+                      "description": "overall, and one entry per client family: of the message's feature uses "
+                                     "caniemail's data has tested in those clients, the share (0 to 1) supported, "
+                                     "partial support counting half"})
 class ScoreField(serializers.DictField):
     pass
 

@@ -346,23 +346,25 @@ def features_used(html: str) -> Counter:
 
 def html_report(html: str) -> dict:
     """The check's answer: the features some client lacks, a score per client family and
-    overall (the share of the uses supported, partly supported counting half), and how much
-    of the message each score rests on (`tested`: the share of its uses the data covers)."""
+    overall (of the uses the data has tested in those clients, the share supported, partly
+    supported counting half: a client tested on little of the message weighs little), and
+    how much of the message each score rests on (`tested`: the share of its uses covered)."""
     known = data()
     if not html.strip():
         return {"data_date": known["date"], "clients": known["clients"], "score": None, "tested": None,
                 "features": []}
     used = features_used(html)
     uses = sum(used.values())
-    client_scores, client_tested = {}, {}
+    supported, tested_uses = {}, {}
     for client in known["clients"]:
         weights = [(count, WEIGHT[support]) for slug, count in used.items()
                    if (support := known["features"][slug]["support"].get(client["id"])) is not None]
         total = sum(count for count, _ in weights)
         if total:
-            client_scores[client["id"]] = sum(count * weight for count, weight in weights) / total
-            client_tested[client["id"]] = total / uses
-    score, tested = _by_family(known["clients"], client_scores), _by_family(known["clients"], client_tested)
+            supported[client["id"]] = sum(count * weight for count, weight in weights)
+            tested_uses[client["id"]] = total
+    score = _by_family(known["clients"], supported, tested_uses)
+    tested = _by_family(known["clients"], tested_uses, dict.fromkeys(tested_uses, uses))
     features = []
     for slug, count in used.items():
         feature = known["features"][slug]
@@ -374,14 +376,16 @@ def html_report(html: str) -> dict:
             "features": features}
 
 
-def _by_family(clients: list[dict], per_client: dict[str, float]) -> dict:
-    """`overall` (the mean of every client's value) and the mean of each family's clients'."""
-    families: dict[str, list[float]] = {}
+def _by_family(clients: list[dict], part: dict[str, float], whole: dict[str, float]) -> dict:
+    """`overall` (the sum of every client's `part` over the sum of its `whole`) and the same
+    over each family's clients."""
+    families: dict[str, list[str]] = {}
     for client in clients:
-        if client["id"] in per_client:
-            families.setdefault(client["family"], []).append(per_client[client["id"]])
-    found = {"overall": _round(sum(per_client.values()) / len(per_client)) if per_client else None}
-    return found | {family: _round(sum(values) / len(values)) for family, values in sorted(families.items())}
+        if client["id"] in part:
+            families.setdefault(client["family"], []).append(client["id"])
+    ratio = lambda ids: _round(sum(part[i] for i in ids) / sum(whole[i] for i in ids))  # noqa: E731
+    found = {"overall": ratio(list(part)) if part else None}
+    return found | {family: ratio(ids) for family, ids in sorted(families.items())}
 
 
 def _round(value: float) -> float:
