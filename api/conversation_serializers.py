@@ -10,17 +10,13 @@ from api.serializers import MessageSummarySerializer
 from mailboxes.mail_format import ONE_LINE_PATTERN
 from relay.models import OutboxMail
 from relay.outbox.outbound import (BODY_MAX, CONTENT_TYPE_PATTERN, FILENAME_MAX, MAX_ATTACHMENTS, MAX_RECIPIENTS,
-                                   SUBJECT_MAX, sending_checked)
+                                   SUBJECT_MAX, sending_rule)
 
 
 # --- what a send takes: the service's rules (relay.outbox.outbound.sending_checked) -----------
-def _sending_rule(name: str):
-    return lambda value: sending_checked({name: value})[name]
-
-
 @extend_schema_field({"type": "string", "pattern": ADDRESS_PATTERN, "maxLength": 320})
 class AddressField(RuleField):
-    rule = staticmethod(_sending_rule("reply_to"))
+    rule = staticmethod(sending_rule("reply_to"))
 
 
 class RecipientListField(serializers.ListField):
@@ -34,19 +30,19 @@ class RecipientListField(serializers.ListField):
         if isinstance(data, str):
             data = [data]
         if isinstance(data, list):
-            data = by_rule(_sending_rule(self.field_name), data)
+            data = by_rule(sending_rule(self.field_name), data)
         return super().to_internal_value(data)
 
 
 @extend_schema_field({"type": "string", "pattern": ONE_LINE_PATTERN})
 class SubjectField(RuleField):
-    rule = staticmethod(_sending_rule("subject"))
+    rule = staticmethod(sending_rule("subject"))
 
 
 class BodyField(RuleField):
     """Bounded so that the largest valid bodies, every character JSON-escaped, stay well
     under the request size limit (DATA_UPLOAD_MAX_MEMORY_SIZE)."""
-    rule = staticmethod(_sending_rule("text"))
+    rule = staticmethod(sending_rule("text"))
 
     def __init__(self, **kwargs):
         super().__init__(max_length=BODY_MAX, allow_blank=True, **kwargs)
@@ -82,7 +78,7 @@ class AttachmentListField(serializers.ListField):
         super().__init__(child=AttachmentInSerializer(), max_length=MAX_ATTACHMENTS, **kwargs)
 
     def to_internal_value(self, data):
-        attachments = by_rule(_sending_rule("attachments"), data) if _shaped(data) else None
+        attachments = by_rule(sending_rule("attachments"), data) if _shaped(data) else None
         super().to_internal_value(data)
         return attachments
 

@@ -22,7 +22,7 @@ from api.fields import (
     by_rule,
 )
 from api.schema import ttl_bounds
-from mailboxes.changes import METADATA_MAX_BYTES, NAME_MAX, TAG_PATTERN, TAGS_MAX, labels_checked, tag_checked
+from mailboxes.changes import METADATA_MAX_BYTES, NAME_MAX, TAG_PATTERN, TAGS_MAX, label_rule, tag_checked
 from mailboxes.models import Direction, MailboxStatus
 from mailboxes.queries import MAILBOX_ORDERINGS
 from mailboxes.mail_format import ONE_LINE_PATTERN, header, lineage_of
@@ -32,13 +32,9 @@ from relay.models import OutboxMail, OutboxStatus
 
 
 # --- labels (docs/api.md): each checked by the service's rule (mailboxes.changes.labels_checked)
-def _label_rule(field: str):
-    return lambda value: labels_checked({field: value})[field]
-
-
 @extend_schema_field({"type": "string", "pattern": ONE_LINE_PATTERN})
 class LabelNameField(RuleField):
-    rule = staticmethod(_label_rule("name"))
+    rule = staticmethod(label_rule("name"))
 
 
 @extend_schema_field({"type": "string", "pattern": TAG_PATTERN})
@@ -57,7 +53,7 @@ class TagListField(serializers.ListField):
 
     def to_internal_value(self, data):
         if isinstance(data, list):
-            data = by_rule(_label_rule("tags"), data)
+            data = by_rule(label_rule("tags"), data)
         return super().to_internal_value(data)
 
 
@@ -67,7 +63,7 @@ class MetadataField(serializers.JSONField):
     """A JSON object, taken in as its compact JSON text (what Mailbox.metadata keeps)."""
 
     def to_internal_value(self, data):
-        return by_rule(_label_rule("metadata"), data)
+        return by_rule(label_rule("metadata"), data)
 
     def to_representation(self, value):
         return json.loads(value) if isinstance(value, str) else value

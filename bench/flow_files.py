@@ -43,6 +43,7 @@ class Crossed:
     before any thread starts, and records only while a flow is on)."""
 
     current: "Crossed | None" = None
+    last_exit = float("-inf")
 
     def __init__(self) -> None:
         self.files: OrderedDict[str, None] = OrderedDict()
@@ -73,9 +74,9 @@ class Crossed:
 
     def __enter__(self) -> "Crossed":
         from relay import ingest
-        # Each flow that stores a message asks for its words' task, whatever an earlier
-        # flow asked for less than a second ago.
-        ingest._words_next_publish = 0.0
+        # Each flow that stores a message asks for its words' task: relay.ingest asks at
+        # most once per WORDS_DELAY_SECONDS, so an earlier flow's ask must have lapsed.
+        time.sleep(max(0.0, Crossed.last_exit + ingest.WORDS_DELAY_SECONDS - time.monotonic()))
         self.threads_before = set(threading.enumerate())
         Crossed.current = self
         return self
@@ -87,6 +88,7 @@ class Crossed:
             if thread.name == "smtp-words":
                 thread.join(timeout=10)
         Crossed.current = None
+        Crossed.last_exit = time.monotonic()
 
     def returns(self) -> int:
         """How many times the flow enters an app it had left (first entries, in order)."""

@@ -6,6 +6,7 @@ import re
 import secrets
 import string
 import uuid
+from collections.abc import Callable
 from datetime import timedelta
 
 from django.conf import settings
@@ -170,6 +171,11 @@ def labels_checked(labels: dict) -> dict:
     object kept as its compact text, at most METADATA_MAX_BYTES), or InvalidRequest
     naming the field."""
     return {field: _LABEL_RULES[field](labels[field]) for field in LABEL_FIELDS if field in labels}
+
+
+def label_rule(name: str) -> Callable:
+    """The rule for one label, as a route's field calls it."""
+    return _LABEL_RULES[name]
 
 
 def _name(value: str) -> str:

@@ -4,8 +4,10 @@ are sends whose recipients, subject and headers come from a message of the same 
 (RFC 5322, 3.6.4), kept in its thread."""
 import base64
 import binascii
+import functools
 import re
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from email import encoders
@@ -63,8 +65,13 @@ def sending_checked(arguments: dict) -> dict:
     """A send's, a reply's or a forward's arguments (those given) as every door takes them,
     attachments as Attachment; InvalidRequest naming the first one that is wrong. Text is
     taken trimmed, as the API always has."""
-    return {name: _SENDING_RULES[name](value, name) if name in _SENDING_RULES else value
+    return {name: _SENDING_RULES[name](value, field=name) if name in _SENDING_RULES else value
             for name, value in arguments.items()}
+
+
+def sending_rule(name: str) -> Callable:
+    """The rule for one of those arguments, as a route's field calls it."""
+    return functools.partial(_SENDING_RULES[name], field=name)
 
 
 def _recipients(values: list, field: str) -> list[str]:
