@@ -51,7 +51,9 @@ LISTED = 50
 TABS = ("html", "text", "headers", "raw", "attachments", "thread", "checks")
 # The Checks tab's sections fetched on their own, and the share of a message's feature uses
 # caniemail must have tested in a family of clients for its score to be shown.
-CHECK_SECTIONS = ("spam", "links")
+CHECK_SECTIONS = ("render", "spam", "links")
+# The Checks tab's sections the page fetches once it is shown (`?render=1&spam=1` without script).
+FETCHED_AFTER = ("render", "spam")
 ENOUGH_TESTED = 0.5
 # The pages' own policy: their script and style files, the mail's frame from this origin,
 # the event stream; nothing inline, and no page may frame them.
@@ -336,7 +338,8 @@ def message_page(request, mailbox_id: uuid.UUID, message_id: int):
     if tab == "thread" and message.thread_id:
         context["thread"] = thread_messages([message.thread])[message.thread_id]
     if tab == "checks":
-        context.update(_checks(mailbox, message, spam=request.GET.get("spam") == "1"))
+        context.update(_checks(mailbox, message, now={section for section in FETCHED_AFTER
+                                                      if request.GET.get(section) == "1"}))
     return render(request, "inbox/message.html", context)
 
 
@@ -348,16 +351,23 @@ def _header_check_label(name: str) -> str:
             "dkim_aligned": _("DKIM signature aligned with From")}.get(name, name)
 
 
-def _checks(mailbox, message, *, spam: bool) -> dict:
-    """The Checks tab: the HTML and header checks now, the latest link check if any, and
-    with `spam` spamd's answer (the page asks for it after loading, so a slow spamd never
-    holds the page)."""
-    raw = queries.message_raw(mailbox=mailbox, message_id=message.id)  # read once, for the HTML check and spamd
-    found = {"html_check": message_checks.html_of(raw),
-             "header_checks": [{**check, "label": _header_check_label(check["name"])} for check in
+def _checks(mailbox, message, *, now: set) -> dict:
+    """The Checks tab: the header checks and the latest link check if any; the sections in
+    `now` (FETCHED_AFTER) too, which the page otherwise asks for once shown, so that neither
+    a slow spamd nor a large HTML part holds the page."""
+    found = {"header_checks": [{**check, "label": _header_check_label(check["name"])} for check in
                                message_checks.headers_check(mailbox=mailbox, message_id=message.id)["checks"]],
-             **_link_check(mailbox, message), **(_spam(raw) if spam else {})}
-    html = found["html_check"]
+             **_link_check(mailbox, message)}
+    if now:
+        raw = queries.message_raw(mailbox=mailbox, message_id=message.id)  # read once, for both
+        found |= (_render(raw) if "render" in now else {}) | (_spam(raw) if "spam" in now else {})
+    return found
+
+
+def _render(raw: bytes) -> dict:
+    """Does it render: caniemail's check of the HTML part, as the tab shows it."""
+    html = message_checks.html_of(raw)
+    found = {"html_check": html}
     names = {client["id"]: client["name"] for client in html["clients"]}
     family_names = html_support.data()["family_names"]
     # A family's score is shown when at least half the message's uses were tested there;
@@ -389,13 +399,16 @@ def _link_check(mailbox, message) -> dict:
 @require_GET
 @page
 def message_check_section(request, mailbox_id: uuid.UUID, message_id: int, section: str):
-    """One section of the Checks tab, as the page's script fetches it: spamd's answer once
-    the page is shown, the link check while it runs."""
+    """One section of the Checks tab, as the page's script fetches it: the HTML check and
+    spamd's answer once the page is shown, the link check while it runs."""
     if section not in CHECK_SECTIONS:
         raise Http404()
     _, mailbox, message = _message(request, mailbox_id, message_id)
-    found = (_spam(queries.message_raw(mailbox=mailbox, message_id=message.id)) if section == "spam"
-             else _link_check(mailbox, message))
+    if section == "links":
+        found = _link_check(mailbox, message)
+    else:
+        raw = queries.message_raw(mailbox=mailbox, message_id=message.id)
+        found = _render(raw) if section == "render" else _spam(raw)
     return render(request, f"inbox/check_{section}.html", {"mailbox": mailbox, "message": message, **found})
 
 

@@ -239,9 +239,10 @@ def visit(driver, web, smtp_server):
     yield "message", driver.current_url
     driver.get(driver.current_url.split("?")[0] + "?tab=checks")
     wait_until(lambda: elements(driver, "#render-title") and loaded(driver), timeout=10, message="the checks")
-    # spamd's section, fetched by the page's script once the page is shown
+    # the HTML check's and spamd's sections, fetched by the page's script once the page is shown
     wait_until(lambda: elements(driver, "#spam-title") and not elements(driver, "section[data-load]")
-               and "Asking SpamAssassin" not in driver.page_source, timeout=15, message="spamd's answer in the page")
+               and "Asking SpamAssassin" not in driver.page_source and "Checking its HTML" not in driver.page_source,
+               timeout=15, message="the HTML check and spamd's answer in the page")
     yield "checks", driver.current_url
     driver.get(page + "/delete")
     yield "delete", driver.current_url
