@@ -40,12 +40,13 @@ class SubjectField(RuleField):
 
 
 class BodyField(RuleField):
-    """Bounded so that the largest valid bodies, every character JSON-escaped, stay well
-    under the request size limit (DATA_UPLOAD_MAX_MEMORY_SIZE)."""
     rule = staticmethod(sending_rule("text"))
 
-    def __init__(self, **kwargs):
-        super().__init__(max_length=BODY_MAX, allow_blank=True, **kwargs)
+
+# Bounded so that the largest valid bodies, every character JSON-escaped, stay well under
+# the request size limit (DATA_UPLOAD_MAX_MEMORY_SIZE).
+def _body(**kwargs) -> BodyField:
+    return BodyField(max_length=BODY_MAX, allow_blank=True, **kwargs)
 
 
 @extend_schema_field({"type": "string", "pattern": ONE_LINE_PATTERN})
@@ -74,9 +75,6 @@ class AttachmentListField(serializers.ListField):
     """Attachments checked by the service's rule, which makes them Attachment; their shape
     (objects of three strings, nothing else) is DRF's to check."""
 
-    def __init__(self, **kwargs):
-        super().__init__(child=AttachmentInSerializer(), max_length=MAX_ATTACHMENTS, **kwargs)
-
     def to_internal_value(self, data):
         attachments = by_rule(sending_rule("attachments"), data) if _shaped(data) else None
         super().to_internal_value(data)
@@ -84,15 +82,16 @@ class AttachmentListField(serializers.ListField):
 
 
 def _attachments():
-    return AttachmentListField(required=False, help_text=f"Up to {MAX_ATTACHMENTS}; the whole message within "
-                                                         "RELAY_MAX_MESSAGE_BYTES (413 over it).")
+    return AttachmentListField(child=AttachmentInSerializer(), max_length=MAX_ATTACHMENTS, required=False,
+                               help_text=f"Up to {MAX_ATTACHMENTS}; the whole message within RELAY_MAX_MESSAGE_BYTES "
+                                         "(413 over it).")
 
 
 class SendSerializer(StrictSerializer):
     to = RecipientListField(min_length=1, help_text="A list of addresses (a single string counts as a list of one).")
     subject = SubjectField(min_length=1, max_length=SUBJECT_MAX, help_text="One line: no CR or LF.")
-    text = BodyField()
-    html = BodyField(required=False)
+    text = _body()
+    html = _body(required=False)
     cc = RecipientListField(required=False)
     bcc = RecipientListField(required=False, help_text="In the envelope only: never in the headers sent.")
     reply_to = AddressField(required=False)
@@ -100,8 +99,8 @@ class SendSerializer(StrictSerializer):
 
 
 class ReplySerializer(StrictSerializer):
-    text = BodyField()
-    html = BodyField(required=False)
+    text = _body()
+    html = _body(required=False)
     reply_all = StrictBooleanField(required=False, default=False,
                                    help_text="Also to the original's To and Cc (never this mailbox).")
     attachments = _attachments()
@@ -109,7 +108,7 @@ class ReplySerializer(StrictSerializer):
 
 class ForwardSerializer(StrictSerializer):
     to = RecipientListField(min_length=1)
-    text = BodyField(required=False, default="", help_text="Written above the forwarded message.")
+    text = _body(required=False, default="", help_text="Written above the forwarded message.")
 
 
 class SendAcceptedSerializer(serializers.Serializer):

@@ -43,7 +43,7 @@ from relay import reading
 from relay.backends import get_backend
 from relay.inbound.attachments import SAFETY_HEADERS, attachment_of, safe_filename, served_content_type
 from relay.outbox import account_mail
-from relay.outbox.outbound import forward_queue, reply_queue
+from relay.outbox.outbound import forward_queue, reply_queue, sending_checked
 
 logger = logging.getLogger(__name__)
 
@@ -74,8 +74,10 @@ def page(view):
                 response = view(request, *args, **kwargs)
             except (RelayError, Http404) as exc:
                 status, body = error_of(exc) if isinstance(exc, RelayError) else (404, {"message": _("Not found.")})
-                response = render(request, "inbox/problem.html", {"status": status, "message": body["message"]},
-                                  status=status)
+                # What a field was refused for says more than "The request is not valid."
+                message = " ".join(f"{name}: {' '.join(reasons)}" for name, reasons in body.get("fields", {}).items())
+                response = render(request, "inbox/problem.html",
+                                  {"status": status, "message": message or body["message"]}, status=status)
         response.setdefault("Content-Security-Policy", PAGE_POLICY)
         response.setdefault("Referrer-Policy", "same-origin")
         response["Content-Language"] = language
@@ -518,10 +520,11 @@ def message_send(request, mailbox_id: uuid.UUID, message_id: int, how: str):
         raise NotFound("No such mailbox.")
     text = request.POST.get("text", "")
     if how == "reply":
-        reply_queue(mailbox=mailbox, message_id=message.id, text=text, reply_all=request.POST.get("reply_all") == "1")
+        reply_queue(mailbox=mailbox, message_id=message.id, reply_all=request.POST.get("reply_all") == "1",
+                    **sending_checked({"text": text}))
     else:
         to = [address.strip() for address in request.POST.get("to", "").split(",") if address.strip()]
-        forward_queue(mailbox=mailbox, message_id=message.id, to=to, text=text)
+        forward_queue(mailbox=mailbox, message_id=message.id, **sending_checked({"to": to, "text": text}))
     return HttpResponseRedirect(reverse("inbox-message", args=[mailbox_id, message_id]) + f"?sent={how}")
 
 

@@ -330,6 +330,10 @@ def test_an_owner_answers_from_the_page_and_an_anonymous_holder_may_not(db):
     assert sent.status_code == 302 and sent["Location"].endswith("?sent=reply")
     mail = OutboxMail.objects.get(kind="send")
     assert mail.to == ["bob@example.com"] and mail.subject == "Re: Hi"
+    # The rule every door's send takes: the page says what was wrong, and nothing is sent.
+    refused = owner.post(f"/inbox/{own.id}/{received}/forward", {"to": "carol@example.com, not an address"})
+    assert refused.status_code == 400 and "to: item 1: must be an email address" in refused.content.decode()
+    assert OutboxMail.objects.filter(kind="send").count() == 1
 
 
 def test_the_account_lists_and_revokes_its_api_keys_and_a_session_from_that_key_ends(db):
