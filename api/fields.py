@@ -7,9 +7,8 @@ from api.schema import domain_schema, local_part_schema
 from mailboxes.creation import local_part_checked
 from mailboxes.errors import InvalidRequest
 from mailboxes.mail_format import ONE_LINE_PATTERN, breaks_line
-from relay.reading import AFTER_MAX, SEARCH_TEXT_MAX, search_after, search_text
 from relay.outbox import build
-
+from relay.reading import AFTER_MAX, SEARCH_TEXT_MAX, search_after, search_text
 
 
 def by_rule(rule, value):
