@@ -9,9 +9,9 @@ import base64
 import pytest
 
 from mailboxes.errors import InvalidRequest
+from mailboxes.mail_format import LINE_BREAKERS
 from mailboxes.models import Mailbox
 from relay.models import OutboxMail
-from mailboxes.mail_format import LINE_BREAKERS
 from relay.outbox.outbound import Attachment, addresses, outbound_queue
 from relay.outbox.build import mail_build
 from tests.api.agents.test_mcp import call, error_of, mcp_http, mcp_web, owner  # noqa: F401 (fixtures)
