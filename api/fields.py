@@ -6,7 +6,7 @@ from rest_framework import serializers
 from api.schema import domain_schema, local_part_schema
 from mailboxes.creation import local_part_checked
 from mailboxes.errors import InvalidRequest
-from mailboxes.mail_format import ONE_LINE_PATTERN, breaks_line
+from mailboxes.mail_format import NOT_ONE_LINE, ONE_LINE_PATTERN, breaks_line
 from relay.outbox import build
 from relay.reading import AFTER_MAX, SEARCH_TEXT_MAX, search_after, search_text
 
@@ -80,7 +80,7 @@ class OneLineField(StrictCharField):
         # A line break would end the header and start another: the service's rule, here
         # to name the field in a 400 before anything is built.
         if breaks_line(value):
-            raise serializers.ValidationError("must be one line: no CR, LF or other line-breaking character.")
+            raise serializers.ValidationError(NOT_ONE_LINE)
         return value
 
 
@@ -132,7 +132,7 @@ class QueryTextField(PresentEmptyIsAValue, OneLineField):
         if data == "":
             self.fail("blank")
         if isinstance(data, str) and breaks_line(data):
-            raise serializers.ValidationError("must be one line: no CR, LF or other line-breaking character.")
+            raise serializers.ValidationError(NOT_ONE_LINE)
         return super().run_validation(data)
 
 

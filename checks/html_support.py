@@ -383,7 +383,10 @@ def _by_family(clients: list[dict], part: dict[str, float], whole: dict[str, flo
     for client in clients:
         if client["id"] in part:
             families.setdefault(client["family"], []).append(client["id"])
-    ratio = lambda ids: _round(sum(part[i] for i in ids) / sum(whole[i] for i in ids))  # noqa: E731
+
+    def ratio(ids: list[str]) -> float:
+        return _round(sum(part[i] for i in ids) / sum(whole[i] for i in ids))
+
     found = {"overall": ratio(list(part)) if part else None}
     return found | {family: ratio(ids) for family, ids in sorted(families.items())}
 

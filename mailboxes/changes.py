@@ -20,7 +20,7 @@ from mailboxes.ending import announce_ended
 from mailboxes.errors import AddressTaken, DomainRefused, InvalidRequest, MailboxExpired, TtlOutOfRange
 from mailboxes.keys import Caller, new_mailbox_token
 from mailboxes.quotas import take_mailbox_slot
-from mailboxes.mail_format import breaks_line, text_of_html
+from mailboxes.mail_format import NOT_ONE_LINE, breaks_line, text_of_html
 from mailboxes.models import (AddressReservation, CleanupState, Mailbox, MailboxStatus, Message,
                               MessageContent, Plan, cleanup_owed)
 from owed import db_now
@@ -182,7 +182,7 @@ def _name(value: str) -> str:
     if not isinstance(value, str):
         raise InvalidRequest("must be a string.", field="name")
     if breaks_line(value):
-        raise InvalidRequest("must be one line: no CR, LF or other line-breaking character.", field="name")
+        raise InvalidRequest(NOT_ONE_LINE, field="name")
     if len(value) > NAME_MAX:
         raise InvalidRequest(f"takes at most {NAME_MAX} characters.", field="name")
     return value

@@ -20,6 +20,10 @@ _BREAKS = re.compile(f"[{re.escape(LINE_BREAKERS)}]")
 ONE_LINE_PATTERN = "^[^" + "".join(f"\\u{ord(character):04x}" for character in LINE_BREAKERS) + "]*$"
 
 
+# What a value refused for breaking a line is told, at every door.
+NOT_ONE_LINE = "must be one line: no CR, LF or other line-breaking character."
+
+
 def breaks_line(value: str) -> bool:
     return bool(_BREAKS.search(value))
 

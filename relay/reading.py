@@ -13,7 +13,7 @@ from mailboxes.changes import contents_index_all_words
 from mailboxes.ending import mailbox_lazy_expire, mailboxes_lazy_expire
 from mailboxes.errors import InvalidRequest, MailboxExpired
 from mailboxes.keys import Caller
-from mailboxes.mail_format import breaks_line
+from mailboxes.mail_format import NOT_ONE_LINE, breaks_line
 from mailboxes.models import Mailbox, MailboxStatus
 from relay import mailserver
 
@@ -106,7 +106,7 @@ def search_text(name: str, value: str) -> str:
     if value == "":
         raise InvalidRequest("may not be empty; leave it out to filter nothing.", field=field)
     if breaks_line(value):
-        raise InvalidRequest("must be one line: no CR, LF or other line-breaking character.", field=field)
+        raise InvalidRequest(NOT_ONE_LINE, field=field)
     value = value.strip()
     if len(value) > SEARCH_TEXT_MAX[name]:
         raise InvalidRequest(f"takes at most {SEARCH_TEXT_MAX[name]} characters.", field=field)

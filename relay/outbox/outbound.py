@@ -21,7 +21,7 @@ from django.db.models import QuerySet
 from accounts.models import Account, plan_limit
 from mailboxes import queries
 from mailboxes.errors import Forbidden, Gone, InvalidRequest, MessageTooLarge, NotFound, QuotaExceeded
-from mailboxes.mail_format import FORWARD_PREFIX, REPLY_PREFIX, breaks_line, header, lineage_of
+from mailboxes.mail_format import FORWARD_PREFIX, NOT_ONE_LINE, REPLY_PREFIX, breaks_line, header, lineage_of
 from mailboxes.models import Direction, Mailbox, Message
 from mailboxes.storing import MailboxFull, recipient_by_id
 from owed import db_now
@@ -65,8 +65,7 @@ def sending_checked(arguments: dict) -> dict:
     """A send's, a reply's or a forward's arguments (those given) as every door takes them,
     attachments as Attachment; InvalidRequest naming the first one that is wrong. Text is
     taken trimmed, as the API always has."""
-    return {name: _SENDING_RULES[name](value, field=name) if name in _SENDING_RULES else value
-            for name, value in arguments.items()}
+    return {name: sending_rule(name)(value) if name in _SENDING_RULES else value for name, value in arguments.items()}
 
 
 def sending_rule(name: str) -> Callable:
@@ -98,7 +97,7 @@ def _one_line(value: str, field: str, most: int, where: str = "") -> str:
     if not value:
         raise InvalidRequest(f"{where}may not be empty.", field=field)
     if breaks_line(value):
-        raise InvalidRequest(f"{where}must be one line: no CR, LF or other line-breaking character.", field=field)
+        raise InvalidRequest(f"{where}{NOT_ONE_LINE}", field=field)
     if len(value) > most:
         raise InvalidRequest(f"{where}takes at most {most} characters.", field=field)
     return value
