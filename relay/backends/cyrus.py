@@ -9,7 +9,7 @@ import ssl
 from contextlib import contextmanager
 from urllib.parse import urlsplit
 
-from relay.backends.errors import (
+from relay.backends import (
     AccountExists,
     NotMadeByRelay,
     PermanentBackendError,

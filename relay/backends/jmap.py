@@ -6,7 +6,7 @@ from urllib.parse import quote
 
 import requests
 
-from relay.backends.errors import PermanentBackendError, TransientBackendError
+from relay.backends import PermanentBackendError, TransientBackendError
 from relay.metrics import MAILSERVER_REQUESTS
 
 USING = ["urn:ietf:params:jmap:core", "urn:ietf:params:jmap:mail"]

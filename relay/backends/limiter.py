@@ -12,7 +12,7 @@ from django.db import connection, transaction
 from accounts.redis_clients import redis_client
 from owed import db_now
 from relay import metrics
-from relay.backends.errors import NoBackendSlot
+from relay.backends import NoBackendSlot
 from relay.models import BackendCallSlot
 
 # A call counts a little more than a minute: the backend starts its minute a moment later.

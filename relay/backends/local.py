@@ -2,8 +2,7 @@
 external to create or remove. The mailbox row alone decides what is accepted."""
 from django.conf import settings
 
-from relay.backends.errors import NothingToReconcile, PermanentBackendError
-from relay.backends.errors import counted_backend_call
+from relay.backends import NothingToReconcile, PermanentBackendError, counted_backend_call
 
 
 class LocalBackend:

@@ -3,7 +3,7 @@ marked with its mailbox's id; Relay never takes over or deletes an account it di
 
 from django.conf import settings
 
-from relay.backends.errors import (
+from relay.backends import (
     AccountExists,
     NotMadeByRelay,
     PermanentBackendError,
