@@ -13,7 +13,7 @@ class ExpiryConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from expiry.dispatch import on_mailboxes_ended
+        from expiry.cleanup import on_mailboxes_ended
         from mailboxes.signals import mailboxes_ended
 
         post_migrate.connect(_sync_schedules, sender=self, dispatch_uid="relay-sync-schedules")

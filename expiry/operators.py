@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 from django.db.models import Count, Min
 from django.db.models.functions import TruncMinute
 
-from expiry.dispatch import queue_cleanups_after_commit
+from expiry.cleanup import queue_cleanups_after_commit
 from mailboxes.models import CLEANUPS, CleanupState, Mailbox, MailboxStatus, cleanup_owed
 from mailboxes.queries import mailbox_counts
 from owed import db_now

@@ -9,7 +9,7 @@ from django.db import transaction
 from django.db.models import DateTimeField, DurationField, ExpressionWrapper, F, Q, Value
 from django.db.models.functions import Greatest, Least
 
-from expiry.dispatch import cleanups_per_task, publish_cleanups, queue_cleanups_after_commit, queue_length
+from expiry.cleanup import cleanups_per_task, publish_cleanups, queue_cleanups_after_commit, queue_length
 from mailboxes.ending import mailboxes_expire_due, provisionings_abandon
 from mailboxes.models import CLEANUPS, CleanupState, Mailbox, MailboxStatus
 from owed import db_now

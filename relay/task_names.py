@@ -1,6 +1,6 @@
 """The names of the Celery tasks that modules send without importing them (a task's
 module imports the services that send it, so they name it instead), in one table:
-expiry's dispatch and schedules, the outbox's mailer, storing's owed words, webhook
+expiry's cleanups and schedules, the outbox's mailer, storing's owed words, webhook
 deliveries and link checks all send by these names. tests/test_layers.py checks that each
 is a task the Celery app has, and that no module spells one out itself."""
 

@@ -8,9 +8,8 @@ from celery import current_app
 from django.db import connection
 from django.utils import timezone
 
-from expiry.cleanup import CleanupOutcome, mailbox_cleanup, mailboxes_cleanup
+from expiry.cleanup import EXPIRE_BATCH_TASK, EXPIRE_TASK, CleanupOutcome, mailbox_cleanup, mailboxes_cleanup
 from expiry.sweep import schedule_upcoming
-from expiry.dispatch import EXPIRE_BATCH_TASK, EXPIRE_TASK
 from mailboxes.ending import mailboxes_expire_due
 from mailboxes.models import Mailbox
 from owed import db_now

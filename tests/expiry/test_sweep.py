@@ -10,8 +10,8 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from expiry import dispatch, sweep
-from expiry.dispatch import EXPIRE_TASK
+from expiry import cleanup, sweep
+from expiry.cleanup import EXPIRE_TASK
 from expiry.sweep import schedule_upcoming, sweep_due_and_lapsed
 from mailboxes.models import Mailbox
 from owed import db_now
@@ -34,7 +34,7 @@ def test_a_sweep_over_an_empty_redis_queue_reads_0_and_logs_no_warning(db, broke
     """On Redis an empty queue is a missing key: a normal state, not a broker fault."""
     assert broker.llen(settings.CELERY_TASK_DEFAULT_QUEUE) == 0
     with caplog.at_level(logging.INFO):
-        assert dispatch.queue_length(settings.CELERY_TASK_DEFAULT_QUEUE) == 0
+        assert cleanup.queue_length(settings.CELERY_TASK_DEFAULT_QUEUE) == 0
         sweep_due_and_lapsed()
     assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
 
@@ -42,14 +42,14 @@ def test_a_sweep_over_an_empty_redis_queue_reads_0_and_logs_no_warning(db, broke
 def test_the_queue_length_reads_what_waits_in_redis(db, broker):
     name = settings.CELERY_TASK_DEFAULT_QUEUE
     broker.rpush(name, b"{}", b"{}", b"{}")
-    assert dispatch.queue_length(name) == 3
+    assert cleanup.queue_length(name) == 3
 
 
 def test_a_broker_that_cannot_answer_warns_once_a_minute_not_once_a_sweep(db, monkeypatch, caplog):
-    monkeypatch.setattr(dispatch, "_last_queue_length_warning", 0.0)
+    monkeypatch.setattr(cleanup, "_last_queue_length_warning", 0.0)
     monkeypatch.setattr(current_app.conf, "broker_read_url", "redis://127.0.0.1:1/0")
     with caplog.at_level(logging.WARNING):
-        lengths = [dispatch.queue_length("relay") for _ in range(3)]
+        lengths = [cleanup.queue_length("relay") for _ in range(3)]
     assert lengths == [None, None, None]
     warnings = [r for r in caplog.records if "could not read the length" in r.getMessage()]
     assert len(warnings) == 1
@@ -87,7 +87,7 @@ def test_one_sweep_takes_at_most_its_batches_and_the_next_takes_the_rest(db, sta
     settings.RELAY_SWEEP_MAX_BATCHES = 3
     make_mailboxes(70, prefix="capped", first_in=-1, spread=0)
     published = []
-    monkeypatch.setattr(dispatch, "queue_cleanups_after_commit", lambda ids, **kwargs: published.extend(ids))
+    monkeypatch.setattr(cleanup, "queue_cleanups_after_commit", lambda ids, **kwargs: published.extend(ids))
     assert sweep_due_and_lapsed(batch_size=10).expired == 30
     assert len(published) == 30
     assert Mailbox.objects.filter(status="active").count() == 40
@@ -104,7 +104,7 @@ def test_two_sweeps_at_once_claim_disjoint_mailboxes(stalwart, monkeypatch, sett
     def record(mailbox_ids, **kwargs):
         claimed[int(threading.current_thread().name)].extend(mailbox_ids)
 
-    monkeypatch.setattr(dispatch, "queue_cleanups_after_commit", record)
+    monkeypatch.setattr(cleanup, "queue_cleanups_after_commit", record)
     barrier = threading.Barrier(2)
 
     def run():
