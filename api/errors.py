@@ -11,7 +11,7 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from api.scopes import InsufficientScope, insufficient_scope
+from api.authentication import InsufficientScope, insufficient_scope
 from mailboxes import errors as domain
 
 # The code of every status Relay answers with, whoever raised it.

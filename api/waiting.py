@@ -18,11 +18,11 @@ from rest_framework import exceptions
 
 from accounts import revocations
 from accounts.redis_clients import events_subscription_client
-from api.authentication import BearerAuthentication, Principal, scope_covers
+from api.authentication import (WAITS, BearerAuthentication, InsufficientScope, Principal, insufficient_scope,
+                                scope_covers)
 from api.errors import error_body, json_error_response
 from api.fields import validated
 from api.pagination import PAGE_SIZE
-from api.scopes import WAITS, InsufficientScope, insufficient_scope
 from api.pooling import in_pool
 from api.serializers import (EventsQuerySerializer, MessageDetailSerializer, MessageSummarySerializer,
                              WaitQuerySerializer, message_codes)

@@ -8,8 +8,7 @@ from typing import Annotated, Literal
 from mcp_types import CallToolResult
 from pydantic import Field
 
-from api.agents.declare import calling, tool
-from api.agents.results import Checks, result
+from api.agents.declare import Checks, calling, result, tool
 from api.agents.tools import MailboxId, MessageId
 from api.errors import error_of
 from api.pooling import in_pool

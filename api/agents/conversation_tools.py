@@ -4,8 +4,7 @@ from typing import Annotated
 from mcp_types import CallToolResult
 from pydantic import BaseModel, ConfigDict, Field
 
-from api.agents.declare import calling, tool
-from api.agents.results import Queued, ThreadList, ThreadWhole, result
+from api.agents.declare import Queued, ThreadList, ThreadWhole, calling, result, tool
 from api.agents.tools import LISTED_MAX, MailboxId, MessageId
 from api.conversation_serializers import ThreadDetailSerializer, ThreadSerializer
 from mailboxes.threads import thread_get, thread_list, thread_messages, thread_participants

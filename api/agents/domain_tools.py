@@ -6,8 +6,7 @@ from typing import Annotated
 from mcp_types import CallToolResult
 from pydantic import Field
 
-from api.agents.declare import calling_owner, tool
-from api.agents.results import Deleted, DomainList, DomainOut, result
+from api.agents.declare import Deleted, DomainList, DomainOut, calling_owner, result, tool
 from api.pooling import DNS_CHECKS
 from api.domain_serializers import DomainSerializer
 from domains.services import domain_create, domain_verify, domains_of

@@ -12,16 +12,14 @@ from mcp_types import CallToolResult
 from pydantic import ValidationError
 from rest_framework import exceptions
 
-from api.agents.declare import CLIENT_GONE, CREDENTIALS, Credentials
-from api.agents.results import failure
+from api.agents.declare import CLIENT_GONE, CREDENTIALS, Credentials, failure
 from api.agents.check_tools import CHECK_TOOLS
 from api.agents.conversation_tools import CONVERSATION_TOOLS
 from api.agents.domain_tools import DOMAIN_TOOLS
 from api.agents.tools import TOOLS
-from api.authentication import bearer_secret, challenge
+from api.authentication import ALL, TOOLS as TOOL_SCOPES, InsufficientScope, bearer_secret, challenge, insufficient_scope
 from api.errors import error_body, json_error_response
 from api.pooling import in_pool
-from api.scopes import ALL, TOOLS as TOOL_SCOPES, InsufficientScope, insufficient_scope
 from mailboxes.errors import RelayError
 
 logger = logging.getLogger(__name__)

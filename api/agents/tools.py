@@ -11,9 +11,9 @@ from mcp_types import CallToolResult
 from pydantic import Field
 
 from api import waiting
-from api.agents.declare import calling, calling_owner, credentials, minutes_to_ms, tool, until_client_gone
-from api.agents.results import (MINUTE_MS, Attachment, Code, Deleted, MailboxList, MailboxOut, MessageList, MessageOut,
-                                Waited, failure, result)
+from api.agents.declare import (MINUTE_MS, Attachment, Code, Deleted, MailboxList, MailboxOut, MessageList, MessageOut,
+                                Waited, calling, calling_owner, credentials, failure, minutes_to_ms, result, tool,
+                                until_client_gone)
 from api.authentication import Principal
 from api.pagination import PAGE_SIZE
 from api.pooling import in_pool

@@ -49,12 +49,12 @@ def test_an_origin_is_served_when_relay_mcp_allowed_origins_names_it_exactly(set
 
 
 def test_every_tool_and_every_account_route_declares_its_scope():
-    """api/scopes.py is the one table: a tool or a mailbox route missing from it would be
+    """api.authentication's ROUTES and TOOLS are the one table: a tool or a mailbox route missing from it would be
     closed to every access token, or worse, open to all."""
     from django.urls import get_resolver
 
     from api.agents.server import build
-    from api.scopes import ALL, ROUTES, TOOLS
+    from api.authentication import ALL, ROUTES, TOOLS
 
     tools = {tool.name for tool in build()._tool_manager.list_tools()}
     assert set(TOOLS) == tools and set(TOOLS.values()) <= set(ALL)
