@@ -8,7 +8,6 @@ from rest_framework.views import APIView
 
 from api.check_serializers import HeaderCheckSerializer, HtmlCheckSerializer, LinkCheckSerializer, SpamCheckSerializer
 from checks import message_checks
-from mailboxes import queries
 from relay import reading
 
 
@@ -40,7 +39,7 @@ class SpamCheckView(APIView):
                    "without RELAY_SPAMD_URL)", responses=SpamCheckSerializer)
     def get(self, request, mailbox_id, message_id):
         mailbox = reading.mailbox_open(caller=request.user, mailbox_id=mailbox_id)
-        raw = queries.message_raw(mailbox=mailbox, message_id=message_id)
+        raw = reading.message_raw(mailbox=mailbox, message_id=message_id)
         return Response(async_to_sync(message_checks.spam_check)(raw=raw))
 
 

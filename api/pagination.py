@@ -5,7 +5,7 @@ from rest_framework.pagination import PageNumberPagination
 from rest_framework.response import Response
 
 from api.serializers import RenderedOnce
-from mailboxes.queries import OwnerWordSearch
+from relay.reading import OwnerWordSearch
 
 # A page of a list, unless the client asks for another size: also how many a wait's
 # answer and an MCP list tool return.
@@ -41,7 +41,7 @@ class CountedWithPage(Paginator):
         if number < 1:
             raise EmptyPage("That page number is less than 1")
         bottom = (number - 1) * self.per_page
-        if isinstance(self.object_list, OwnerWordSearch):  # written out (mailboxes.queries)
+        if isinstance(self.object_list, OwnerWordSearch):  # written out (relay.reading)
             rows = self.object_list.page_with_total(bottom, self.per_page)
         else:
             rows = list(self.object_list.annotate(relay_total=Window(Count("*")))[bottom:bottom + self.per_page])

@@ -24,11 +24,11 @@ from api.fields import (
 from api.schema import ttl_bounds
 from mailboxes.changes import METADATA_MAX_BYTES, NAME_MAX, TAG_PATTERN, TAGS_MAX, label_rule, tag_checked
 from mailboxes.models import Direction, MailboxStatus
-from mailboxes.queries import MAILBOX_ORDERINGS
 from mailboxes.mail_format import ONE_LINE_PATTERN, header, lineage_of
 from relay.inbound.attachments import without_format_characters
 from relay.authentication import RESULTS, nothing_known
 from relay.models import OutboxMail, OutboxStatus
+from relay.reading import MAILBOX_ORDERINGS
 
 
 # --- labels (docs/api.md): each checked by the service's rule (mailboxes.changes.labels_checked)

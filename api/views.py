@@ -25,7 +25,7 @@ from api.serializers import (
     MessageSearchQuerySerializer,
     MessageSummarySerializer,
 )
-from mailboxes import changes, queries
+from mailboxes import changes
 from mailboxes.ending import mailbox_delete
 from mailboxes.errors import NotFound
 from mailboxes.changes import LABEL_FIELDS
@@ -231,7 +231,7 @@ class MessageDetailView(APIView):
                    responses=MessageDetailSerializer)
     def get(self, request, mailbox_id, message_id):
         mailbox = reading.mailbox_open(caller=request.user, mailbox_id=mailbox_id)
-        message = queries.message_get(mailbox=mailbox, message_id=message_id)
+        message = reading.message_get(mailbox=mailbox, message_id=message_id)
         changes.message_mark_read(message=message)
         base_url = request.build_absolute_uri("/").rstrip("/")
         return Response(MessageDetailSerializer(message, context={"base_url": base_url}).data)
@@ -248,7 +248,7 @@ class MessageRawView(APIView):
     @extend_schema(operation_id="messages_raw", summary="The exact bytes received", responses={(200, "message/rfc822"): OpenApiTypes.BINARY})
     def get(self, request, mailbox_id, message_id):
         mailbox = reading.mailbox_open(caller=request.user, mailbox_id=mailbox_id)
-        raw = queries.message_raw(mailbox=mailbox, message_id=message_id)
+        raw = reading.message_raw(mailbox=mailbox, message_id=message_id)
         return HttpResponse(raw, content_type="message/rfc822")
 
 
@@ -257,7 +257,7 @@ class AttachmentView(APIView):
                    responses={(200, "*/*"): OpenApiTypes.BINARY})
     def get(self, request, mailbox_id, message_id, attachment_id):
         mailbox = reading.mailbox_open(caller=request.user, mailbox_id=mailbox_id)
-        found = attachment_of(queries.message_raw(mailbox=mailbox, message_id=message_id), attachment_id)
+        found = attachment_of(reading.message_raw(mailbox=mailbox, message_id=message_id), attachment_id)
         if found is None:
             raise NotFound("No such attachment.")
         meta, payload = found

@@ -26,7 +26,7 @@ from api.pagination import PAGE_SIZE
 from api.pooling import in_pool
 from api.serializers import (EventsQuerySerializer, MessageDetailSerializer, MessageSummarySerializer,
                              WaitQuerySerializer, message_codes)
-from mailboxes import changes, queries
+from mailboxes import changes
 from mailboxes.errors import Forbidden, RateLimited, RelayError
 from mailboxes.models import Direction, Mailbox, MailboxStatus
 from mailboxes.wakeups import CHANNEL_PREFIX, redis_client
@@ -353,7 +353,7 @@ def _sse(event: str, data: dict, event_id: int | None = None) -> str:
 
 def _latest_id(caller, mailbox_id) -> int:
     mailbox = reading.mailbox_open(caller=caller, mailbox_id=mailbox_id)
-    return queries.message_list(mailbox=mailbox).values_list("id", flat=True).first() or 0
+    return reading.message_list(mailbox=mailbox).values_list("id", flat=True).first() or 0
 
 
 def _ended(caller, mailbox_id) -> dict:

@@ -4,15 +4,15 @@ from checks import links
 from checks.headers import headers_report
 from checks.html_support import html_report
 from checks.spam import spam_report
-from mailboxes import queries
 from mailboxes.mail_format import whole_html
 from mailboxes.models import Mailbox
+from relay import reading
 
 KINDS = ("html", "links", "spam", "headers")
 
 
 def html_check(*, mailbox: Mailbox, message_id: int) -> dict:
-    return html_of(queries.message_raw(mailbox=mailbox, message_id=message_id))
+    return html_of(reading.message_raw(mailbox=mailbox, message_id=message_id))
 
 
 def html_of(raw: bytes) -> dict:
@@ -22,18 +22,18 @@ def html_of(raw: bytes) -> dict:
 
 
 def headers_check(*, mailbox: Mailbox, message_id: int) -> dict:
-    content = queries.message_get(mailbox=mailbox, message_id=message_id).content
+    content = reading.message_get(mailbox=mailbox, message_id=message_id).content
     return headers_report(content.headers, content.authentication or {})
 
 
 async def spam_check(*, raw: bytes) -> dict:
-    """The score of a message's bytes (queries.message_raw): spamd is called on the event loop."""
+    """The score of a message's bytes (reading.message_raw): spamd is called on the event loop."""
     return await spam_report(raw)
 
 
 def links_start(*, mailbox: Mailbox, message_id: int) -> dict:
-    return links.check_answer(links.links_check_start(queries.message_get(mailbox=mailbox, message_id=message_id)))
+    return links.check_answer(links.links_check_start(reading.message_get(mailbox=mailbox, message_id=message_id)))
 
 
 def links_result(*, mailbox: Mailbox, message_id: int) -> dict:
-    return links.check_answer(links.links_check_get(queries.message_get(mailbox=mailbox, message_id=message_id)))
+    return links.check_answer(links.links_check_get(reading.message_get(mailbox=mailbox, message_id=message_id)))

@@ -9,8 +9,8 @@ from django.db.models.functions import TruncMinute
 
 from expiry.cleanup import queue_cleanups_after_commit
 from mailboxes.models import CLEANUPS, CleanupState, Mailbox, MailboxStatus, cleanup_owed
-from mailboxes.queries import mailbox_counts
 from owed import db_now
+from relay.reading import mailbox_counts
 
 logger = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ from checks import html_support, message_checks
 from domains.models import Domain, DomainStatus
 from inbox import session
 from inbox.mail_html import policy, shown_html
-from mailboxes import changes, queries
+from mailboxes import changes
 from mailboxes.creation import mailbox_create
 from mailboxes.ending import mailbox_delete
 from mailboxes.errors import NotFound, RateLimited
@@ -311,7 +311,7 @@ def mailbox_remove(request, mailbox_id: uuid.UUID):
 # --- a message ------------------------------------------------------------------------------
 def _message(request, mailbox_id, message_id):
     caller, mailbox = _caller_mailbox(request, mailbox_id)
-    return caller, mailbox, queries.message_get(mailbox=mailbox, message_id=message_id)
+    return caller, mailbox, reading.message_get(mailbox=mailbox, message_id=message_id)
 
 
 @require_GET
@@ -361,7 +361,7 @@ def _checks(mailbox, message, *, now: set) -> dict:
                                message_checks.headers_check(mailbox=mailbox, message_id=message.id)["checks"]],
              **_link_check(mailbox, message)}
     if now:
-        raw = queries.message_raw(mailbox=mailbox, message_id=message.id)  # read once, for both
+        raw = reading.message_raw(mailbox=mailbox, message_id=message.id)  # read once, for both
         found |= (_render(raw) if "render" in now else {}) | (_spam(raw) if "spam" in now else {})
     return found
 
@@ -409,7 +409,7 @@ def message_check_section(request, mailbox_id: uuid.UUID, message_id: int, secti
     if section == "links":
         found = _link_check(mailbox, message)
     else:
-        raw = queries.message_raw(mailbox=mailbox, message_id=message.id)
+        raw = reading.message_raw(mailbox=mailbox, message_id=message.id)
         found = _render(raw) if section == "render" else _spam(raw)
     return render(request, f"inbox/check_{section}.html", {"mailbox": mailbox, "message": message, **found})
 
@@ -470,7 +470,7 @@ def message_part(request, mailbox_id: uuid.UUID, message_id: int, content_id: st
 def _staff_message(request, message_id: int):
     if not (request.user.is_active and request.user.is_staff):
         raise Http404()
-    message = queries.message_by_id(message_id)
+    message = reading.message_by_id(message_id)
     if message is None:
         raise Http404()
     return message

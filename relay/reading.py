@@ -1,22 +1,27 @@
 """Reading a mailbox, the one entry every door calls: open it (ownership, lazy expiry, the
 live check, a cursor, then the mail server's newest mail), list a caller's mailboxes and
 search their messages, each read preceded by the write it owes (a due mailbox expired on
-the spot, a word search's owed words written)."""
+the spot, a word search's owed words written); and below the entry, the reads themselves
+as a caller may see them, none of which writes."""
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime
 
-from django.db import connection
-from django.db.models import QuerySet
+from django.contrib.postgres.search import SearchQuery
+from django.core.exceptions import ValidationError
+from django.db import connection, transaction
+from django.db.models import Count, Q, QuerySet
 
-from mailboxes import queries
 from mailboxes.changes import contents_index_all_words
 from mailboxes.ending import mailbox_lazy_expire, mailboxes_lazy_expire
-from mailboxes.errors import InvalidRequest, MailboxExpired
+from mailboxes.errors import InvalidRequest, MailboxExpired, NotFound
 from mailboxes.keys import Caller
 from mailboxes.mail_format import NOT_ONE_LINE, breaks_line
-from mailboxes.models import Mailbox, MailboxStatus
+from mailboxes.models import Mailbox, MailboxStatus, Message, MessageContent
+from owed import db_now
 from relay import mailserver
 
+# --- the entry ------------------------------------------------------------------------------------
 # What a search's text filters take, and the names callers give them (the API's query
 # parameters are declared from these; MCP's tools check their arguments by search_of).
 SEARCH_TEXT_MAX = {"words": 200, "sender": 320, "subject": 200}
@@ -27,14 +32,14 @@ AFTER_MAX = 10 ** 18 - 1
 def mailbox_open(*, caller: Caller, mailbox_id, live: bool = True, fresh: bool = False,
                  after: int | None = None) -> Mailbox:
     """The caller's mailbox, expired on the spot if it is due (NotFound as
-    queries.mailbox_find; `live`: MailboxExpired once ended; `after`: a cursor of its
+    mailbox_find; `live`: MailboxExpired once ended; `after`: a cursor of its
     messages; `fresh`: the mail server's newest deliveries read first)."""
-    mailbox = queries.mailbox_find(caller=caller, mailbox_id=mailbox_id)
+    mailbox = mailbox_find(caller=caller, mailbox_id=mailbox_id)
     mailbox = mailbox_lazy_expire(mailbox=mailbox, now=mailbox.read_at)
     if live and mailbox.status != MailboxStatus.ACTIVE:
         raise MailboxExpired()
     if after:
-        queries.message_cursor_check(messages=queries.message_list(mailbox=mailbox), after=after)
+        message_cursor_check(messages=message_list(mailbox=mailbox), after=after)
     if fresh:
         mailserver.read_now(Mailbox.objects.filter(id=mailbox.id))
     return mailbox
@@ -42,16 +47,16 @@ def mailbox_open(*, caller: Caller, mailbox_id, live: bool = True, fresh: bool =
 
 def mailbox_list(*, caller: Caller, **filters) -> QuerySet:
     """The caller's mailboxes, those due expired first, filtered as
-    queries.mailboxes_filtered takes them."""
-    visible = queries.mailboxes_visible_to(caller)
+    mailboxes_filtered takes them."""
+    visible = mailboxes_visible_to(caller)
     mailboxes_lazy_expire(mailboxes=visible)
-    return queries.mailboxes_filtered(visible, **filters)
+    return mailboxes_filtered(visible, **filters)
 
 
 def mailboxes_freshen(caller: Caller) -> QuerySet:
     """Before a read across all the caller's mailboxes (a search): the mail server's
     newest deliveries into them are read first. Returns the mailboxes the caller sees."""
-    visible = queries.mailboxes_visible_to(caller)
+    visible = mailboxes_visible_to(caller)
     mailserver.read_now(visible)
     return visible
 
@@ -60,20 +65,20 @@ def message_search(*, caller: Caller | None, mailbox: Mailbox | None = None, wor
                    after: int | None = None, **filters) -> QuerySet:
     """Messages in `mailbox` or all the caller's matching every filter, newest first, the
     words they owe written first."""
-    messages = queries.messages_in_scope(caller=caller, mailbox=mailbox)
+    messages = messages_in_scope(caller=caller, mailbox=mailbox)
     if words and connection.vendor == "postgresql":
         contents_index_all_words(messages=messages.filter(id__gt=after) if after else messages)
-    return queries.messages_matching(messages, words=words, after=after, **filters)
+    return messages_matching(messages, words=words, after=after, **filters)
 
 
 def _message_search_pages(*, caller: Caller | None, mailbox: Mailbox | None = None, words: str = "",
-                          after: int | None = None, **filters) -> "QuerySet | queries.OwnerWordSearch":
+                          after: int | None = None, **filters) -> "QuerySet | OwnerWordSearch":
     """What a client pages through: message_search's rows, or an owner's words-alone search
-    as a queries.OwnerWordSearch, the owed words written first."""
+    as an OwnerWordSearch, the owed words written first."""
     if (words and mailbox is None and after is None and caller is not None and caller.owner is not None
             and not any(filters.values()) and connection.vendor == "postgresql"):
-        contents_index_all_words(messages=queries.messages_in_scope(caller=caller))
-        return queries.OwnerWordSearch(owner_id=caller.owner.id, words=words)
+        contents_index_all_words(messages=messages_in_scope(caller=caller))
+        return OwnerWordSearch(owner_id=caller.owner.id, words=words)
     return message_search(caller=caller, mailbox=mailbox, words=words, after=after, **filters)
 
 
@@ -120,5 +125,193 @@ def messages_read(*, caller: Caller | None, search: dict, mailbox: Mailbox | Non
     client pages), to be made into the door's answer inside the block, which runs under
     the word search's plan."""
     rows = (_message_search_pages if pages else message_search)(caller=caller, mailbox=mailbox, **search)
-    with queries.words_search_plan(search.get("words", "")):
+    with words_search_plan(search.get("words", "")):
         yield rows
+
+
+# --- the reads, as a caller may see them ----------------------------------------------------------
+def mailboxes_visible_to(caller: Caller) -> QuerySet:
+    """The caller's mailboxes, deleted and provisioning ones never: another owner's
+    mailbox is as absent as one that does not exist."""
+    mailboxes = Mailbox.objects.visible()
+    if caller.owner is not None:
+        return mailboxes.filter(owner=caller.owner)
+    return mailboxes.filter(id=caller.mailbox_id)
+
+
+# The orderings a list may ask for (docs/api.md); the id breaks ties so pages never overlap.
+MAILBOX_ORDERINGS = ("created_at", "-created_at", "expires_at", "-expires_at")
+
+
+def _given(**lookups) -> dict:
+    """The lookups whose value the caller gave: None and "" mean "no such filter"."""
+    return {lookup: value for lookup, value in lookups.items() if value}
+
+
+def mailboxes_filtered(visible: QuerySet, *, include_expired: bool = False, status: str | None = None,
+                       tags: list[str] = (), text: str = "", created_after: datetime | None = None,
+                       created_before: datetime | None = None, ordering: str = "-created_at") -> QuerySet:
+    """`visible` filtered by status, tags, text and creation time (docs/api.md), ordered."""
+    if status:
+        visible = visible.filter(status=status)
+    elif not include_expired:
+        visible = visible.filter(status=MailboxStatus.ACTIVE)
+    for tag in tags:
+        visible = visible.filter(_has_tag(tag))
+    if text:
+        visible = visible.filter(Q(address__icontains=text) | Q(name__icontains=text))
+    visible = visible.filter(**_given(created_at__gt=created_after, created_at__lt=created_before))
+    tie_break = "-id" if ordering.startswith("-") else "id"
+    return visible.order_by(ordering, tie_break)
+
+
+def _has_tag(tag: str) -> Q:
+    if connection.vendor == "postgresql":
+        return Q(tags__contains=[tag])
+    # SQLite has no JSON containment. Tags are [a-z0-9_-] only, so the quoted tag appears
+    # in the stored JSON list exactly when it is one of its elements.
+    return Q(tags__icontains=f'"{tag}"')
+
+
+# Written out (the ORM's building was much of a GET's time); reads the database's clock
+# too, so lazy expiry costs no round trip.
+_MAILBOX_BY_ID = (f"SELECT *, {{now}} AS read_at FROM {Mailbox._meta.db_table}"
+                  f" WHERE {Mailbox._meta.pk.column} = %s")
+_VISIBLE = (MailboxStatus.ACTIVE, MailboxStatus.EXPIRED)
+
+
+def mailbox_find(*, caller: Caller, mailbox_id) -> Mailbox:
+    """The caller's mailbox as stored, with the database's clock (`read_at`); NotFound for
+    another owner's, a deleted or a provisioning one."""
+    try:
+        key = Mailbox._meta.pk.get_db_prep_value(Mailbox._meta.pk.to_python(mailbox_id), connection)
+    except ValidationError:
+        raise NotFound() from None
+    postgresql = connection.vendor == "postgresql"
+    now = "clock_timestamp()" if postgresql else "NULL"
+    mailbox = next(iter(Mailbox.objects.raw(_MAILBOX_BY_ID.format(now=now), [key])), None)
+    if mailbox is not None and not postgresql:  # SQLite: the one host's clock is the database's
+        mailbox.read_at = db_now()
+    if mailbox is None or mailbox.status not in _VISIBLE or not _sees(caller, mailbox):
+        raise NotFound()
+    return mailbox
+
+
+def _sees(caller: Caller, mailbox: Mailbox) -> bool:
+    """mailboxes_visible_to's rule, for one row."""
+    if caller.owner is not None:
+        return mailbox.owner_id == caller.owner.pk
+    return mailbox.id == caller.mailbox_id
+
+
+def message_list(*, mailbox: Mailbox) -> QuerySet:
+    return Message.objects.filter(mailbox=mailbox).order_by("-received_at", "-id")
+
+
+@contextmanager
+def words_search_plan(words: str):
+    """Run a word search inside this: on PostgreSQL, bitmap scans only (so the GIN index is
+    used; the planner ignores TOAST's cost) and no parallel workers."""
+    if not words or connection.vendor != "postgresql":
+        yield
+        return
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL enable_seqscan = off; SET LOCAL enable_indexscan = off;"
+                           " SET LOCAL max_parallel_workers_per_gather = 0")
+        yield
+
+
+def messages_matching(messages: QuerySet, *, words: str = "", sender: str = "", subject: str = "",
+                      since: datetime | None = None, until: datetime | None = None, unread: bool = False,
+                      authenticated: bool = False, after: int | None = None, direction: str = "") -> QuerySet:
+    """Those of `messages` matching every filter (docs/api.md), newest first. `after` must be
+    one of them (InvalidRequest); `words` are full-text on PostgreSQL, substrings on SQLite."""
+    if after:
+        message_cursor_check(messages=messages, after=after)
+        # Ids grow with each message stored, so "after" in ids is "received after".
+        messages = messages.filter(id__gt=after)
+    if words:
+        if connection.vendor == "postgresql":
+            # websearch syntax: any text is a valid query ("quoted phrase", or, -word).
+            messages = messages.filter(content__words=SearchQuery(words, config="simple", search_type="websearch"))
+        else:
+            messages = messages.filter(Q(subject__icontains=words) | Q(content__text__icontains=words))
+    if sender:
+        messages = messages.filter(Q(from_header__icontains=sender) | Q(envelope_from__icontains=sender))
+    messages = messages.filter(**_given(subject__icontains=subject, received_at__gte=since, received_at__lt=until))
+    if unread:
+        messages = messages.filter(is_read=False)
+    if authenticated:
+        messages = messages.filter(authenticated=True)
+    if direction:
+        messages = messages.filter(direction=direction)
+    return messages.order_by("-received_at", "-id")
+
+
+class OwnerWordSearch:
+    """An owner's search for words alone across all their mailboxes, read a page at a time
+    by one written-out statement (the ORM's building cost more than PostgreSQL's answer)."""
+
+    PAGE = (f"SELECT m.*, count(*) OVER () AS relay_total FROM {Message._meta.db_table} m"
+            f" JOIN {MessageContent._meta.db_table} c ON c.id = m.content_id"
+            " WHERE m.owner_id = %s AND c.words @@ websearch_to_tsquery('simple', %s)"
+            " ORDER BY m.received_at DESC, m.id DESC LIMIT %s OFFSET %s")
+
+    def __init__(self, *, owner_id: int, words: str) -> None:
+        self.owner_id, self.words = owner_id, words
+
+    def page_with_total(self, offset: int, limit: int) -> list[Message]:
+        """Messages offset to offset + limit, each with `relay_total`: how many match in all."""
+        return list(Message.objects.raw(self.PAGE, [self.owner_id, self.words, limit, offset]))
+
+
+def messages_in_scope(*, caller: Caller | None, mailbox: Mailbox | None = None) -> QuerySet:
+    """The messages of `mailbox`, or of all the caller's (expired ones while retained); an
+    owner's through Message.owner's index."""
+    if mailbox is not None:
+        return Message.objects.filter(mailbox=mailbox)
+    if caller.owner is not None:
+        return Message.objects.filter(owner=caller.owner)
+    return Message.objects.filter(mailbox__in=mailboxes_visible_to(caller))
+
+
+def message_cursor_check(*, messages: QuerySet, after: int) -> None:
+    """InvalidRequest naming `after` unless message `after` is one of `messages`."""
+    if not messages.filter(id=after).exists():
+        raise InvalidRequest(f"Message {after} is not one of these messages.", field="after")
+
+
+def message_get(*, mailbox: Mailbox, message_id: int) -> Message:
+    """One message of `mailbox` with its parsed content (not its raw bytes)."""
+    try:
+        return Message.objects.select_related("content").defer("content__raw").get(mailbox=mailbox, id=message_id)
+    except Message.DoesNotExist:
+        raise NotFound() from None
+
+
+def message_by_id(message_id: int) -> Message | None:
+    """Any message with its content, for the operator (who may see every mailbox)."""
+    return Message.objects.select_related("content").filter(id=message_id).first()
+
+
+def message_raw(*, mailbox: Mailbox, message_id: int) -> bytes:
+    """The exact bytes received."""
+    raw = (MessageContent.objects.filter(messages__mailbox=mailbox, messages__id=message_id)
+           .values_list("raw", flat=True).first())
+    if raw is None:
+        raise NotFound()
+    return bytes(raw)
+
+
+def contents_words_owed() -> int:
+    """How many contents still owe their search words (0 on SQLite, which keeps none)."""
+    if connection.vendor != "postgresql":
+        return 0
+    return MessageContent.objects.filter(words__isnull=True).count()
+
+
+def mailbox_counts() -> dict[tuple[str, str], int]:
+    """How many mailboxes are in each (status, cleanup state): one index-only pass."""
+    rows = Mailbox.objects.order_by().values_list("cleanup_state", "status").annotate(n=Count("*"))
+    return {(status, cleanup_state): n for cleanup_state, status, n in rows}

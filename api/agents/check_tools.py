@@ -13,7 +13,6 @@ from api.agents.tools import MailboxId, MessageId
 from api.errors import error_of
 from api.pooling import in_pool
 from checks import message_checks
-from mailboxes import queries
 from mailboxes.errors import RelayError
 from relay import reading
 
@@ -32,7 +31,7 @@ def _now(mailbox_id: uuid.UUID, message_id: int, checks: list[str]) -> tuple[dic
     the HTML check and spamd)."""
     mailbox = reading.mailbox_open(caller=calling(), mailbox_id=mailbox_id)
     found = {}
-    raw = queries.message_raw(mailbox=mailbox, message_id=message_id) if {"html", "spam"} & set(checks) else None
+    raw = reading.message_raw(mailbox=mailbox, message_id=message_id) if {"html", "spam"} & set(checks) else None
     if "html" in checks:
         found["html"] = message_checks.html_of(raw)
     if "headers" in checks:

@@ -22,7 +22,7 @@ from api.serializers import (
     MessageDetailSerializer,
     MessageSummarySerializer,
 )
-from mailboxes import changes, queries
+from mailboxes import changes
 from mailboxes.creation import mailbox_create
 from mailboxes.ending import mailbox_delete
 from mailboxes.errors import NotFound
@@ -160,7 +160,7 @@ def get_message(mailbox_id: MailboxId, message_id: MessageId) -> CallToolResult:
     or out), thread_id, message_id, in_reply_to, references, cc, reply_to; sent mail
     also has outbox_status. Errors: not_found, expired."""
     mailbox = reading.mailbox_open(caller=calling(), mailbox_id=mailbox_id)
-    message = queries.message_get(mailbox=mailbox, message_id=message_id)
+    message = reading.message_get(mailbox=mailbox, message_id=message_id)
     changes.message_mark_read(message=message)
     return result(MessageDetailSerializer(message, context={"base_url": credentials().base_url}).data)
 
@@ -236,7 +236,7 @@ def get_attachment(mailbox_id: MailboxId, message_id: MessageId,
     Over 1 MiB: a too_large error naming its download_url (fetch it over HTTP with your
     key). Errors: not_found, expired."""
     mailbox = reading.mailbox_open(caller=calling(), mailbox_id=mailbox_id)
-    found = attachment_of(queries.message_raw(mailbox=mailbox, message_id=message_id), attachment_id)
+    found = attachment_of(reading.message_raw(mailbox=mailbox, message_id=message_id), attachment_id)
     if found is None:
         raise NotFound(f"The message has no attachment {attachment_id}.")
     meta, payload = found

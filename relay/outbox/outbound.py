@@ -19,12 +19,12 @@ from django.db import transaction
 from django.db.models import QuerySet
 
 from accounts.models import Account, plan_limit
-from mailboxes import queries
 from mailboxes.errors import Forbidden, Gone, InvalidRequest, MessageTooLarge, NotFound, QuotaExceeded
 from mailboxes.mail_format import FORWARD_PREFIX, NOT_ONE_LINE, REPLY_PREFIX, breaks_line, header, lineage_of
 from mailboxes.models import Direction, Mailbox, Message
 from mailboxes.storing import MailboxFull, recipient_by_id
 from owed import db_now
+from relay import reading
 from relay.ingest import message_ingest
 from relay.models import OutboxKind, OutboxMail
 from relay.outbox.build import mail_build, one_line, strict_address
@@ -246,7 +246,7 @@ def reply_recipients(original: Message, own: str, *, reply_all: bool) -> tuple[l
 def reply_queue(*, mailbox: Mailbox, message_id: int, text: str, html: str = "", reply_all: bool = False,
                 attachments: list[Attachment] = ()) -> OutboxMail:
     """Reply to message `message_id` of `mailbox` (NotFound for any other's)."""
-    original = queries.message_get(mailbox=mailbox, message_id=message_id)
+    original = reading.message_get(mailbox=mailbox, message_id=message_id)
     to, cc = reply_recipients(original, mailbox.address.lower(), reply_all=reply_all)
     lineage = lineage_of(original.content.headers)
     headers = {}
@@ -262,8 +262,8 @@ def reply_queue(*, mailbox: Mailbox, message_id: int, text: str, html: str = "",
 def forward_queue(*, mailbox: Mailbox, message_id: int, to: list[str], text: str = "") -> OutboxMail:
     """Forward message `message_id` of `mailbox` to `to`: the original attached as
     message/rfc822, its bytes as they were received."""
-    original = queries.message_get(mailbox=mailbox, message_id=message_id)
-    raw = queries.message_raw(mailbox=mailbox, message_id=message_id)
+    original = reading.message_get(mailbox=mailbox, message_id=message_id)
+    raw = reading.message_raw(mailbox=mailbox, message_id=message_id)
     # A placeholder mail_build swaps for the original's bytes, which Python would re-fold.
     placeholder = f"relay-forwarded-{uuid.uuid4().hex}"
     part = MIMEBase("message", "rfc822")

@@ -16,7 +16,7 @@ from django.utils import timezone
 from mailboxes.keys import Caller
 from mailboxes.models import Mailbox, Message, MessageContent
 from relay.reading import message_search
-from mailboxes.queries import OwnerWordSearch, words_search_plan
+from relay.reading import OwnerWordSearch, words_search_plan
 from tests.conftest import _test_database_url
 from tests.helpers import create_via_api, deliver, earlier, listed, row_held, wait_until
 from tests.mail_corpus import mail
@@ -174,7 +174,7 @@ def test_words_are_found_through_the_gin_index_once_the_table_is_large(client_pr
         cursor.execute("ANALYZE mailboxes_messagecontent")
         cursor.execute("ANALYZE mailboxes_message")
     assert Message.objects.filter(subject="filler").count() == 20_000
-    # As the API runs a word search (mailboxes.queries.words_search_plan): a rare word,
+    # As the API runs a word search (relay.reading.words_search_plan): a rare word,
     # and a word in most messages, both through the index.
     with words_search_plan("invoice"):
         rare = message_search(caller=Caller(owner=owner), words="invoice")
