@@ -49,8 +49,8 @@ def test_an_origin_is_served_when_relay_mcp_allowed_origins_names_it_exactly(set
 
 
 def test_every_tool_and_every_account_route_declares_its_scope():
-    """api.authentication's ROUTES and TOOLS are the one table: a tool or a mailbox route missing from it would be
-    closed to every access token, or worse, open to all."""
+    """api.authentication's ROUTES and TOOLS are the one table: a tool or a mailbox route
+    missing from it would be closed to every access token, or worse, open to all."""
     from django.urls import get_resolver
 
     from api.agents.server import build
