@@ -9,14 +9,10 @@ import redis.asyncio as aioredis
 from django.conf import settings
 
 
+@functools.cache
 def redis_client(url: str, *, timeout: float) -> redis.Redis:
     """This process's client of `url`, whose connects and replies give up after `timeout`
     seconds. One per URL and timeout: its pool reconnects by itself, and after a fork."""
-    return _client(url, timeout)
-
-
-@functools.cache
-def _client(url: str, timeout: float) -> redis.Redis:
     return redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
 
 
