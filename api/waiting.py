@@ -17,7 +17,7 @@ from django.http import HttpResponseNotAllowed, JsonResponse, StreamingHttpRespo
 from rest_framework import exceptions
 
 from accounts import revocations
-from accounts.redis_clients import events_subscription_client
+from accounts.redis_clients import events_redis, events_subscription_client
 from api.authentication import (WAITS, BearerAuthentication, InsufficientScope, Principal, insufficient_scope,
                                 scope_covers)
 from api.errors import error_body, json_error_response
@@ -29,7 +29,7 @@ from api.serializers import (EventsQuerySerializer, MessageDetailSerializer, Mes
 from mailboxes import changes
 from mailboxes.errors import Forbidden, RateLimited, RelayError
 from mailboxes.models import Direction, Mailbox, MailboxStatus
-from mailboxes.wakeups import CHANNEL_PREFIX, redis_client
+from mailboxes import wakeups
 from owed import db_now
 from relay import reading
 
@@ -74,7 +74,7 @@ class Hub:
             client = events_subscription_client(connect_timeout=2)
             try:
                 async with client.pubsub() as pubsub:
-                    await pubsub.psubscribe(CHANNEL_PREFIX + "*")
+                    await pubsub.psubscribe(wakeups.CHANNEL_PREFIX + "*")
                     await pubsub.subscribe(revocations.CHANNEL)
                     failures = 0
                     self.wake_all()  # what happened while unsubscribed is looked at now
@@ -85,7 +85,7 @@ class Hub:
                             # again, and those whose key it was end.
                             self.wake_all()
                         elif message and message["type"] == "pmessage":
-                            key = message["channel"].decode()[len(CHANNEL_PREFIX):]
+                            key = message["channel"].decode()[len(wakeups.CHANNEL_PREFIX):]
                             for event in self.waiters.get(key, ()):
                                 event.set()
             except (redis.RedisError, OSError) as exc:
@@ -150,7 +150,7 @@ class OpenWait:
         self.counted_in: str | None = None  # "redis", "local", or None (not counted)
 
     def take(self) -> None:
-        client = redis_client()
+        client = _events_redis()
         if client is None:
             with _local_lock:
                 if _local[self.key] >= settings.RELAY_MAX_OPEN_WAITS:
@@ -179,7 +179,7 @@ class OpenWait:
         if self.counted_in != "redis":
             return
         try:
-            client = redis_client()
+            client = _events_redis()
             now = _redis_now(client)
             with client.pipeline(transaction=False) as pipe:
                 pipe.zadd(self.key, {self.member: now + LEASE_SECONDS}, xx=True)
@@ -199,9 +199,14 @@ class OpenWait:
         if counted_in != "redis":
             return
         try:
-            redis_client().zrem(self.key, self.member)
+            _events_redis().zrem(self.key, self.member)
         except redis.RedisError as exc:
             logger.warning("could not release an open wait in Redis (%s); it lapses in %d s", exc, LEASE_SECONDS)
+
+
+def _events_redis() -> redis.Redis | None:
+    """The events Redis for the open-wait count, with wake-ups' timeout; None without one."""
+    return events_redis(timeout=wakeups.TIMEOUT_SECONDS)
 
 
 # --- the shared steps -------------------------------------------------------------------------

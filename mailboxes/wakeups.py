@@ -19,15 +19,10 @@ def channel(mailbox_id) -> str:
     return f"{CHANNEL_PREFIX}{mailbox_id}"
 
 
-def redis_client() -> redis.Redis | None:
-    """The events Redis, or None without one."""
-    return events_redis(timeout=TIMEOUT_SECONDS)
-
-
 def publish(mailbox_ids, event: str) -> None:
     """PUBLISH `event` for each mailbox now (call after commit)."""
     global _last_warning
-    client = redis_client()
+    client = events_redis(timeout=TIMEOUT_SECONDS)
     if client is None or not mailbox_ids:
         return
     try:
