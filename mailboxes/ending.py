@@ -1,4 +1,4 @@
-"""How a mailbox stops (lazy expiry, deletion, "expire now", a provisioning that never
+"""How a mailbox stops (expiry when due, deletion, "expire now", a provisioning that never
 finished): the UPDATE that ends it owes its cleanup, and signals tell webhooks/ and expiry/."""
 import logging
 import uuid
@@ -48,34 +48,6 @@ def mailboxes_expire_due(*, mailbox_ids: list, now: datetime | None = None, anno
             wakeups.publish_on_commit(expired, "ended")
     logger.info("expired %d mailbox(es)", len(expired))
     return expired
-
-
-def mailbox_lazy_expire(*, mailbox: Mailbox, now: datetime | None = None) -> Mailbox:
-    """The check every API access and every SMTP RCPT makes itself, so correctness never
-    waits for a worker. Returns the mailbox as it now stands."""
-    now = now or db_now()
-    if mailbox.is_due(now):
-        mailboxes_expire_due(mailbox_ids=[mailbox.id], now=now)
-        mailbox.refresh_from_db(fields=["status", "expired_at", "cleanup_state"])
-    return mailbox
-
-
-# Lazy expiry of a whole list runs in batches of this many, so one list of thousands of
-# due mailboxes never becomes one huge `id IN (...)` and one long transaction.
-LAZY_EXPIRE_BATCH = 500
-
-
-def mailboxes_lazy_expire(*, mailboxes, now: datetime | None = None) -> int:
-    """Lazy expiry for a queryset of mailboxes about to be listed. Returns how many it ended."""
-    now = now or db_now()
-    ended = 0
-    while True:
-        due = list(mailboxes.due(now).values_list("id", flat=True)[:LAZY_EXPIRE_BATCH])
-        if not due:
-            return ended
-        ended += len(mailboxes_expire_due(mailbox_ids=due, now=now))
-        if len(due) < LAZY_EXPIRE_BATCH:
-            return ended
 
 
 def mailbox_delete(*, mailbox: Mailbox, now: datetime | None = None) -> None:

@@ -13,7 +13,7 @@ from django.db import connection, transaction
 from django.db.models import Count, Q, QuerySet
 
 from mailboxes.changes import contents_index_all_words
-from mailboxes.ending import mailbox_lazy_expire, mailboxes_lazy_expire
+from mailboxes.ending import mailboxes_expire_due
 from mailboxes.errors import InvalidRequest, MailboxExpired, NotFound
 from mailboxes.keys import Caller
 from mailboxes.mail_format import NOT_ONE_LINE, breaks_line
@@ -51,6 +51,34 @@ def mailbox_list(*, caller: Caller, **filters) -> QuerySet:
     visible = mailboxes_visible_to(caller)
     mailboxes_lazy_expire(mailboxes=visible)
     return mailboxes_filtered(visible, **filters)
+
+
+def mailbox_lazy_expire(*, mailbox: Mailbox, now: datetime | None = None) -> Mailbox:
+    """A due mailbox expired on the spot, as every door opens it, so correctness never
+    waits for a worker. Returns the mailbox as it now stands."""
+    now = now or db_now()
+    if mailbox.is_due(now):
+        mailboxes_expire_due(mailbox_ids=[mailbox.id], now=now)
+        mailbox.refresh_from_db(fields=["status", "expired_at", "cleanup_state"])
+    return mailbox
+
+
+# Lazy expiry of a whole list runs in batches of this many, so one list of thousands of
+# due mailboxes never becomes one huge `id IN (...)` and one long transaction.
+LAZY_EXPIRE_BATCH = 500
+
+
+def mailboxes_lazy_expire(*, mailboxes, now: datetime | None = None) -> int:
+    """Lazy expiry for a queryset of mailboxes about to be listed. Returns how many it ended."""
+    now = now or db_now()
+    ended = 0
+    while True:
+        due = list(mailboxes.due(now).values_list("id", flat=True)[:LAZY_EXPIRE_BATCH])
+        if not due:
+            return ended
+        ended += len(mailboxes_expire_due(mailbox_ids=due, now=now))
+        if len(due) < LAZY_EXPIRE_BATCH:
+            return ended
 
 
 def mailboxes_freshen(caller: Caller) -> QuerySet:

@@ -179,14 +179,14 @@ def test_the_api_docs_load_nothing_from_another_site(api):
 
 
 def test_listing_expires_a_long_due_list_in_batches(client_pro, django_assert_max_num_queries):
-    from mailboxes import ending
+    from relay import reading
 
     owner = Account.objects.get(login="alice")
     due = timezone.now() - timedelta(seconds=1)
     Mailbox.objects.bulk_create([Mailbox(owner=owner, address=f"due{i}@relay.localhost", expires_at=due)
-                                 for i in range(ending.LAZY_EXPIRE_BATCH * 2 + 10)])
+                                 for i in range(reading.LAZY_EXPIRE_BATCH * 2 + 10)])
     body = client_pro.get("/api/v1/mailboxes?include_expired=true&page_size=200").json()
-    assert body["count"] == ending.LAZY_EXPIRE_BATCH * 2 + 10
+    assert body["count"] == reading.LAZY_EXPIRE_BATCH * 2 + 10
     assert not Mailbox.objects.filter(status="active").exists()
     assert {m["status"] for m in body["results"]} == {"expired"}
 

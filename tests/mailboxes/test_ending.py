@@ -1,15 +1,14 @@
-"""How a mailbox stops (mailboxes.ending), called directly: lazy expiry."""
-from mailboxes.ending import mailbox_lazy_expire
+"""How a mailbox stops (mailboxes.ending), called directly: expiry when due."""
+from mailboxes.ending import mailboxes_expire_due
 from mailboxes.models import CleanupState, Mailbox, MailboxStatus
 from tests.helpers import make_mailbox
 
 
-def test_lazy_expiry_ends_a_due_mailbox_once_and_owes_its_cleanup(db):
-    due, live = make_mailbox("lazy-due", due=True), make_mailbox("lazy-live")
-    assert mailbox_lazy_expire(mailbox=live).status == MailboxStatus.ACTIVE
-    ended = mailbox_lazy_expire(mailbox=due)
+def test_expiring_due_mailboxes_ends_each_once_and_owes_its_cleanup(db):
+    due, live = make_mailbox("ending-due", due=True), make_mailbox("ending-live")
+    assert mailboxes_expire_due(mailbox_ids=[due.id, live.id]) == [due.id]
+    ended = Mailbox.objects.get(id=due.id)
     assert ended.status == MailboxStatus.EXPIRED and ended.cleanup_state == CleanupState.PENDING
-    claim = Mailbox.objects.get(id=due.id).cleanup_claim
-    assert claim is not None
-    mailbox_lazy_expire(mailbox=Mailbox.objects.get(id=due.id))
-    assert Mailbox.objects.get(id=due.id).cleanup_claim == claim, "an ended mailbox was ended a second time"
+    assert Mailbox.objects.get(id=live.id).status == MailboxStatus.ACTIVE
+    assert mailboxes_expire_due(mailbox_ids=[due.id]) == [], "an ended mailbox was ended a second time"
+    assert Mailbox.objects.get(id=due.id).cleanup_claim == ended.cleanup_claim

@@ -8,7 +8,7 @@ from django.utils import timezone
 
 from mailboxes.errors import InvalidRequest, MailboxExpired, NotFound
 from mailboxes.keys import caller_for_secret
-from mailboxes.models import Mailbox, MailboxStatus, Message
+from mailboxes.models import CleanupState, Mailbox, MailboxStatus, Message
 from owed import db_now
 from relay import reading
 from tests.helpers import deliver, earlier, make_mailbox
@@ -158,3 +158,14 @@ def test_lazy_expiry_is_exact_to_the_instant(client_pro, mailbox):
     assert client_pro.get(f"/api/v1/mailboxes/{mailbox.id}").json()["status"] == "active"
     Mailbox.objects.filter(id=mailbox.id).update(expires_at=db_now())
     assert client_pro.get(f"/api/v1/mailboxes/{mailbox.id}").json()["status"] == "expired"
+
+
+def test_lazy_expiry_ends_a_due_mailbox_once_and_owes_its_cleanup(db):
+    due, live = make_mailbox("lazy-due", due=True), make_mailbox("lazy-live")
+    assert reading.mailbox_lazy_expire(mailbox=live).status == MailboxStatus.ACTIVE
+    ended = reading.mailbox_lazy_expire(mailbox=due)
+    assert ended.status == MailboxStatus.EXPIRED and ended.cleanup_state == CleanupState.PENDING
+    claim = Mailbox.objects.get(id=due.id).cleanup_claim
+    assert claim is not None
+    reading.mailbox_lazy_expire(mailbox=Mailbox.objects.get(id=due.id))
+    assert Mailbox.objects.get(id=due.id).cleanup_claim == claim, "an ended mailbox was ended a second time"
