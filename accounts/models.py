@@ -84,7 +84,7 @@ class ApiKey(models.Model):
     prefix = models.CharField(max_length=12, help_text="The key's first characters, to tell keys apart.")
     key_hash = models.CharField(max_length=64, unique=True)
     created_at = models.DateTimeField(auto_now_add=True)
-    # Written at most once a minute per key (accounts.keys), not on every request.
+    # Written at most once a minute per key (accounts.credentials), not on every request.
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
 

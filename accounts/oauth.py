@@ -10,7 +10,7 @@ from django.dispatch import receiver
 from django.utils import timezone
 from oauth2_provider.models import get_access_token_model
 
-from accounts import revocations
+from accounts import credentials
 from accounts.models import Account, AccountStatus
 
 USERNAME = "relay-account-{id}"
@@ -36,8 +36,8 @@ def _account_id(token) -> int | None:
     return account.id if account is not None else None
 
 
-# checksum -> token with its user's account: as API keys are (accounts/keys.py).
-_token_cache = revocations.Cache(account_of=_account_id)
+# checksum -> token with its user's account: as API keys are (accounts/credentials.py).
+_token_cache = credentials.Cache(account_of=_account_id)
 
 
 def _token(checksum: str):
@@ -63,7 +63,7 @@ def token_revoked(sender, instance, **kwargs) -> None:
     """A token revoked (the toolkit deletes it; so do the web inbox's connected apps and
     a refresh): this process forgets it now, every other before its next request."""
     _token_cache.forget(instance.token_checksum)
-    revocations.announce()
+    credentials.revocation_announce()
 
 
 def account_active(account: Account) -> bool:

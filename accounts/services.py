@@ -1,5 +1,5 @@
 """Accounts and their one-time tokens (docs/api.md); every status change goes through
-account_set_status. Their keys are accounts/keys.py."""
+account_set_status. Their keys are in accounts/credentials.py."""
 import logging
 import re
 import secrets
@@ -12,7 +12,7 @@ from django.db.models.functions import Now
 from django.db.models import F, Q
 
 from accounts import tokens
-from accounts.keys import api_key_create, key_revoked
+from accounts.credentials import api_key_create, key_revoked
 from accounts.errors import AccountSuspended, Conflict, Gone, InvalidRequest
 from accounts.models import LOGIN_PATTERN, Account, AccountStatus, ApiKey, Plan, Token, TokenAction
 from owed import db_now

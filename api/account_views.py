@@ -10,7 +10,7 @@ from rest_framework import permissions, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from accounts import keys, services
+from accounts import credentials, services
 from accounts.models import ApiKey
 from api.authentication import AccountRouteThrottle, IsAccount
 from api.schema import PAGE_PARAMETERS, paginated
@@ -123,7 +123,7 @@ class KeyCollectionView(APIView):
                    responses={201: ApiKeyCreatedSerializer})
     def post(self, request):
         validated(EmptySerializer, request.data)
-        api_key, key = keys.api_key_create(account=request.user.owner)
+        api_key, key = credentials.api_key_create(account=request.user.owner)
         return Response({**ApiKeySerializer(api_key).data, "api_key": key}, status=status.HTTP_201_CREATED)
 
 
@@ -133,5 +133,5 @@ class KeyDetailView(APIView):
     @extend_schema(operation_id="keys_revoke", summary="Revoke a key: it is 401 from then on",
                    responses={204: OpenApiResponse(description="Revoked.")})
     def delete(self, request, key_id):
-        keys.api_key_revoke(account=request.user.owner, key_id=key_id)
+        credentials.api_key_revoke(account=request.user.owner, key_id=key_id)
         return Response(status=status.HTTP_204_NO_CONTENT)

@@ -99,7 +99,7 @@ def reuse() -> tuple:
     from django.db import connection
 
     from accounts.models import Account
-    from accounts.keys import api_key_create
+    from accounts.credentials import api_key_create
     from mailboxes.models import Mailbox
 
     owner = Account.objects.get(login="bench")

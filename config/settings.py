@@ -308,7 +308,7 @@ SPECTACULAR_SETTINGS = {
 
 # How long each web process may keep what an API key resolved to (accounts.services).
 # Revocations do not wait for it: each one is announced through Redis and empties every
-# process's cache before its next request (accounts.revocations); this only bounds an
+# process's cache before its next request (accounts.credentials); this only bounds an
 # entry's age should an announcement fail. Without Redis nothing is cached.
 # 0: look the key up on every request.
 RELAY_KEY_CACHE_SECONDS = _int("RELAY_KEY_CACHE_SECONDS", 5)

@@ -8,8 +8,8 @@ import uuid
 from django.contrib import auth
 from django.db.models import Exists
 
-from accounts import revocations
-from accounts.keys import api_key_for_hash, hash_key
+from accounts import credentials
+from accounts.credentials import api_key_for_hash, hash_key
 from accounts.models import Account, AccountStatus, ApiKey
 from accounts.oauth import oauth_user_for
 from mailboxes.keys import Caller, caller_for_secret
@@ -47,7 +47,7 @@ def _signed_in(account_id: int, key_id: int | None) -> Account | None:
 
 # "account id:key id" -> the signed-in account, cached as API keys are (a suspension or a
 # revocation forgets it here and, by the counter, in every other process).
-_sessions = revocations.Cache(account_of=lambda account: account.id, copy=copy.copy)
+_sessions = credentials.Cache(account_of=lambda account: account.id, copy=copy.copy)
 
 
 def account_caller(request) -> Caller | None:

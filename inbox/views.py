@@ -24,7 +24,7 @@ from oauth2_provider.views import AuthorizationView
 
 from accounts import services as accounts
 from accounts.errors import Forbidden, RelayError
-from accounts.keys import api_key_revoke
+from accounts.credentials import api_key_revoke
 from api.authentication import AccountRouteThrottle, AnonymousCreateThrottle
 from api.errors import error_of
 from api.waiting import event_stream

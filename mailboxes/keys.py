@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from accounts.errors import AccountSuspended, Forbidden
 from accounts.models import Account, AccountStatus, Plan
-from accounts.keys import API_KEY_PREFIX, api_key_for_hash, api_key_touch, hash_key, new_key
+from accounts.credentials import API_KEY_PREFIX, api_key_for_hash, api_key_touch, hash_key, new_key
 from accounts.oauth import token_grant
 from mailboxes.models import Mailbox
 

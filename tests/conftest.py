@@ -22,7 +22,7 @@ from aiosmtpd.controller import Controller
 from django.conf import settings
 from rest_framework.test import APIClient
 
-from accounts.keys import key_cache_clear
+from accounts.credentials import key_cache_clear
 from accounts.services import account_create_with_key
 from tests.helpers import ROOT, create_mailbox, free_port, wait_until
 from tests.stalwart_fake import MAIL_SERVER_ID, TOKEN, FakeStalwart

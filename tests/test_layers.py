@@ -91,7 +91,7 @@ RULES = [
     ("b64decode(value", "relay/outbox/outbound.py", "what a send takes: relay.outbox.outbound.sending_checked", APPS),
     ("Redis.from_url(", "accounts/redis_clients.py", "a Redis client: accounts.redis_clients", APPS),
     ("redis.from_url(", "accounts/redis_clients.py", "a Redis client: accounts.redis_clients", APPS),
-    ("revocations.current(", "", "caching a credential while no revocation is announced: accounts.revocations.Cache",
+    ("revocation_count(", "accounts/credentials.py", "caching a credential while no revocation is announced: accounts.credentials.Cache",
      APPS),
 ]
 

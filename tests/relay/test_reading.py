@@ -16,7 +16,7 @@ from tests.helpers import deliver, earlier, make_mailbox
 
 def test_mailbox_open_checks_ownership_then_life_then_the_cursor(db):
     from accounts.models import Account
-    from accounts.keys import api_key_create
+    from accounts.credentials import api_key_create
 
     owner = Account.objects.create(email="reader@example.com", login="reader", status="active")
     stranger = Account.objects.create(email="other@example.com", login="other", status="active")

@@ -460,7 +460,7 @@ def a_mailbox_of(key: str) -> str:
 
 
 def revoke_all_keys(account) -> None:
-    from accounts.keys import api_key_revoke
+    from accounts.credentials import api_key_revoke
 
     for key_id in account.api_keys.values_list("id", flat=True):
         api_key_revoke(account=account, key_id=key_id)
