@@ -26,6 +26,7 @@ from api.serializers import (
     MessageSummarySerializer,
 )
 from mailboxes import changes
+from mailboxes.messages import message_delete, message_mark_read
 from mailboxes.ending import mailbox_delete
 from mailboxes.errors import NotFound
 from mailboxes.changes import LABEL_FIELDS
@@ -232,14 +233,14 @@ class MessageDetailView(APIView):
     def get(self, request, mailbox_id, message_id):
         mailbox = reading.mailbox_open(caller=request.user, mailbox_id=mailbox_id)
         message = reading.message_get(mailbox=mailbox, message_id=message_id)
-        changes.message_mark_read(message=message)
+        message_mark_read(message=message)
         base_url = request.build_absolute_uri("/").rstrip("/")
         return Response(MessageDetailSerializer(message, context={"base_url": base_url}).data)
 
     @extend_schema(operation_id="messages_delete", summary="Delete a message", responses={204: None})
     def delete(self, request, mailbox_id, message_id):
         mailbox = reading.mailbox_open(caller=request.user, mailbox_id=mailbox_id)
-        if not changes.message_delete(mailbox=mailbox, message_id=message_id):
+        if not message_delete(mailbox=mailbox, message_id=message_id):
             raise NotFound()
         return Response(status=status.HTTP_204_NO_CONTENT)
 

@@ -26,7 +26,7 @@ from api.pagination import PAGE_SIZE
 from api.pooling import in_pool
 from api.serializers import (EventsQuerySerializer, MessageDetailSerializer, MessageSummarySerializer,
                              WaitQuerySerializer, message_codes)
-from mailboxes import changes
+from mailboxes.messages import message_mark_read
 from mailboxes.errors import Forbidden, RateLimited, RelayError
 from mailboxes.models import Direction, Mailbox, MailboxStatus
 from mailboxes import wakeups
@@ -331,7 +331,7 @@ def _first_message_now(authenticate, base_url: str, mailbox_id, cursor: list[int
         if with_code and not message_codes(message):
             cursor[0] = message.id
             continue
-        changes.message_mark_read(message=message)
+        message_mark_read(message=message)
         return mailbox, MessageDetailSerializer(message, context={"base_url": base_url}).data
     return mailbox, None
 

@@ -51,7 +51,7 @@ def main() -> None:
     from accounts.services import account_create_with_key
     from mailboxes.creation import mailbox_create
     from mailboxes.keys import Caller
-    from mailboxes.storing import recipient_by_address
+    from mailboxes.messages import recipient_by_address
     from relay.backends import get_backend
     from relay.ingest import message_ingest
     from tests.helpers import headless_chromium

@@ -118,10 +118,10 @@ def ingest_cost(count: int) -> tuple[float, float]:
     (contents_index_words, in batches)."""
     from accounts.services import account_create_with_key
     from mailboxes.keys import Caller
-    from mailboxes.changes import contents_index_words
+    from mailboxes.messages import contents_index_words
     from mailboxes.creation import mailbox_create
     from relay.backends import get_backend
-    from mailboxes.storing import recipient_by_address
+    from mailboxes.messages import recipient_by_address
     from relay.ingest import message_ingest
 
     name = f"ingest{random.randrange(10 ** 9)}"  # a run with --reuse makes its own

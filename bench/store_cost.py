@@ -25,7 +25,7 @@ def main() -> None:
     from django.db import connection
 
     from mailboxes.models import Message
-    from mailboxes.storing import recipient_by_address
+    from mailboxes.messages import recipient_by_address
     from relay.ingest import message_ingest
 
     addresses = bench_addresses()

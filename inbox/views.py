@@ -33,6 +33,7 @@ from domains.models import Domain, DomainStatus
 from inbox import session
 from inbox.mail_html import policy, shown_html
 from mailboxes import changes
+from mailboxes.messages import message_mark_read
 from mailboxes.creation import mailbox_create
 from mailboxes.ending import mailbox_delete
 from mailboxes.errors import NotFound, RateLimited
@@ -318,7 +319,7 @@ def _message(request, mailbox_id, message_id):
 @page
 def message_page(request, mailbox_id: uuid.UUID, message_id: int):
     caller, mailbox, message = _message(request, mailbox_id, message_id)
-    changes.message_mark_read(message=message)
+    message_mark_read(message=message)
     tab = request.GET.get("tab") if request.GET.get("tab") in TABS else ("html" if message.content.html else "text")
     lineage = lineage_of(message.content.headers)
     verdict = message.content.authentication or {}

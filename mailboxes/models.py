@@ -185,7 +185,7 @@ class MessageContent(models.Model):
     authentication = models.JSONField(default=dict, db_default={}, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     # Words of the subject and text for `q`, shared by every recipient of the content.
-    # Null until a worker or a search writes them (mailboxes.changes.contents_index_words);
+    # Null until a worker or a search writes them (mailboxes.messages.contents_index_words);
     # its GIN index is made by migration, on PostgreSQL only.
     words = SearchVectorField(null=True, blank=True)
 

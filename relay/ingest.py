@@ -16,7 +16,7 @@ from django.db import connection
 
 from mailboxes.mail_format import header, lineage_of, parse_message, text_of_html
 from mailboxes.models import Direction, MessageContent
-from mailboxes.storing import Recipient, message_store
+from mailboxes.messages import Recipient, message_store
 from relay import task_names
 from relay.authentication import authenticate, spf_of_mail_server
 

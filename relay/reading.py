@@ -12,7 +12,7 @@ from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 from django.db.models import Count, Q, QuerySet
 
-from mailboxes.changes import contents_index_all_words
+from mailboxes.messages import contents_index_all_words
 from mailboxes.ending import mailboxes_expire_due
 from mailboxes.errors import InvalidRequest, MailboxExpired, NotFound
 from mailboxes.keys import Caller

@@ -5,7 +5,7 @@ import uuid
 from celery import shared_task
 from django.conf import settings
 
-from mailboxes.changes import contents_index_words
+from mailboxes.messages import contents_index_words
 from relay.outbox import send as outbox
 from relay.outbox.account_mail import account_recovery_request
 from relay import mailserver

@@ -136,7 +136,7 @@ def a_delivery(url: str = "http://example.com/hook", *, payload: dict | None = N
 def deliver(raw: bytes, *addresses: str, mail_from: str = "a@example.com") -> list[int]:
     """Store `raw` for `addresses` as the SMTP server does after RCPT and DATA (without a
     socket); returns the new message ids."""
-    from mailboxes.storing import recipient_by_address
+    from mailboxes.messages import recipient_by_address
     from relay.ingest import message_ingest
 
     recipients = [recipient_by_address(address) for address in addresses]

@@ -117,6 +117,6 @@ def test_every_name_a_comment_gives_exists():
 
 
 def test_a_stale_name_is_caught(tmp_path):
-    assert not resolves("mailboxes.storing.no_such_function")
+    assert not resolves("mailboxes.messages.no_such_function")
     assert not resolves("relay.no_such_module")
     assert resolves("relay.ingest.message_ingest") and resolves("mailboxes.models.Mailbox.expires_at")

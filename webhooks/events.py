@@ -8,7 +8,7 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from mailboxes.models import Mailbox
-from mailboxes.storing import execute_prepared
+from mailboxes.messages import execute_prepared
 from owed import db_now
 from webhooks.models import Webhook, WebhookDelivery, WebhookEvent
 

@@ -23,6 +23,7 @@ from api.serializers import (
     MessageSummarySerializer,
 )
 from mailboxes import changes
+from mailboxes.messages import message_mark_read
 from mailboxes.creation import mailbox_create
 from mailboxes.ending import mailbox_delete
 from mailboxes.errors import NotFound
@@ -161,7 +162,7 @@ def get_message(mailbox_id: MailboxId, message_id: MessageId) -> CallToolResult:
     also has outbox_status. Errors: not_found, expired."""
     mailbox = reading.mailbox_open(caller=calling(), mailbox_id=mailbox_id)
     message = reading.message_get(mailbox=mailbox, message_id=message_id)
-    changes.message_mark_read(message=message)
+    message_mark_read(message=message)
     return result(MessageDetailSerializer(message, context={"base_url": credentials().base_url}).data)
 
 

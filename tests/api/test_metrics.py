@@ -112,7 +112,7 @@ def test_a_metrics_token_is_required_when_set(processes):
 
 
 def test_the_words_owed_gauge_counts_what_the_worker_has_yet_to_write(processes):
-    from mailboxes.changes import contents_index_words
+    from mailboxes.messages import contents_index_words
     from tests.helpers import deliver
 
     port = uncached_web(processes)  # and no worker: the words stay owed

@@ -85,7 +85,7 @@ def test_a_lapsed_provisioning_is_invisible_and_then_owes_a_deprovision(client_p
 
 
 def test_smtp_refuses_a_mailbox_still_provisioning(db):
-    from mailboxes.storing import recipient_by_address
+    from mailboxes.messages import recipient_by_address
 
     make_mailbox("notyet", status="provisioning", provision_lease_until=timezone.now() + timedelta(seconds=30))
     assert recipient_by_address("notyet@relay.localhost") is None

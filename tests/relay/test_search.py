@@ -248,7 +248,7 @@ def test_an_html_only_messages_words_are_its_readable_text(client_pro, inbox):
 
 @pytest.mark.django_db(transaction=True)
 def test_the_worker_writes_owed_words_in_batches_and_passes_over_those_held(make_client):
-    from mailboxes.changes import contents_index_words
+    from mailboxes.messages import contents_index_words
 
     client = make_client("alice", plan="pro")
     mailbox = create_via_api(client, ttl_ms=3_600_000).json()

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from mailboxes.models import Message
-from mailboxes.storing import recipient_by_address
+from mailboxes.messages import recipient_by_address
 from relay.ingest import message_ingest
 from tests import dkim_keys
 from tests.helpers import listed

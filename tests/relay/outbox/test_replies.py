@@ -5,7 +5,7 @@ import pytest
 
 from mailboxes.errors import InvalidRequest
 from mailboxes.models import Direction, Message
-from mailboxes.storing import recipient_by_address
+from mailboxes.messages import recipient_by_address
 from relay.ingest import message_ingest
 from relay.models import OutboxMail
 from relay.outbox.outbound import reply_queue, reply_recipients

@@ -1,6 +1,7 @@
-"""mailboxes/storing.py on its own, below every door: which mailbox takes mail at an
+"""mailboxes/messages.py on its own, below every door: which mailbox takes mail at an
 address now (`recipient_by_address`), and storing one message for its recipients
-(`message_store`), with the quota and a mailbox that ended in between."""
+(`message_store`), with the quota and a mailbox that ended in between; then a message
+marked read and deleted, its shared content kept for the other recipients."""
 from datetime import timedelta
 
 import pytest
@@ -8,7 +9,7 @@ from django.utils import timezone
 
 from accounts.services import account_create_with_key, account_set_status
 from mailboxes.models import CleanupState, Mailbox, MailboxStatus, Message, MessageContent
-from mailboxes.storing import MailboxFull, message_store, recipient_by_address
+from mailboxes.messages import MailboxFull, message_delete, message_mark_read, message_store, recipient_by_address
 from tests.helpers import make_mailbox
 
 
@@ -71,3 +72,20 @@ def test_a_message_over_the_storage_quota_is_mailbox_full_and_stores_nothing(db,
         store([recipient_by_address(mailbox.address)], b"Subject: Big\r\n\r\n" + b"x" * 200 + b"\r\n")
     mailbox.refresh_from_db()
     assert (mailbox.message_count, mailbox.stored_bytes) == (0, 0) and not Message.objects.exists()
+
+
+def test_a_message_deleted_leaves_the_content_another_recipient_shares_until_its_own_goes(db):
+    first, second = make_mailbox("del-first"), make_mailbox("del-second")
+    raw = b"Subject: Hi\r\n\r\nHello\r\n"
+    mine, theirs = store([recipient_by_address(first.address), recipient_by_address(second.address)], raw)
+    message = Message.objects.get(id=mine)
+    message_mark_read(message=message)
+    assert message.is_read and Message.objects.get(id=mine).is_read and not Message.objects.get(id=theirs).is_read
+    assert message_delete(mailbox=first, message_id=mine)
+    assert not message_delete(mailbox=first, message_id=mine), "a message was deleted twice"
+    assert not message_delete(mailbox=first, message_id=theirs), "a message of another mailbox was deleted"
+    first.refresh_from_db()
+    assert (first.message_count, first.stored_bytes) == (0, 0)
+    assert MessageContent.objects.count() == 1
+    assert message_delete(mailbox=second, message_id=theirs)
+    assert MessageContent.objects.count() == 0

@@ -1,18 +1,21 @@
-"""Storing mail in mailboxes: who may receive it, and one message per accepted mailbox,
-in statements written out (the ORM's building was most of SMTP's cost)."""
+"""A mailbox's messages, written: who may receive mail and one message per accepted
+mailbox, stored in statements written out (the ORM's building was most of SMTP's cost);
+then marked read, deleted, their search words written."""
 import logging
 import uuid
 from dataclasses import dataclass
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import F, QuerySet
+from django.db.models.functions import Greatest
 
 from accounts.models import Account, AccountStatus, plan_limit
 from mailboxes import wakeups
 from mailboxes.ending import mailboxes_expire_due
 from mailboxes.models import Direction, Mailbox, MailboxStatus, Message, MessageContent, Plan, Thread, ThreadKey
 from mailboxes.signals import event_happened
-from mailboxes.mail_format import Lineage, topic
+from mailboxes.mail_format import Lineage, text_of_html, topic
 from mailboxes.threads import threads_assign, threads_merge
 from owed import db_now
 
@@ -290,3 +293,85 @@ def _count_one_more_message(recipients: list[Recipient], size: int) -> set:
             )
             live |= {id_field.to_python(row[0]) for row in cursor.fetchall()}
     return live
+
+
+# --- changes to a stored message ---------------------------------------------------------------
+def message_mark_read(*, message: Message) -> None:
+    if not message.is_read:
+        Message.objects.filter(id=message.id).update(is_read=True)
+        message.is_read = True
+
+
+def message_delete(*, mailbox: Mailbox, message_id: int) -> bool:
+    """Delete one message of `mailbox`, keep message_count and stored_bytes in step, and
+    drop its content once no other recipient's message shares it."""
+    with transaction.atomic():
+        message = Message.objects.filter(mailbox=mailbox, id=message_id).only("content_id", "size").first()
+        if message is None:
+            return False
+        message.delete()
+        Mailbox.objects.filter(id=mailbox.id, message_count__gt=0).update(
+            message_count=F("message_count") - 1, stored_bytes=Greatest(F("stored_bytes") - message.size, 0))
+        MessageContent.objects.filter(id=message.content_id, messages__isnull=True).delete()
+    return True
+
+
+# --- its search words --------------------------------------------------------------------------
+# The text a message's words are taken from stops here: a 10 MB body would make a
+# tsvector past PostgreSQL's 1 MB limit, and nobody searches that deep.
+WORDS_TEXT_MAX = 100_000
+
+
+# The contents one transaction of contents_index_words takes: short enough that a search
+# waiting behind a worker's batch waits a fraction of a second (docs/benchmarks.md).
+WORDS_BATCH = 200
+
+
+def contents_index_words(*, messages: QuerySet | None = None, skip_locked: bool = False,
+                         limit: int = WORDS_BATCH) -> int:
+    """Write MessageContent.words for up to `limit` contents that owe them (those of
+    `messages`, or any); returns how many. Each content is locked while written: a search
+    waits for a worker holding its rows, a worker (`skip_locked`) passes over them."""
+    if connection.vendor != "postgresql":
+        return 0
+    owed = MessageContent.objects.filter(words__isnull=True)
+    if messages is not None:
+        owed = owed.filter(id__in=messages.values("content_id"))
+    with transaction.atomic():
+        rows = list(owed.select_for_update(skip_locked=skip_locked).order_by("id")
+                    .values_list("id", "text", "html")[:limit])
+        if not rows:
+            return 0
+        # Every recipient's Message of one DATA has the same subject: any one will do.
+        subjects = dict(Message.objects.filter(content_id__in=[row[0] for row in rows])
+                        .values_list("content_id", "subject"))
+        values = []
+        for content_id, text, html in rows:
+            values += [content_id, subjects.get(content_id, ""), (text or text_of_html(html))[:WORDS_TEXT_MAX]]
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {MessageContent._meta.db_table} AS c"
+                " SET words = to_tsvector('simple'::regconfig, v.subject || ' ' || v.body)"
+                f" FROM (VALUES {', '.join(['(%s::bigint, %s::text, %s::text)'] * len(rows))}) AS v (id, subject, body)"
+                " WHERE c.id = v.id",
+                values,
+            )
+    return len(rows)
+
+
+# Written out: every word search asks it, and building it with the ORM cost more than
+# PostgreSQL's answer (docs/benchmarks.md, "Message search").
+_ANY_WORDS_OWED = f"SELECT 1 FROM {MessageContent._meta.db_table} WHERE words IS NULL LIMIT 1"
+
+
+def contents_index_all_words(*, messages: QuerySet) -> int:
+    """contents_index_words for every content of `messages` that owes its words, batch by
+    batch: what a word search calls first (one read of the owed index when none are owed)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_ANY_WORDS_OWED)
+        if cursor.fetchone() is None:
+            return 0
+    total = 0
+    while indexed := contents_index_words(messages=messages):
+        total += indexed
+    return total
