@@ -4,8 +4,8 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from api.schema import domain_schema, local_part_schema
-from mailboxes.creation import local_part_checked
 from mailboxes.errors import InvalidRequest
+from mailboxes.lifecycle import local_part_checked
 from mailboxes.mail_format import NOT_ONE_LINE, ONE_LINE_PATTERN, breaks_line
 from relay.outbox import build
 from relay.reading import AFTER_MAX, SEARCH_TEXT_MAX, search_after, search_text

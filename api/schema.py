@@ -9,7 +9,7 @@ from rest_framework import serializers
 
 from accounts.models import plan_limit
 from api.errors import DOMAIN_CODES, STATUS_CODES
-from mailboxes.creation import LOCAL_PART_PATTERN
+from mailboxes.lifecycle import LOCAL_PART_PATTERN
 from mailboxes.models import Plan
 
 # The errors any operation may answer (docs/api.md): bad input, credentials, another owner's

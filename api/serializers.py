@@ -22,16 +22,16 @@ from api.fields import (
     by_rule,
 )
 from api.schema import ttl_bounds
-from mailboxes.changes import METADATA_MAX_BYTES, NAME_MAX, TAG_PATTERN, TAGS_MAX, label_rule, tag_checked
-from mailboxes.models import Direction, MailboxStatus
+from mailboxes.lifecycle import METADATA_MAX_BYTES, NAME_MAX, TAG_PATTERN, TAGS_MAX, label_rule, tag_checked
 from mailboxes.mail_format import ONE_LINE_PATTERN, header, lineage_of
+from mailboxes.models import Direction, MailboxStatus
 from relay.inbound.attachments import without_format_characters
 from relay.authentication import RESULTS, nothing_known
 from relay.models import OutboxMail, OutboxStatus
 from relay.reading import MAILBOX_ORDERINGS
 
 
-# --- labels (docs/api.md): each checked by the service's rule (mailboxes.changes.labels_checked)
+# --- labels (docs/api.md): each checked by the service's rule (mailboxes.lifecycle.labels_checked)
 @extend_schema_field({"type": "string", "pattern": ONE_LINE_PATTERN})
 class LabelNameField(RuleField):
     rule = staticmethod(label_rule("name"))

@@ -1,7 +1,7 @@
 from django.urls import path, register_converter
 from django.views.decorators.csrf import csrf_exempt
 
-from api import account_views, check_views, conversation_views, domain_views, views, waiting, webhook_views
+from api import account_views, check_views, domain_views, views, waiting, webhook_views
 from api.pooling import DNS_CHECKS, in_pool, pooled
 
 
@@ -62,10 +62,10 @@ urlpatterns = [
     path("mailboxes/<uuid:mailbox_id>/messages/<rowid:message_id>/raw", pooled(views.MessageRawView.as_view()), name="message-raw"),
     path("mailboxes/<uuid:mailbox_id>/messages/<rowid:message_id>/attachments/<rowid:attachment_id>",
          pooled(views.AttachmentView.as_view()), name="message-attachment"),
-    path("mailboxes/<uuid:mailbox_id>/messages/<rowid:message_id>/reply", pooled(conversation_views.ReplyView.as_view()),
+    path("mailboxes/<uuid:mailbox_id>/messages/<rowid:message_id>/reply", pooled(views.ReplyView.as_view()),
          name="message-reply"),
     path("mailboxes/<uuid:mailbox_id>/messages/<rowid:message_id>/forward",
-         pooled(conversation_views.ForwardView.as_view()), name="message-forward"),
+         pooled(views.ForwardView.as_view()), name="message-forward"),
     path("mailboxes/<uuid:mailbox_id>/messages/<rowid:message_id>/checks/html",
          pooled(check_views.HtmlCheckView.as_view()), name="check-html"),
     path("mailboxes/<uuid:mailbox_id>/messages/<rowid:message_id>/checks/links",
@@ -74,9 +74,9 @@ urlpatterns = [
          pooled(check_views.SpamCheckView.as_view()), name="check-spam"),
     path("mailboxes/<uuid:mailbox_id>/messages/<rowid:message_id>/checks/headers",
          pooled(check_views.HeaderCheckView.as_view()), name="check-headers"),
-    path("mailboxes/<uuid:mailbox_id>/threads", pooled(conversation_views.ThreadCollectionView.as_view()),
+    path("mailboxes/<uuid:mailbox_id>/threads", pooled(views.ThreadCollectionView.as_view()),
          name="thread-list"),
-    path("mailboxes/<uuid:mailbox_id>/threads/<rowid:thread_id>", pooled(conversation_views.ThreadDetailView.as_view()),
+    path("mailboxes/<uuid:mailbox_id>/threads/<rowid:thread_id>", pooled(views.ThreadDetailView.as_view()),
          name="thread-detail"),
     path("mailboxes/<uuid:mailbox_id>/outbox", pooled(views.OutboundCollectionView.as_view()), name="outbound-list"),
     path("mailboxes/<uuid:mailbox_id>/outbox/<rowid:outbound_id>", pooled(views.OutboundDetailView.as_view()), name="outbound-detail"),

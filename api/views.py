@@ -1,4 +1,5 @@
-"""The REST API of docs/api.md. Views validate input, call one service or selector, render
+"""The REST API of docs/api.md for mailboxes, their messages, sending (replies and forwards
+included) and conversations. Views validate input, call one service or selector, render
 the result; the domain's exceptions become responses in api.errors."""
 from django.http import HttpResponse
 from django.utils.http import content_disposition_header
@@ -10,9 +11,17 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from api.authentication import AnonymousCreateThrottle, AnyoneWithinScope, caller_of
-from api.conversation_serializers import OutboundSerializer, SendAcceptedSerializer, SendSerializer
+from api.conversation_serializers import (
+    ForwardSerializer,
+    OutboundSerializer,
+    ReplySerializer,
+    SendAcceptedSerializer,
+    SendSerializer,
+    ThreadDetailSerializer,
+    ThreadSerializer,
+)
 from api.fields import validated
-from api.pagination import page_response
+from api.pagination import RelayPagination, page_response
 from api.schema import PAGE_PARAMETERS, WAIT_PARAMETERS, paginated
 from api.serializers import (
     MailboxCreateSerializer,
@@ -25,15 +34,14 @@ from api.serializers import (
     MessageSearchQuerySerializer,
     MessageSummarySerializer,
 )
-from mailboxes import changes
-from mailboxes.messages import message_delete, message_mark_read
-from mailboxes.ending import mailbox_delete
+from mailboxes import lifecycle
 from mailboxes.errors import NotFound
-from mailboxes.changes import LABEL_FIELDS
+from mailboxes.lifecycle import LABEL_FIELDS, mailbox_create, mailbox_delete
+from mailboxes.messages import message_delete, message_mark_read
+from mailboxes.threads import thread_get, thread_list, thread_messages, thread_participants
 from relay.inbound.attachments import SAFETY_HEADERS, attachment_of, safe_filename, served_content_type
 from relay.models import OutboxMail
-from relay.outbox.outbound import outbound_get, outbound_list, outbound_queue
-from mailboxes.creation import mailbox_create
+from relay.outbox.outbound import forward_queue, outbound_get, outbound_list, outbound_queue, reply_queue
 from relay import reading
 from relay.backends import get_backend
 
@@ -157,7 +165,7 @@ class MailboxDetailView(APIView):
     def patch(self, request, mailbox_id):
         mailbox = reading.mailbox_open(caller=request.user, mailbox_id=mailbox_id)
         labels = validated(MailboxPatchSerializer, request.data)
-        return Response(MailboxSerializer.represent(changes.mailbox_label(mailbox=mailbox, labels=labels)))
+        return Response(MailboxSerializer.represent(lifecycle.mailbox_label(mailbox=mailbox, labels=labels)))
 
     @extend_schema(operation_id="mailboxes_delete", summary="Delete a mailbox: it stops receiving and is deprovisioned", responses={204: None})
     def delete(self, request, mailbox_id):
@@ -172,7 +180,7 @@ class MailboxRenewView(APIView):
     def post(self, request, mailbox_id):
         mailbox = reading.mailbox_open(caller=request.user, mailbox_id=mailbox_id)
         body = validated(MailboxRenewSerializer, request.data)
-        mailbox = changes.mailbox_renew(mailbox=mailbox, plan=request.user.plan, ttl_ms=body.get("ttl_ms"))
+        mailbox = lifecycle.mailbox_renew(mailbox=mailbox, plan=request.user.plan, ttl_ms=body.get("ttl_ms"))
         return Response(MailboxSerializer.represent(mailbox))
 
 
@@ -284,3 +292,42 @@ class OutboundDetailView(APIView):
     def get(self, request, mailbox_id, outbound_id):
         mailbox = reading.mailbox_open(caller=request.user, mailbox_id=mailbox_id, live=False)
         return Response(OutboundSerializer(outbound_get(mailbox=mailbox, outbound_id=outbound_id)).data)
+
+
+# --- replies, forwards and threads (docs/api.md, "Conversations") --------------------------------
+class ReplyView(APIView):
+    @extend_schema(operation_id="messages_reply", summary="Reply to a message (needs an API key)",
+                   request=ReplySerializer, responses={202: SendAcceptedSerializer})
+    def post(self, request, mailbox_id, message_id):
+        mailbox = reading.mailbox_open(caller=request.user, mailbox_id=mailbox_id)
+        return queued(reply_queue(mailbox=mailbox, message_id=message_id, **validated(ReplySerializer, request.data)))
+
+
+class ForwardView(APIView):
+    @extend_schema(operation_id="messages_forward", summary="Forward a message, attached whole (needs an API key)",
+                   request=ForwardSerializer, responses={202: SendAcceptedSerializer})
+    def post(self, request, mailbox_id, message_id):
+        mailbox = reading.mailbox_open(caller=request.user, mailbox_id=mailbox_id)
+        return queued(forward_queue(mailbox=mailbox, message_id=message_id, **validated(ForwardSerializer, request.data)))
+
+
+class ThreadCollectionView(APIView):
+    @extend_schema(operation_id="threads_list", summary="List the conversations, newest activity first",
+                   parameters=PAGE_PARAMETERS, responses=paginated(ThreadSerializer))
+    def get(self, request, mailbox_id):
+        mailbox = reading.mailbox_open(caller=request.user, mailbox_id=mailbox_id, fresh=True)
+        paginator = RelayPagination()
+        page = paginator.paginate_queryset(thread_list(mailbox_id=mailbox.id), request, view=self)
+        participants = thread_participants([thread.id for thread in page])
+        return paginator.get_paginated_response(
+            ThreadSerializer(page, many=True, context={"participants": participants}).data)
+
+
+class ThreadDetailView(APIView):
+    @extend_schema(operation_id="threads_get", summary="A conversation with its messages, oldest first",
+                   responses=ThreadDetailSerializer)
+    def get(self, request, mailbox_id, thread_id):
+        mailbox = reading.mailbox_open(caller=request.user, mailbox_id=mailbox_id, fresh=True)
+        thread = thread_get(mailbox_id=mailbox.id, thread_id=thread_id)
+        context = {"participants": thread_participants([thread.id]), "messages": thread_messages([thread])}
+        return Response(ThreadDetailSerializer(thread, context=context).data)

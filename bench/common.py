@@ -49,7 +49,7 @@ def bench_addresses(count: int = 50) -> list[str]:
     """The addresses of `count` hour-long mailboxes of a new pro account, made as the API
     makes them: the recipients of the SMTP benchmarks."""
     from accounts.services import account_create_with_key
-    from mailboxes.creation import mailbox_create
+    from mailboxes.lifecycle import mailbox_create
     from mailboxes.keys import Caller
     from relay.backends import get_backend
 

@@ -105,7 +105,7 @@ def run(args, cyrus, env: dict, metrics_dir: str) -> None:
 
     from accounts.services import account_create_with_key
     from expiry.schedules import install_schedules
-    from mailboxes.creation import mailbox_create
+    from mailboxes.lifecycle import mailbox_create
     from mailboxes.keys import Caller
     from mailboxes.models import Mailbox, Message
     from relay import mailserver

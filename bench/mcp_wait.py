@@ -299,7 +299,7 @@ def main() -> None:
     from django.conf import settings
 
     from accounts.services import account_create_with_key
-    from mailboxes.creation import mailbox_create
+    from mailboxes.lifecycle import mailbox_create
     from mailboxes.keys import Caller
     from relay.backends import get_backend
 

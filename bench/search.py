@@ -119,7 +119,7 @@ def ingest_cost(count: int) -> tuple[float, float]:
     from accounts.services import account_create_with_key
     from mailboxes.keys import Caller
     from mailboxes.messages import contents_index_words
-    from mailboxes.creation import mailbox_create
+    from mailboxes.lifecycle import mailbox_create
     from relay.backends import get_backend
     from mailboxes.messages import recipient_by_address
     from relay.ingest import message_ingest

@@ -155,7 +155,7 @@ def main() -> None:
 
     from accounts.services import account_create_with_key
     from mailboxes.keys import Caller
-    from mailboxes.creation import mailbox_create
+    from mailboxes.lifecycle import mailbox_create
     from relay.backends import get_backend
 
     owner, key = account_create_with_key(login="bench", plan="enterprise")

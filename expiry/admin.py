@@ -8,7 +8,7 @@ from django.urls import path, reverse
 from expiry.models import Cleanup
 from expiry.operators import cleanup_requeue
 from mailboxes.admin import ActionsOnlyAdmin, DeadLettersFirstAdmin, ReadOnlyAdmin, action_calling
-from mailboxes.ending import mailboxes_force_expire
+from mailboxes.lifecycle import mailboxes_force_expire
 from mailboxes.models import CLEANUPS
 from mailboxes.models import CleanupState, Mailbox, MailboxStatus
 

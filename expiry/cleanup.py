@@ -13,7 +13,7 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.db.models.functions import Now
 
-from mailboxes.ending import mailboxes_expire_due
+from mailboxes.lifecycle import mailboxes_expire_due
 from mailboxes.models import CLEANUPS, CleanupState, Mailbox, MailboxStatus
 from mailboxes.signals import event_happened
 from owed import db_now

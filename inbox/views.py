@@ -32,12 +32,11 @@ from checks import html_support, message_checks
 from domains.models import Domain, DomainStatus
 from inbox import session
 from inbox.mail_html import policy, shown_html
-from mailboxes import changes
-from mailboxes.messages import message_mark_read
-from mailboxes.creation import mailbox_create
-from mailboxes.ending import mailbox_delete
+from mailboxes import lifecycle
 from mailboxes.errors import NotFound, RateLimited
+from mailboxes.lifecycle import mailbox_create, mailbox_delete
 from mailboxes.mail_format import lineage_of
+from mailboxes.messages import message_mark_read
 from mailboxes.models import MailboxStatus
 from mailboxes.threads import thread_messages
 from relay import reading
@@ -295,7 +294,7 @@ async def mailbox_events(request, mailbox_id: uuid.UUID):
 @page
 def mailbox_renew(request, mailbox_id: uuid.UUID):
     caller, mailbox = _caller_mailbox(request, mailbox_id, live=True)
-    changes.mailbox_renew(mailbox=mailbox, plan=caller.plan, ttl_ms=None)
+    lifecycle.mailbox_renew(mailbox=mailbox, plan=caller.plan, ttl_ms=None)
     return HttpResponseRedirect(reverse("inbox-mailbox", args=[mailbox_id]))
 
 

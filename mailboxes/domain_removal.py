@@ -16,7 +16,7 @@ logger = logging.getLogger(__name__)
 def domain_delete(*, owner: Account, domain_id) -> None:
     """Remove one of `owner`'s domains (NotFound for anyone else's). Conflict while an
     active (or provisioning) mailbox uses it. The domain's row lock orders this against
-    a mailbox being created on it (mailboxes.changes.mailbox_insert), which either
+    a mailbox being created on it (mailboxes.lifecycle.mailbox_insert), which either
     finishes first and is seen here, or finds the domain gone."""
     domain = domain_get(owner=owner, domain_id=domain_id)
     with transaction.atomic():

@@ -12,10 +12,10 @@ from django.db.models.functions import Greatest
 
 from accounts.models import Account, AccountStatus, plan_limit
 from mailboxes import wakeups
-from mailboxes.ending import mailboxes_expire_due
+from mailboxes.lifecycle import mailboxes_expire_due
+from mailboxes.mail_format import Lineage, text_of_html, topic
 from mailboxes.models import Direction, Mailbox, MailboxStatus, Message, MessageContent, Plan, Thread, ThreadKey
 from mailboxes.signals import event_happened
-from mailboxes.mail_format import Lineage, text_of_html, topic
 from mailboxes.threads import threads_assign, threads_merge
 from owed import db_now
 

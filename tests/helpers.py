@@ -117,7 +117,7 @@ def earlier(rows, delta: timedelta, *fields: str) -> None:
 
 def expire_now(mailbox: Mailbox) -> None:
     """Expire a due mailbox as a cleanup task does (its cleanup owed, nothing queued)."""
-    from mailboxes.ending import mailboxes_expire_due
+    from mailboxes.lifecycle import mailboxes_expire_due
 
     assert mailboxes_expire_due(mailbox_ids=[mailbox.id], announce=False) == [mailbox.id]
 

@@ -43,7 +43,7 @@ class CyrusBackend:
     name = "cyrus"
     keeps_accounts = True
     # One account per local part, whatever the domain: a local part is unique across
-    # RELAY_DOMAINS (mailboxes.changes reserves it).
+    # RELAY_DOMAINS (mailboxes.lifecycle reserves it).
     one_account_per_local_part = True
 
     def __init__(self, *, imap_url: str, jmap_url: str, admin: str, password: str, timeout: float) -> None:

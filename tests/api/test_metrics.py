@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
-from mailboxes.ending import mailboxes_expire_due
+from mailboxes.lifecycle import mailboxes_expire_due
 from mailboxes.models import CleanupState, Mailbox, MailboxStatus
 from tests.helpers import make_mailbox, make_operations_scene, wait_until
 from tests.stalwart_fake import FORBIDDEN_IN_BODY

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from expiry.cleanup import EXPIRE_BATCH_TASK, EXPIRE_TASK, CleanupOutcome, mailbox_cleanup, mailboxes_cleanup
 from expiry.sweep import schedule_upcoming
-from mailboxes.ending import mailboxes_expire_due
+from mailboxes.lifecycle import mailboxes_expire_due
 from mailboxes.models import Mailbox
 from owed import db_now
 from tests.helpers import make_mailbox, make_mailboxes, row_held, wait_until

@@ -11,7 +11,7 @@ import kombu
 import pytest
 
 from expiry.tasks import expire_mailbox
-from mailboxes.ending import mailboxes_expire_due
+from mailboxes.lifecycle import mailboxes_expire_due
 from mailboxes.models import Mailbox
 from tests.helpers import make_mailbox, make_mailboxes, wait_until
 from tests.stalwart_fake import CONCURRENCY, FORBIDDEN_IN_BODY, HTTP_503, RATE_LIMITED

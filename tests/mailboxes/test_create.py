@@ -74,7 +74,7 @@ def test_bad_local_part_is_400(client_pro, local_part):
 
 @pytest.mark.parametrize("local_part", ["a b", "x" * 65, "ünï", "a@b", "a+b", "../x", ".x", "x.", "a..b"])
 def test_the_service_refuses_a_bad_local_part_whichever_door_calls_it(db, local_part):
-    from mailboxes.creation import mailbox_create
+    from mailboxes.lifecycle import mailbox_create
     from mailboxes.errors import InvalidRequest
     from relay.backends import get_backend
 

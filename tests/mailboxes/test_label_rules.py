@@ -1,11 +1,10 @@
-"""What a mailbox's labels and address take, for every door (mailboxes.changes.labels_checked,
-mailboxes.creation.local_part_checked): kept as each door keeps them, or the field named.
+"""What a mailbox's labels and address take, for every door (mailboxes.lifecycle.labels_checked,
+mailboxes.lifecycle.local_part_checked): kept as each door keeps them, or the field named.
 tests/api/agents/test_mcp.py checks the API and MCP answer with these words."""
 import pytest
 
-from mailboxes.changes import labels_checked
-from mailboxes.creation import local_part_checked
 from mailboxes.errors import InvalidRequest
+from mailboxes.lifecycle import labels_checked, local_part_checked
 
 
 def test_labels_are_kept_as_given_a_repeated_tag_once_and_metadata_as_compact_json():

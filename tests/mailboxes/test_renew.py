@@ -60,7 +60,7 @@ def test_renew_out_of_range_is_400(client_pro, mailbox_id, ttl):
 
 def test_renew_cannot_revive_a_mailbox_expired_between_read_and_write(client_pro, mailbox_id):
     from mailboxes.errors import MailboxExpired
-    from mailboxes.changes import mailbox_renew
+    from mailboxes.lifecycle import mailbox_renew
 
     mailbox = Mailbox.objects.get(id=mailbox_id)
     Mailbox.objects.filter(id=mailbox_id).update(status="expired")  # a sweep got there first

@@ -14,7 +14,7 @@ import pytest
 from django.utils import timezone
 
 from expiry.cleanup import _record_dead
-from mailboxes.ending import mailbox_delete, mailboxes_force_expire
+from mailboxes.lifecycle import mailbox_delete, mailboxes_force_expire
 from mailboxes.models import CleanupState, Mailbox
 from tests import mail_corpus
 from tests.helpers import create_via_api, deliver, row_held, wait_until

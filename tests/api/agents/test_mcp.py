@@ -451,7 +451,7 @@ def test_runmcp_serves_the_same_tools_over_stdio(processes, smtp_server):
 
 def a_mailbox_of(key: str) -> str:
     """A mailbox of the owner of `key`, made as the API makes one."""
-    from mailboxes.creation import mailbox_create
+    from mailboxes.lifecycle import mailbox_create
     from mailboxes.keys import caller_for_secret
     from relay.backends import get_backend
 

@@ -211,7 +211,7 @@ def cyrus_processes(cyrus, processes, settings):
 
 
 def _create(owner_key: str, local_part: str, ttl_ms: int = 600_000) -> Mailbox:
-    from mailboxes.creation import mailbox_create
+    from mailboxes.lifecycle import mailbox_create
     from mailboxes.keys import caller_for_secret
 
     return mailbox_create(backend=get_backend(), caller=caller_for_secret(owner_key), local_part=local_part,

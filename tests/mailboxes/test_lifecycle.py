@@ -1,5 +1,5 @@
-"""How a mailbox stops (mailboxes.ending), called directly: expiry when due."""
-from mailboxes.ending import mailboxes_expire_due
+"""A mailbox's life (mailboxes.lifecycle), called directly: how it ends when due."""
+from mailboxes.lifecycle import mailboxes_expire_due
 from mailboxes.models import CleanupState, Mailbox, MailboxStatus
 from tests.helpers import make_mailbox
 
