@@ -34,9 +34,8 @@ from api.serializers import (
     MessageSearchQuerySerializer,
     MessageSummarySerializer,
 )
-from mailboxes import lifecycle
 from mailboxes.errors import NotFound
-from mailboxes.lifecycle import LABEL_FIELDS, mailbox_create, mailbox_delete
+from mailboxes.lifecycle import LABEL_FIELDS, mailbox_create, mailbox_delete, mailbox_label, mailbox_renew
 from mailboxes.messages import message_delete, message_mark_read
 from mailboxes.threads import thread_get, thread_list, thread_messages, thread_participants
 from relay.inbound.attachments import SAFETY_HEADERS, attachment_of, safe_filename, served_content_type
@@ -165,7 +164,7 @@ class MailboxDetailView(APIView):
     def patch(self, request, mailbox_id):
         mailbox = reading.mailbox_open(caller=request.user, mailbox_id=mailbox_id)
         labels = validated(MailboxPatchSerializer, request.data)
-        return Response(MailboxSerializer.represent(lifecycle.mailbox_label(mailbox=mailbox, labels=labels)))
+        return Response(MailboxSerializer.represent(mailbox_label(mailbox=mailbox, labels=labels)))
 
     @extend_schema(operation_id="mailboxes_delete", summary="Delete a mailbox: it stops receiving and is deprovisioned", responses={204: None})
     def delete(self, request, mailbox_id):
@@ -180,7 +179,7 @@ class MailboxRenewView(APIView):
     def post(self, request, mailbox_id):
         mailbox = reading.mailbox_open(caller=request.user, mailbox_id=mailbox_id)
         body = validated(MailboxRenewSerializer, request.data)
-        mailbox = lifecycle.mailbox_renew(mailbox=mailbox, plan=request.user.plan, ttl_ms=body.get("ttl_ms"))
+        mailbox = mailbox_renew(mailbox=mailbox, plan=request.user.plan, ttl_ms=body.get("ttl_ms"))
         return Response(MailboxSerializer.represent(mailbox))
 
 

@@ -32,9 +32,8 @@ from checks import html_support, message_checks
 from domains.models import Domain, DomainStatus
 from inbox import session
 from inbox.mail_html import policy, shown_html
-from mailboxes import lifecycle
 from mailboxes.errors import NotFound, RateLimited
-from mailboxes.lifecycle import mailbox_create, mailbox_delete
+from mailboxes import lifecycle
 from mailboxes.mail_format import lineage_of
 from mailboxes.messages import message_mark_read
 from mailboxes.models import MailboxStatus
@@ -149,7 +148,8 @@ def anonymous_new(request):
     if not throttle.allow_request(request, None):
         raise RateLimited(_("Too many mailboxes from this address; try again later."),
                           retry_after=throttle.wait() or 60)
-    mailbox, token = mailbox_create(backend=get_backend(), caller=None, local_part=None, domain=None, ttl_ms=None)
+    mailbox, token = lifecycle.mailbox_create(backend=get_backend(), caller=None, local_part=None, domain=None,
+                                              ttl_ms=None)
     response = HttpResponseRedirect(reverse("inbox-mailbox", args=[mailbox.id]))
     session.keep_token(request, response, mailbox.id, token)
     return response
@@ -236,9 +236,10 @@ def account_mailboxes(request):
         try:
             minutes = request.POST.get("ttl_minutes", "").strip()
             ttl_ms = int(minutes) * 60_000 if minutes.isdigit() else None
-            mailbox, _token = mailbox_create(backend=get_backend(), caller=caller,
-                                             local_part=request.POST.get("local_part", "").strip() or None,
-                                             domain=request.POST.get("domain", "").strip() or None, ttl_ms=ttl_ms)
+            mailbox, _token = lifecycle.mailbox_create(backend=get_backend(), caller=caller,
+                                                       local_part=request.POST.get("local_part", "").strip() or None,
+                                                       domain=request.POST.get("domain", "").strip() or None,
+                                                       ttl_ms=ttl_ms)
             return HttpResponseRedirect(reverse("inbox-mailbox", args=[mailbox.id]))
         except RelayError as exc:
             problem = exc.message
@@ -303,7 +304,7 @@ def mailbox_renew(request, mailbox_id: uuid.UUID):
 def mailbox_remove(request, mailbox_id: uuid.UUID):
     caller, mailbox = _caller_mailbox(request, mailbox_id)
     if request.method == "POST":
-        mailbox_delete(mailbox=mailbox)
+        lifecycle.mailbox_delete(mailbox=mailbox)
         return HttpResponseRedirect(reverse("inbox-mailboxes" if caller.owner else "home"))
     return render(request, "inbox/delete.html", {"mailbox": mailbox})
 

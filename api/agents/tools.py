@@ -22,9 +22,8 @@ from api.serializers import (
     MessageDetailSerializer,
     MessageSummarySerializer,
 )
-from mailboxes import lifecycle
 from mailboxes.errors import NotFound
-from mailboxes.lifecycle import mailbox_create, mailbox_delete
+from mailboxes.lifecycle import TAGS_MAX, TAG_PATTERN, labels_checked, mailbox_create, mailbox_delete, mailbox_renew
 from mailboxes.messages import message_mark_read
 from mailboxes.models import Mailbox
 from relay import reading
@@ -68,8 +67,8 @@ def create_mailbox(ttl_minutes: TtlMinutes = None,
                    local_part: Annotated[str | None, Field(description="The part before @: 1-64 of a-z 0-9 . _ -; "
                                                                        "random when omitted.")] = None,
                    name: Annotated[str | None, Field(description="A label for you, up to 100 characters.")] = None,
-                   tags: Annotated[list[str] | None, Field(
-                       description=f"Up to {lifecycle.TAGS_MAX} tags of {lifecycle.TAG_PATTERN.strip('^$')}.")] = None,
+                   tags: Annotated[list[str] | None, Field(description=f"Up to {TAGS_MAX} tags of "
+                                                                        f"{TAG_PATTERN.strip('^$')}.")] = None,
                    domain: Annotated[str | None, Field(description="Relay's own domain when omitted, or one of your "
                                                                    "verified domains (list_domains).")] = None,
                    ) -> CallToolResult:
@@ -80,8 +79,8 @@ def create_mailbox(ttl_minutes: TtlMinutes = None,
     taken on the mail server), invalid_request (a bad argument), forbidden (a mailbox
     token cannot create mailboxes)."""
     owner = calling_owner()
-    labels = lifecycle.labels_checked({field: value for field, value in (("name", name), ("tags", tags))
-                                     if value is not None})
+    labels = labels_checked({field: value for field, value in (("name", name), ("tags", tags))
+                             if value is not None})
     mailbox, _ = mailbox_create(backend=get_backend(), caller=owner, local_part=local_part, domain=domain,
                                 ttl_ms=minutes_to_ms(ttl_minutes), labels=labels)
     return result(_mailbox_out(mailbox))
@@ -110,8 +109,8 @@ def renew_mailbox(mailbox_id: MailboxId, ttl_minutes: TtlMinutes = None) -> Call
     invalid_request (ttl_minutes over the plan's cap)."""
     principal = calling()
     mailbox = reading.mailbox_open(caller=principal, mailbox_id=mailbox_id)
-    return result(_mailbox_out(lifecycle.mailbox_renew(mailbox=mailbox, plan=principal.plan,
-                                                      ttl_ms=minutes_to_ms(ttl_minutes))))
+    return result(_mailbox_out(mailbox_renew(mailbox=mailbox, plan=principal.plan,
+                                             ttl_ms=minutes_to_ms(ttl_minutes))))
 
 
 @tool(output=Deleted, destructive=True, idempotent=False)
