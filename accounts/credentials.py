@@ -66,32 +66,32 @@ REVOCATIONS_COUNTER = "relay:revocations"
 REVOKED_CHANNEL = "relay:revoked"
 # After Redis fails, this long without asking it (every request would otherwise wait
 # for its timeout): keys are looked up in the database meanwhile.
-PAUSE_AFTER_FAILURE_SECONDS = 5.0
+REVOCATIONS_PAUSE_SECONDS = 5.0
 
 # Every request asks: a Redis that does not answer at once counts as failing.
-TIMEOUT_SECONDS = 0.5
+REVOCATIONS_TIMEOUT_SECONDS = 0.5
 _paused_until = 0.0
 
 
-def _connection() -> redis.Redis | None:
-    return events_redis(timeout=TIMEOUT_SECONDS)
+def _revocations_redis() -> redis.Redis | None:
+    return events_redis(timeout=REVOCATIONS_TIMEOUT_SECONDS)
 
 
-def _redis() -> redis.Redis | None:
-    return None if time.monotonic() < _paused_until else _connection()
+def _revocations_redis_unless_paused() -> redis.Redis | None:
+    return None if time.monotonic() < _paused_until else _revocations_redis()
 
 
 def _failed(action: str, exc: Exception) -> None:
     global _paused_until
-    _paused_until = time.monotonic() + PAUSE_AFTER_FAILURE_SECONDS
+    _paused_until = time.monotonic() + REVOCATIONS_PAUSE_SECONDS
     logger.warning("could not %s the revocation counter in Redis (%s); keys are looked up on every request "
-                   "for the next %.0f s", action, exc, PAUSE_AFTER_FAILURE_SECONDS)
+                   "for the next %.0f s", action, exc, REVOCATIONS_PAUSE_SECONDS)
 
 
 def revocation_count() -> int | None:
     """The revocation counter, or None when there is none to trust (no Redis, or Redis
     failing): then nothing may be served from a cache."""
-    client = _redis()
+    client = _revocations_redis_unless_paused()
     if client is None:
         return None
     try:
@@ -107,7 +107,7 @@ def revocation_announce() -> None:
 
 
 def _revocation_announce_now() -> None:
-    client = _connection()  # even while reads are paused: a revocation is worth one slow call
+    client = _revocations_redis()  # even while reads are paused: a revocation is worth one slow call
     if client is None:
         return
     try:
@@ -127,7 +127,7 @@ class Cache:
     stood when the entry was made, for at most RELAY_KEY_CACHE_SECONDS, and `max_entries` of
     them. Nothing is cached without a counter to trust (no Redis, or Redis failing)."""
 
-    every: "weakref.WeakSet[Cache]" = weakref.WeakSet()  # forget_account and clear_all reach each of them
+    every: "weakref.WeakSet[Cache]" = weakref.WeakSet()  # caches_forget_account and caches_clear_all reach each
 
     def __init__(self, *, account_of: Callable[[object], int | None], copy: Callable = lambda value: value,
                  max_entries: int = 10_000) -> None:
@@ -167,14 +167,14 @@ class Cache:
         self.entries.clear()
 
 
-def forget_account(account_id: int) -> None:
+def caches_forget_account(account_id: int) -> None:
     """This process forgets every credential it cached for the account (each other process
     before its next request, by the counter)."""
     for cache in Cache.every:
         cache.forget_account(account_id)
 
 
-def clear_all() -> None:
+def caches_clear_all() -> None:
     for cache in Cache.every:
         cache.clear()
 
@@ -204,12 +204,12 @@ def api_key_for_hash(digest: str) -> ApiKey | None:
 def key_revoked(*, account_id: int) -> None:
     """After a key of the account, or the account itself, was revoked or suspended: this
     process forgets its keys now, and every other process before its next request."""
-    forget_account(account_id)
+    caches_forget_account(account_id)
     revocation_announce()
 
 
 def key_cache_clear() -> None:
-    clear_all()
+    caches_clear_all()
     _touched.clear()
 
 
