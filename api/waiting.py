@@ -26,10 +26,10 @@ from api.pagination import PAGE_SIZE
 from api.pooling import in_pool
 from api.serializers import (EventsQuerySerializer, MessageDetailSerializer, MessageSummarySerializer,
                              WaitQuerySerializer, message_codes)
-from mailboxes.messages import message_mark_read
-from mailboxes.errors import Forbidden, RateLimited, RelayError
-from mailboxes.models import Direction, Mailbox, MailboxStatus
 from mailboxes import wakeups
+from mailboxes.errors import Forbidden, RateLimited, RelayError
+from mailboxes.messages import message_mark_read
+from mailboxes.models import Direction, Mailbox, MailboxStatus
 from owed import db_now
 from relay import reading
 

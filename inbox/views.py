@@ -23,8 +23,8 @@ from oauth2_provider.models import get_access_token_model, get_refresh_token_mod
 from oauth2_provider.views import AuthorizationView
 
 from accounts import services as accounts
-from accounts.errors import Forbidden, RelayError
 from accounts.credentials import api_key_revoke
+from accounts.errors import Forbidden, RelayError
 from api.authentication import AccountRouteThrottle, AnonymousCreateThrottle
 from api.errors import error_of
 from api.waiting import event_stream
@@ -32,8 +32,8 @@ from checks import html_support, message_checks
 from domains.models import Domain, DomainStatus
 from inbox import session
 from inbox.mail_html import policy, shown_html
-from mailboxes.errors import NotFound, RateLimited
 from mailboxes import lifecycle
+from mailboxes.errors import NotFound, RateLimited
 from mailboxes.mail_format import lineage_of
 from mailboxes.messages import message_mark_read
 from mailboxes.models import MailboxStatus

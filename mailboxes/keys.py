@@ -4,9 +4,9 @@ import logging
 import uuid
 from dataclasses import dataclass
 
+from accounts.credentials import API_KEY_PREFIX, api_key_for_hash, api_key_touch, hash_key, new_key
 from accounts.errors import AccountSuspended, Forbidden
 from accounts.models import Account, AccountStatus, Plan
-from accounts.credentials import API_KEY_PREFIX, api_key_for_hash, api_key_touch, hash_key, new_key
 from accounts.oauth import token_grant
 from mailboxes.models import Mailbox
 

@@ -6,10 +6,10 @@ from celery import shared_task
 from django.conf import settings
 
 from mailboxes.messages import contents_index_words
-from relay.outbox import send as outbox
-from relay.outbox.account_mail import account_recovery_request
 from relay import mailserver
 from relay.backends import NothingToReconcile
+from relay.outbox import send as outbox
+from relay.outbox.account_mail import account_recovery_request
 from relay.reconcile import orphans_find
 
 logger = logging.getLogger(__name__)

@@ -7,8 +7,8 @@ from datetime import timedelta
 from django.conf import settings
 from django.db import connection, transaction
 
-from mailboxes.models import Mailbox
 from mailboxes.messages import execute_prepared
+from mailboxes.models import Mailbox
 from owed import db_now
 from webhooks.models import Webhook, WebhookDelivery, WebhookEvent
 

@@ -13,8 +13,8 @@ from django.core.cache import cache
 from django.db import IntegrityError
 from django.db.models import F
 
-from mailboxes.models import Mailbox, MailboxStatus, Message
 from mailboxes.messages import MailboxFull, recipient_by_id
+from mailboxes.models import Mailbox, MailboxStatus, Message
 from relay.backends import BackendError, TransientBackendError, mail_store
 from relay.ingest import message_ingest
 from relay.metrics import MAILSERVER_STORED

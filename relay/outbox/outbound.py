@@ -21,8 +21,8 @@ from django.db.models import QuerySet
 from accounts.models import Account, plan_limit
 from mailboxes.errors import Forbidden, Gone, InvalidRequest, MessageTooLarge, NotFound, QuotaExceeded
 from mailboxes.mail_format import FORWARD_PREFIX, NOT_ONE_LINE, REPLY_PREFIX, breaks_line, header, lineage_of
-from mailboxes.models import Direction, Mailbox, Message
 from mailboxes.messages import MailboxFull, recipient_by_id
+from mailboxes.models import Direction, Mailbox, Message
 from owed import db_now
 from relay import reading
 from relay.ingest import message_ingest
