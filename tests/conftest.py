@@ -17,14 +17,13 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 import redis
-import requests
 from aiosmtpd.controller import Controller
 from django.conf import settings
 from rest_framework.test import APIClient
 
 from accounts.credentials import key_cache_clear
 from accounts.services import account_create_with_key
-from tests.helpers import ROOT, create_mailbox, free_port, wait_until
+from tests.helpers import ROOT, answers, create_mailbox, free_port, wait_until
 from tests.stalwart_fake import MAIL_SERVER_ID, TOKEN, FakeStalwart
 
 
@@ -359,6 +358,9 @@ def sink():
 CELERY = [sys.executable, "-m", "celery", "-A", "config"]
 # As docker-compose runs gunicorn: the longest request line gunicorn allows.
 GUNICORN_LIMITS = ["--limit-request-line", "8190"]
+# What a web worker logs once it has imported the app. Gunicorn's "Booting worker" comes
+# before that import, with the port already bound: a request then waits for the import.
+WEB_READY = "Application startup complete."
 
 
 class Processes:
@@ -410,7 +412,7 @@ class Processes:
         return self._spawn(name, [sys.executable, "-m", "gunicorn", "config.asgi", "-k", "uvicorn_worker.UvicornWorker",
                                   "-w", str(workers),
                                   "-b", f"127.0.0.1:{port}", "--timeout", "60", *GUNICORN_LIMITS],
-                           ready_text="Booting worker", env=env)
+                           ready_text=WEB_READY, env=env)
 
     def start_web(self, name: str = "web", *, env: dict | None = None, workers: int = 1, wait: bool = True) -> str:
         """A web process on a free port; its base URL. With `wait`, once it answers."""
@@ -419,7 +421,7 @@ class Processes:
         base = f"http://127.0.0.1:{port}"
         if wait:
             self.wait_ready()
-            wait_until(lambda: _answers(f"{base}/api/v1/"), timeout=30, message=f"{name} to answer")
+            wait_until(lambda: answers(f"{base}/api/v1/"), timeout=30, message=f"{name} to answer")
         return base
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
@@ -444,13 +446,6 @@ class Processes:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(5)
-
-
-def _answers(url: str) -> bool:
-    try:
-        return requests.get(url, timeout=5).status_code < 500
-    except requests.RequestException:
-        return False
 
 
 def _test_database_url() -> str:

@@ -1,5 +1,5 @@
 """What many test modules share (mail itself is tests/mail_corpus.py's): waiting with a
-deadline, a free port, and one way to make each thing.
+deadline (`answers`: for a web process), a free port, and one way to make each thing.
 
 - `make_mailbox` writes a mailbox row directly (with its address reservation), for
   tests of the expiry engine and the operators that set up states the API cannot.
@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 
+import requests
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -50,6 +51,17 @@ def row_held(model, pk):
     finally:
         release.set()
         holder.join()
+
+
+def answers(url: str, *, status: int | None = None, method: str = "GET", **request) -> bool:
+    """For `wait_until`, whether a web process answers `url`: with `status` when given, else
+    with anything below 500. False while it cannot answer yet: the port refuses, or the
+    request times out because the worker is still importing the app behind a bound port."""
+    try:
+        answer = requests.request(method, url, timeout=5, **request)
+    except requests.RequestException:
+        return False
+    return answer.status_code == status if status is not None else answer.status_code < 500
 
 
 def wait_until(predicate, *, timeout: float, interval: float = 0.05, message: str = "condition"):

@@ -15,9 +15,9 @@ import requests
 
 from accounts.services import account_create_with_key
 from mailboxes.models import Mailbox
-from tests.conftest import CELERY, _answers
+from tests.conftest import CELERY, WEB_READY
 from tests.expiry.test_workers import assert_each_deprovisioned_once_and_never_early, wait_settled
-from tests.helpers import free_port, wait_until
+from tests.helpers import answers, free_port, wait_until
 from tests.hosts import Hosts, why_no_hosts
 from tests.mail_corpus import mail
 
@@ -61,7 +61,7 @@ def test_skewed_clocks_and_a_cut_link_end_every_mailbox_once_never_early_never_l
 
     web, smtp = hosts.hosts["web"], hosts.hosts["smtp"]
     start("web", [sys.executable, "-m", "gunicorn", "config.asgi", "-k", "uvicorn_worker.UvicornWorker", "-w", "1",
-                  "-b", f"{web.address}:8000", "--timeout", "60"], "Booting worker",
+                  "-b", f"{web.address}:8000", "--timeout", "60"], WEB_READY,
           RELAY_MIN_TTL_MS="1000", DJANGO_ALLOWED_HOSTS=web.address)
     # Verdicts would ask DNS servers this host cannot reach; they are not what this test is about.
     start("smtp", [sys.executable, "manage.py", "runsmtp", "--host", smtp.address, "--port", "2525"], "SMTP listening",
@@ -72,7 +72,7 @@ def test_skewed_clocks_and_a_cut_link_end_every_mailbox_once_never_early_never_l
     start("beat", [*CELERY, "beat", "-l", "INFO", "--pidfile", str(processes.tmp_path / "beat.pid"),
                    "-s", str(processes.tmp_path / "beat-schedule")], "beat: Starting")
     processes.wait_ready()
-    wait_until(lambda: _answers(f"http://{web.address}:8000/api/v1/"), timeout=30, message="the web host to answer")
+    wait_until(lambda: answers(f"http://{web.address}:8000/api/v1/"), timeout=30, message="the web host to answer")
 
     _, key = account_create_with_key(login="hosts", plan="pro")
     session = requests.Session()

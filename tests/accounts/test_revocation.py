@@ -15,7 +15,7 @@ from django.core.management import call_command
 
 from accounts.models import Account, TokenAction
 from accounts.services import account_create_with_key, recovery_confirm, token_issue
-from tests.helpers import wait_until
+from tests.helpers import answers, wait_until
 
 pytestmark = pytest.mark.workers
 
@@ -30,7 +30,7 @@ def two_webs(processes):
     processes.wait_ready()
     _, key = account_create_with_key(login="owner", plan="pro")
     for base in (first, second):
-        wait_until(lambda: requests.get(f"{base}/whoami", headers=bearer(key), timeout=5).status_code == 200,
+        wait_until(lambda: answers(f"{base}/whoami", headers=bearer(key), status=200),
                    timeout=30, message=f"{base} to answer")
     return first, second, key
 
@@ -132,7 +132,7 @@ def test_one_key_cannot_hold_more_open_streams_than_the_cap(processes):
     base = processes.start_web(env={"RELAY_MAX_OPEN_WAITS": "2"}, wait=False) + "/api/v1"
     processes.wait_ready()
     _, key = account_create_with_key(login="greedy", plan="pro")
-    wait_until(lambda: requests.get(f"{base}/whoami", headers=bearer(key), timeout=5).status_code == 200,
+    wait_until(lambda: answers(f"{base}/whoami", headers=bearer(key), status=200),
                timeout=30, message="the web process")
     box = requests.post(f"{base}/mailboxes", headers=bearer(key), json={}, timeout=10).json()
     url = f"{base}/mailboxes/{box['id']}/events"
@@ -163,7 +163,7 @@ def test_an_accounts_keys_share_one_cap_on_open_waits(processes):
     base = processes.start_web(env={"RELAY_MAX_OPEN_WAITS": "2"}, wait=False) + "/api/v1"
     processes.wait_ready()
     _, key = account_create_with_key(login="many-keys", plan="pro")
-    wait_until(lambda: requests.get(f"{base}/whoami", headers=bearer(key), timeout=5).status_code == 200,
+    wait_until(lambda: answers(f"{base}/whoami", headers=bearer(key), status=200),
                timeout=30, message="the web process")
     keys = [key] + [second_key(base, key)["api_key"] for _ in range(2)]
     box = requests.post(f"{base}/mailboxes", headers=bearer(key), json={}, timeout=10).json()

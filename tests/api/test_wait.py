@@ -14,7 +14,7 @@ from accounts.services import account_create_with_key
 from mailboxes import wakeups
 from mailboxes.models import Mailbox
 from tests import mail_corpus
-from tests.helpers import deliver, free_port, wait_until
+from tests.helpers import answers, deliver, free_port, wait_until
 
 pytestmark = pytest.mark.workers
 
@@ -47,7 +47,8 @@ def api(web_port, transactional_db, broker):
     port = web_port
     _, key = account_create_with_key(login="waiter", plan="pro")
     api = Api(port, key)
-    wait_until(lambda: api.get("/whoami", timeout=5).status_code == 200, timeout=30, message="the ASGI server")
+    wait_until(lambda: answers(api.base + "/whoami", headers=api.session.headers, status=200), timeout=30,
+               message="the ASGI server")
     return api
 
 

@@ -24,7 +24,7 @@ from accounts.services import account_create_with_key
 from domains.models import Domain
 from mailboxes.models import Mailbox
 from relay.models import OutboxMail
-from tests.helpers import ROOT, free_port, wait_until
+from tests.helpers import ROOT, answers, free_port, wait_until
 from tests import dkim_keys
 from tests.domains.test_domains import publish
 from tests.mail_corpus import mail, send, send_mail
@@ -73,7 +73,7 @@ def mcp_web(module_processes):
     module_processes.web("web", port)
     module_processes.wait_ready()
     url = f"http://127.0.0.1:{port}/mcp"
-    wait_until(lambda: requests.post(url, timeout=5).status_code == 401, timeout=30, message="/mcp to answer")
+    wait_until(lambda: answers(url, method="POST", status=401), timeout=30, message="/mcp to answer")
     return Http(url)
 
 
@@ -479,13 +479,13 @@ def test_runmcp_refuses_to_start_without_a_valid_key(processes):
 def test_get_and_other_methods_are_405_and_hold_no_stream(mcp_http, owner):
     store = redis.Redis.from_url(settings.RELAY_EVENTS_REDIS_URL)
     headers = {"Authorization": f"Bearer {owner}", "Accept": "text/event-stream"}
-    answers = [requests.get(mcp_http.url, headers=headers, timeout=10, stream=True) for _ in range(30)]
-    assert {answer.status_code for answer in answers} == {405}
-    assert all(answer.headers["Allow"] == "POST" for answer in answers)
-    assert all(answer.headers["Content-Type"] == "application/json" for answer in answers)
+    gets = [requests.get(mcp_http.url, headers=headers, timeout=10, stream=True) for _ in range(30)]
+    assert {answer.status_code for answer in gets} == {405}
+    assert all(answer.headers["Allow"] == "POST" for answer in gets)
+    assert all(answer.headers["Content-Type"] == "application/json" for answer in gets)
     assert requests.delete(mcp_http.url, headers=headers, timeout=10).status_code == 405
     assert sum(store.zcard(name) for name in store.scan_iter("relay:open-waits:*")) == 0
-    for answer in answers:
+    for answer in gets:
         answer.close()
 
 

@@ -19,7 +19,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
 
 from accounts.services import account_create_with_key, account_suspend
-from tests.helpers import free_port, wait_until
+from tests.helpers import answers, free_port, wait_until
 from tests.relay.inbound.test_starttls import certificates  # noqa: F401 (a fixture: the suite's CA)
 
 pytestmark = pytest.mark.workers
@@ -33,7 +33,7 @@ def relay(module_processes):
     base = f"http://127.0.0.1:{port}"
     module_processes.web("oauth-web", port, env={"RELAY_PUBLIC_URL": base})
     module_processes.wait_ready()
-    wait_until(lambda: requests.get(base + "/readyz", timeout=5).ok, timeout=30, message="the web process")
+    wait_until(lambda: answers(base + "/readyz", status=200), timeout=30, message="the web process")
     return base
 
 
@@ -245,7 +245,7 @@ def test_a_token_cached_by_another_process_is_refused_there_on_the_next_request(
     other = f"http://127.0.0.1:{port}"  # the same Relay (its public URL, so its resource), another process
     module_processes.web("oauth-web-2", port, env={"RELAY_PUBLIC_URL": relay})
     module_processes.wait_ready()
-    wait_until(lambda: requests.get(other + "/readyz", timeout=5).ok, timeout=30, message="the second web process")
+    wait_until(lambda: answers(other + "/readyz", status=200), timeout=30, message="the second web process")
     client_id = register(relay)
     token = grant(relay, person, client_id, scope="mailboxes")["access_token"]
     for _ in range(3):  # cached by the second process
@@ -350,7 +350,7 @@ def relay_trusting_this_machine(module_processes, certificates):
     module_processes.web("oauth-web-cimd", port, env={"RELAY_PUBLIC_URL": base, "RELAY_WEBHOOK_ALLOW_PRIVATE": "true",
                                                       "RELAY_WEBHOOK_CA_FILE": str(certificates / "ca.pem")})
     module_processes.wait_ready()
-    wait_until(lambda: requests.get(base + "/readyz", timeout=5).ok, timeout=30, message="the web process")
+    wait_until(lambda: answers(base + "/readyz", status=200), timeout=30, message="the web process")
     return base
 
 

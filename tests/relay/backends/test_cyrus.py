@@ -17,7 +17,7 @@ from relay import mailserver
 from relay.backends import get_backend
 from relay.reconcile import orphans_find
 from tests import mail_corpus as corpus
-from tests.helpers import create_via_api, free_port, wait_until
+from tests.helpers import answers, create_via_api, free_port, wait_until
 
 
 def mail(to: str, subject: str, text: str, *, filler: int = 0, **options) -> bytes:
@@ -227,7 +227,7 @@ def test_a_held_wait_and_an_event_stream_are_answered_by_an_lmtp_delivery(cyrus_
     box = _create(client_pro.key, "waiter")
     base = f"http://127.0.0.1:{port}/api/v1/mailboxes/{box.id}"
     headers = {"Authorization": f"Bearer {client_pro.key}"}
-    wait_until(lambda: requests.get(base, headers=headers, timeout=5).status_code == 200, timeout=30,
+    wait_until(lambda: answers(base, headers=headers, status=200), timeout=30,
                message="the web process")
 
     stream = requests.get(f"{base}/events", headers=headers, stream=True, timeout=30)
