@@ -28,13 +28,14 @@ migrate: install
 run: install
 	scripts/run.sh
 
-## Set up and run the whole test suite.
+## Set up and run the whole test suite, on two cores (tests/parallel.py).
+PARALLEL := -n 2 --dist loadfile
 test: install-dev
-	scripts/test.sh
+	scripts/test.sh $(PARALLEL)
 
 ## The suite with one core kept busy, as on a machine at about half speed.
 test-half-speed: install-dev
-	scripts/with-busy-core.sh scripts/test.sh
+	scripts/with-busy-core.sh scripts/test.sh $(PARALLEL)
 
 ## Run one benchmark: make bench NAME=expiry_burst ARGS="--mailboxes 20000" (see docs/benchmarks.md).
 bench: install-dev

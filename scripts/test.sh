@@ -97,4 +97,5 @@ unset CACHE_URL EMAIL_URL STALWART_URL STALWART_TOKEN RELAY_DOMAINS CYRUS_IMAP_U
   RELAY_AUTHSERV_ID RELAY_MAX_DOMAINS RELAY_SMTP_VERDICTS RELAY_SPAMD_URL RELAY_LINK_CHECK_ALLOW_PRIVATE
 # The web processes the suite starts serve static files as production does: collected.
 $BIN/python manage.py collectstatic --noinput -v0
-exec $BIN/pytest "$@"
+# As `python -m`: the checkout is on sys.path before pytest reads its plugins (tests/parallel.py).
+exec $BIN/python -m pytest "$@"
