@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from pathlib import Path
 
 import redis
 
@@ -51,7 +52,9 @@ def _private_redis(worker: str) -> str:
             break
         except redis.ConnectionError:
             if server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the Redis for xdist worker {worker} did not start: see {workdir}/redis.log")
+                log = Path(workdir, "redis.log")
+                said = log.read_text(errors="replace")[-2000:] if log.exists() else "(no log)"
+                raise RuntimeError(f"the Redis for xdist worker {worker} did not start on port {port}:\n{said}")
             time.sleep(0.05)
     return f"redis://127.0.0.1:{port}/15"
 
