@@ -370,21 +370,24 @@ class Processes:
         self.tmp_path = tmp_path
         self.env = env
         self.procs: dict[str, tuple[subprocess.Popen, Path]] = {}
-        self.starting: list[tuple[str, str]] = []
+        self.starting: list[tuple[str, str, int]] = []
 
-    def _spawn(self, name: str, command: list[str], ready_text: str, env: dict | None = None) -> subprocess.Popen:
+    def _spawn(self, name: str, command: list[str], ready_text: str, env: dict | None = None,
+               ready_count: int = 1) -> subprocess.Popen:
+        """Start `command`; `wait_ready` then waits for `ready_text` in its log `ready_count`
+        times (once per worker of a process that forks several)."""
         log = self.tmp_path / f"{name}.log"
         proc = subprocess.Popen(command, cwd=ROOT, env={**self.env, **(env or {})}, stdout=log.open("wb"),
                                 stderr=subprocess.STDOUT, start_new_session=True)
         self.procs[name] = (proc, log)
-        self.starting.append((name, ready_text))
+        self.starting.append((name, ready_text, ready_count))
         return proc
 
     def wait_ready(self) -> None:
         """Wait for every process started so far to say it is ready (they start in parallel)."""
-        for name, ready_text in self.starting:
+        for name, ready_text, count in self.starting:
             proc, log = self.procs[name]
-            wait_until(lambda: ready_text in log.read_text(errors="replace") or proc.poll() is not None,
+            wait_until(lambda: log.read_text(errors="replace").count(ready_text) >= count or proc.poll() is not None,
                        timeout=60, interval=0.1, message=f"{name} to start")
             assert proc.poll() is None, f"{name} exited:\n{log.read_text(errors='replace')[-3000:]}"
         self.starting.clear()
@@ -412,7 +415,7 @@ class Processes:
         return self._spawn(name, [sys.executable, "-m", "gunicorn", "config.asgi", "-k", "uvicorn_worker.UvicornWorker",
                                   "-w", str(workers),
                                   "-b", f"127.0.0.1:{port}", "--timeout", "60", *GUNICORN_LIMITS],
-                           ready_text=WEB_READY, env=env)
+                           ready_text=WEB_READY, env=env, ready_count=workers)
 
     def start_web(self, name: str = "web", *, env: dict | None = None, workers: int = 1, wait: bool = True) -> str:
         """A web process on a free port; its base URL. With `wait`, once it answers."""
