@@ -79,7 +79,9 @@ if ! command -v spamd >/dev/null && [ ! -x /usr/sbin/spamd ]; then
 fi
 
 # The test process and every worker it starts read the same settings.
-export DATABASE_URL="postgres://postgres@127.0.0.1:$PG_PORT/relay"
+# RELAY_TEST_DATABASE names the database (its test copies are test_<name>…), so two checkouts
+# can run their suites side by side on one PostgreSQL.
+export DATABASE_URL="postgres://postgres@127.0.0.1:$PG_PORT/${RELAY_TEST_DATABASE:-relay}"
 export CELERY_BROKER_URL="redis://127.0.0.1:$REDIS_PORT/15"
 export RELAY_BACKEND=local
 # Shorter clocks than production, so the worker tests finish in seconds: a sweep every
