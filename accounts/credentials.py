@@ -20,7 +20,7 @@ from django.db.models.functions import Now
 
 from accounts.errors import NotFound, QuotaExceeded
 from accounts.models import Account, ApiKey
-from accounts.redis_clients import events_redis
+from core.redis_clients import events_redis
 
 logger = logging.getLogger(__name__)
 

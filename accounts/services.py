@@ -15,7 +15,7 @@ from accounts import tokens
 from accounts.credentials import api_key_create, key_revoked
 from accounts.errors import AccountSuspended, Conflict, Gone, InvalidRequest
 from accounts.models import LOGIN_PATTERN, Account, AccountStatus, ApiKey, Plan, Token, TokenAction
-from owed import db_now
+from core.clock import db_now
 
 logger = logging.getLogger(__name__)
 

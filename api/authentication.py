@@ -6,7 +6,7 @@ from rest_framework.settings import api_settings
 
 from django.conf import settings
 
-from api.client import client_group_of
+from core.client_address import client_group_of
 from mailboxes.keys import Caller, caller_for_secret
 
 # --- what each OAuth scope opens (docs/agents.md, "Scopes") ---------------------------------------

@@ -14,7 +14,7 @@ from oauth2_provider.cimd import CIMDError, SafeMetadataFetcher, _effective_max_
 from oauth2_provider.settings import oauth2_settings
 
 from api.authentication import AccountRouteThrottle
-from webhooks.transport import DeliveryTimedOut, PrivateAddress, TransportFailed, get_document
+from core.http import DeliveryTimedOut, PrivateAddress, TransportFailed, get_document
 
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
@@ -44,7 +44,7 @@ class RegistrationAllowed:
 
 class ClientDocumentFetcher(SafeMetadataFetcher):
     """An agent's client ID metadata document, fetched under the webhooks' address rules
-    (webhooks.transport: a public address, pinned, one deadline, no redirect), capped in
+    (core.http: a public address, pinned, one deadline, no redirect), capped in
     size; the toolkit checks what it says and caches it."""
 
     def fetch(self, client_id):

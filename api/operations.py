@@ -7,7 +7,7 @@ from django.core.cache import cache
 
 from expiry.operators import cleanup_oldest_owed_since, cleanups_per_minute
 from mailboxes.models import CleanupState, MailboxStatus
-from owed import db_now
+from core.clock import db_now
 from relay.models import OutboxStatus
 from relay.outbox.operators import outbox_counts
 from relay.reading import contents_words_owed, mailbox_counts

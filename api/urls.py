@@ -2,7 +2,7 @@ from django.urls import path, register_converter
 from django.views.decorators.csrf import csrf_exempt
 
 from api import account_views, check_views, domain_views, views, waiting, webhook_views
-from api.pooling import DNS_CHECKS, in_pool, pooled
+from core.pools import DNS_CHECKS, in_pool, pooled
 
 
 class RowIdConverter:

@@ -17,20 +17,20 @@ from django.http import HttpResponseNotAllowed, JsonResponse, StreamingHttpRespo
 from rest_framework import exceptions
 
 from accounts import credentials
-from accounts.redis_clients import events_redis, events_subscription_client
+from core.redis_clients import events_redis, events_subscription_client
 from api.authentication import (WAITS, BearerAuthentication, InsufficientScope, Principal, insufficient_scope,
                                 scope_covers)
 from api.errors import error_body, json_error_response
 from api.fields import validated
 from api.pagination import PAGE_SIZE
-from api.pooling import in_pool
+from core.pools import in_pool
 from api.serializers import (EventsQuerySerializer, MessageDetailSerializer, MessageSummarySerializer,
                              WaitQuerySerializer, message_codes)
 from mailboxes import wakeups
 from mailboxes.errors import Forbidden, RateLimited, RelayError
 from mailboxes.messages import message_mark_read
 from mailboxes.models import Direction, Mailbox, MailboxStatus
-from owed import db_now
+from core.clock import db_now
 from relay import reading
 
 logger = logging.getLogger(__name__)

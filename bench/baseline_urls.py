@@ -2,7 +2,7 @@
 from django.http import Http404, JsonResponse
 from django.urls import include, path
 
-from api.pooling import in_pool
+from core.pools import in_pool
 
 
 def _select(mailbox_id):

@@ -104,14 +104,14 @@ def run(args, cyrus, env: dict, metrics_dir: str) -> None:
     from django.db import connection
 
     from accounts.services import account_create_with_key
-    from expiry.schedules import install_schedules
+    from core.schedules import install_schedules
     from mailboxes.lifecycle import mailbox_create
     from mailboxes.keys import Caller
     from mailboxes.models import Mailbox, Message
     from relay import mailserver
-    from relay.backends import get_backend
+    from relay.backends import get_backend, keeps_accounts
 
-    install_schedules()
+    install_schedules(read_mail_server=keeps_accounts())
     worker_args = [sys.executable, "-m", "celery", "-A", "config", "worker", "-c", "2", "-n", "bench-cyrus@%h",
                    "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "INFO"]
     empty = spawn("worker-cyrus-empty", worker_args, env=env, ready=" ready.")

@@ -17,8 +17,8 @@ from django.utils import timezone
 from checks.models import LinkCheck
 from mailboxes.errors import NotFound
 from mailboxes.models import Message
-from relay import task_names
-from webhooks import transport
+from core import task_names
+from core import http
 
 logger = logging.getLogger(__name__)
 
@@ -81,13 +81,13 @@ def link_check(session: requests.Session, url: str) -> dict:
     allow_private = settings.RELAY_LINK_CHECK_ALLOW_PRIVATE
     result = {"url": url, "status_code": None, "final_url": url, "redirects": 0, "error": None, "ok": False}
     current = url
-    with transport.Deadline(seconds) as deadline:
+    with http.Deadline(seconds) as deadline:
         try:
             while True:
-                status, location = transport.probe(session, current, "HEAD", allow_private=allow_private,
+                status, location = http.probe(session, current, "HEAD", allow_private=allow_private,
                                                    seconds=seconds)
                 if status >= 400 and status not in (404, 410):  # refused: a GET is what a reader's browser sends
-                    status, location = transport.probe(session, current, "GET", allow_private=allow_private,
+                    status, location = http.probe(session, current, "GET", allow_private=allow_private,
                                                        seconds=seconds)
                 result.update(status_code=status, final_url=current)
                 if status not in REDIRECTS or not location:
@@ -98,7 +98,7 @@ def link_check(session: requests.Session, url: str) -> dict:
                 current = urljoin(current, location)
                 result["redirects"] += 1
                 result["final_url"] = current
-        except transport.PrivateAddress as exc:
+        except http.PrivateAddress as exc:
             result["error"] = str(exc)
         except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
             result["error"] = (f"no answer within {seconds} s" if deadline.passed
@@ -109,7 +109,7 @@ def link_check(session: requests.Session, url: str) -> dict:
 
 def links_check_urls(urls: list[str]) -> list[dict]:
     """Each URL's result, in order, RELAY_LINK_CHECK_CONCURRENCY at once."""
-    session = transport.pinned_session()
+    session = http.pinned_session()
     with ThreadPoolExecutor(max_workers=settings.RELAY_LINK_CHECK_CONCURRENCY) as pool:
         return list(pool.map(lambda url: link_check(session, url), urls))
 

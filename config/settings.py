@@ -15,7 +15,7 @@ import environ
 from kombu import Exchange, Queue
 from django.core.exceptions import ImproperlyConfigured
 
-from relay import task_names  # names only: it imports nothing
+from core import task_names  # names only: it imports nothing
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -263,7 +263,7 @@ SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]
 AXES_FAILURE_LIMIT = 5
 AXES_COOLOFF_TIME = timedelta(minutes=15)
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
-AXES_CLIENT_IP_CALLABLE = "api.client.client_group_of"
+AXES_CLIENT_IP_CALLABLE = "core.client_address.client_group_of"
 AXES_RESET_ON_SUCCESS = True
 
 # --- REST API --------------------------------------------------------------------------

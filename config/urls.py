@@ -4,7 +4,7 @@ from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from api import health, metrics, oauth, pages
-from api.pooling import pooled_page
+from core.pools import pooled_page
 from inbox import views as inbox
 
 urlpatterns = [

@@ -5,7 +5,7 @@ receiver check what Relay signs for the domain. Those two make a domain verified
 and DMARC are recommended: reported, not required."""
 from django.conf import settings
 
-from domains import dns
+from core import dns
 from domains.models import Domain
 
 OK, MISSING, WRONG, UNCHECKED = "ok", "missing", "wrong", "unchecked"

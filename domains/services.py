@@ -12,7 +12,7 @@ from accounts.errors import Conflict, InvalidRequest, NotFound, QuotaExceeded
 from accounts.models import Account, plan_limit
 from domains import keys, records
 from domains.models import Domain, DomainStatus
-from owed import db_now
+from core.clock import db_now
 
 logger = logging.getLogger(__name__)
 

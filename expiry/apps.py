@@ -3,9 +3,10 @@ from django.db.models.signals import post_migrate
 
 
 def _sync_schedules(sender, **kwargs) -> None:
-    from expiry.schedules import install_schedules
+    from core.schedules import install_schedules
+    from relay.backends import keeps_accounts
 
-    install_schedules()
+    install_schedules(read_mail_server=keeps_accounts())
 
 
 class ExpiryConfig(AppConfig):

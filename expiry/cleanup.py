@@ -16,8 +16,9 @@ from django.db.models.functions import Now
 from mailboxes.lifecycle import mailboxes_expire_due
 from mailboxes.models import CLEANUPS, CleanupState, Mailbox, MailboxStatus
 from mailboxes.signals import event_happened
-from owed import db_now
-from relay import mailserver, task_names
+from core.clock import db_now
+from core import task_names
+from relay import mailserver
 from relay.backends import NoBackendSlot, PermanentBackendError, TransientBackendError, get_backend, keeps_accounts
 
 logger = logging.getLogger(__name__)

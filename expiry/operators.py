@@ -9,7 +9,7 @@ from django.db.models.functions import TruncMinute
 
 from expiry.cleanup import queue_cleanups_after_commit
 from mailboxes.models import CLEANUPS, CleanupState, Mailbox, MailboxStatus, cleanup_owed
-from owed import db_now
+from core.clock import db_now
 from relay.reading import mailbox_counts
 
 logger = logging.getLogger(__name__)

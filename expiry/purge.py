@@ -7,7 +7,7 @@ from django.db import transaction
 from django.db.models import Q
 
 from mailboxes.models import CleanupState, Mailbox, MailboxStatus, Message, MessageContent
-from owed import db_now
+from core.clock import db_now
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from django.db.models.functions import Greatest, Least
 from expiry.cleanup import cleanups_per_task, publish_cleanups, queue_cleanups_after_commit, queue_length
 from mailboxes.lifecycle import mailboxes_expire_due, provisionings_abandon
 from mailboxes.models import CLEANUPS, CleanupState, Mailbox, MailboxStatus
-from owed import db_now
+from core.clock import db_now
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from api.pooling import pooled_page
+from core.pools import pooled_page
 from inbox import views
 
 urlpatterns = [

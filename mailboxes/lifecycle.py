@@ -27,7 +27,8 @@ from mailboxes.keys import Caller, new_mailbox_token
 from mailboxes.mail_format import NOT_ONE_LINE, breaks_line
 from mailboxes.models import AddressReservation, CleanupState, Mailbox, MailboxStatus, Message, Plan, cleanup_owed
 from mailboxes.signals import event_happened, mailboxes_ended
-from owed import ERROR_MAX_CHARS, db_now
+from core.clock import db_now
+from owed import ERROR_MAX_CHARS
 
 logger = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ import time
 import redis
 from django.db import transaction
 
-from accounts.redis_clients import events_redis
+from core.redis_clients import events_redis
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Owed work: the one rule (take, settle, release, dead letter, retry delay) for every row
-that records something Relay still has to do (docs/architecture.md, "Owed work"), and the
-one clock its leases and every other time question are judged by."""
+that records something Relay still has to do (docs/architecture.md, "Owed work"). Its
+leases are judged by the database's clock (core.clock)."""
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -12,17 +12,7 @@ from django.db import connection, transaction
 from django.db.models import F, Model, Q
 from django.utils import timezone
 
-
-def db_now() -> datetime:
-    """The one clock (docs/architecture.md, "One clock"): what two processes could disagree
-    on is decided by the database's clock, PostgreSQL's clock_timestamp(); on SQLite, which
-    is one file on one host, that host's clock."""
-    if connection.vendor != "postgresql":
-        return timezone.now()
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT clock_timestamp()")
-        return cursor.fetchone()[0]
-
+from core.clock import db_now
 
 ERROR_MAX_CHARS = 2000
 

@@ -1,5 +1,5 @@
 """Who really sent a message (docs/api.md, "Verdicts"): SPF, DKIM and DMARC by the field's
-libraries, every look-up through domains.dns within one budget per message (then temperror)."""
+libraries, every look-up through core.dns within one budget per message (then temperror)."""
 import base64
 import logging
 import re
@@ -15,7 +15,7 @@ from authheaders.dmarc_lookup import DMARCException, lookup_receiver_record
 from django.conf import settings
 from publicsuffix2 import PublicSuffixList
 
-from domains import dns
+from core import dns
 from relay import dkim_linear  # noqa: F401 (dkimpy's body canonicalization made linear)
 
 logger = logging.getLogger(__name__)

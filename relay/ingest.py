@@ -17,7 +17,7 @@ from django.db import connection
 from mailboxes.mail_format import header, lineage_of, parse_message, text_of_html
 from mailboxes.messages import Recipient, message_store
 from mailboxes.models import Direction, MessageContent
-from relay import task_names
+from core import task_names
 from relay.authentication import authenticate, spf_of_mail_server
 
 logger = logging.getLogger(__name__)

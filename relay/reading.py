@@ -18,7 +18,7 @@ from mailboxes.lifecycle import mailboxes_expire_due
 from mailboxes.mail_format import NOT_ONE_LINE, breaks_line
 from mailboxes.messages import contents_index_all_words
 from mailboxes.models import Mailbox, MailboxStatus, Message, MessageContent
-from owed import db_now
+from core.clock import db_now
 from relay import mailserver
 
 # --- the entry ------------------------------------------------------------------------------------

@@ -66,7 +66,7 @@ def dns_server(tmp_path_factory):
     and of the processes it starts goes to (RELAY_DNS_RESOLVERS): verdicts on mail and
     domain checks read the zones tests write, and nothing asks the machine's resolver.
     None where NSD is not installed (the tests that need it skip)."""
-    from domains import dns as relay_dns
+    from core import dns as relay_dns
     from tests import dns_server as server_module
 
     if not server_module.installed():
@@ -91,7 +91,7 @@ def dns(dns_server):
 def silent_dns(settings):
     """A DNS server that never answers (a UDP socket nobody reads), Relay pointed at it
     with a one-second budget."""
-    from domains import dns as relay_dns
+    from core import dns as relay_dns
 
     quiet = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     quiet.bind(("127.0.0.1", 0))
@@ -107,7 +107,7 @@ def silent_dns(settings):
 def dns_silent_for(dns_server, settings):
     """Point Relay at a forwarder in front of the suite's NSD that never answers for
     names under `silent.test`; the forwarder (its `dropped` counts the queries dropped)."""
-    from domains import dns as relay_dns
+    from core import dns as relay_dns
     from tests.dns_server import DroppingForwarder
 
     if dns_server is None:
@@ -485,9 +485,10 @@ def module_processes(django_db_setup, tmp_path_factory):
 def processes(transactional_db, stalwart, broker, tmp_path):
     env = _process_env(RELAY_BACKEND="stalwart", STALWART_URL=stalwart.url, STALWART_TOKEN=TOKEN,
                        RELAY_AUTHSERV_ID=MAIL_SERVER_ID)
-    from expiry.schedules import install_schedules
+    from core.schedules import install_schedules
+    from relay.backends import keeps_accounts
 
-    install_schedules()  # beat reads the sweeps' schedules from the test database
+    install_schedules(read_mail_server=keeps_accounts())  # beat reads the sweeps' schedules from the test database
     procs = Processes(tmp_path, env)
     yield procs
     procs.stop_all()

@@ -120,7 +120,7 @@ def create_mailbox(client, **body) -> dict:
 
 def earlier(rows, delta: timedelta, *fields: str) -> None:
     """Move `fields` of `rows` (a queryset) back by `delta`: the rows as they will stand
-    `delta` from now. The database's clock decides every time question (owed.db_now) and
+    `delta` from now. The database's clock decides every time question (core.clock.db_now) and
     no test can move it, so a test moves the rows instead."""
     from django.db.models import F
 

@@ -10,7 +10,7 @@ import pytest
 
 from tests.helpers import ROOT
 
-APPS = ("inbox", "api", "checks", "expiry", "webhooks", "relay", "mailboxes", "domains", "accounts", "owed", "config")
+APPS = ("inbox", "api", "checks", "expiry", "webhooks", "relay", "mailboxes", "domains", "accounts", "owed", "core", "config")
 
 
 def lint_imports(tree: Path) -> subprocess.CompletedProcess:
@@ -89,8 +89,8 @@ RULES = [
     ('"multipart/", "message/"', "relay/outbox/outbound.py", "what a send takes: relay.outbox.outbound.sending_checked",
      APPS),
     ("b64decode(value", "relay/outbox/outbound.py", "what a send takes: relay.outbox.outbound.sending_checked", APPS),
-    ("Redis.from_url(", "accounts/redis_clients.py", "a Redis client: accounts.redis_clients", APPS),
-    ("redis.from_url(", "accounts/redis_clients.py", "a Redis client: accounts.redis_clients", APPS),
+    ("Redis.from_url(", "core/redis_clients.py", "a Redis client: core.redis_clients", APPS),
+    ("redis.from_url(", "core/redis_clients.py", "a Redis client: core.redis_clients", APPS),
     ("revocation_count(", "accounts/credentials.py", "caching a credential while no revocation is announced: accounts.credentials.Cache",
      APPS),
 ]
@@ -128,7 +128,7 @@ def test_a_restated_rule_is_found(tmp_path, app, code, rule):
 
 def test_every_task_name_is_a_task_of_the_celery_app_and_spelt_out_once():
     from config.celery import app
-    from relay import task_names
+    from core import task_names
 
     app.loader.import_default_modules()
     assert set(task_names.ALL) <= set(app.tasks), set(task_names.ALL) - set(app.tasks)

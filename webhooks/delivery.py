@@ -11,11 +11,12 @@ from django.db import connection, transaction
 from django.db.models import Count
 from django.db.models.functions import Now
 
-from owed import OwedWork, db_now
-from relay import task_names
+from core.clock import db_now
+from owed import OwedWork
+from core import task_names
 from webhooks import signing
 from webhooks.models import DeliveryStatus, Webhook, WebhookDelivery
-from webhooks.transport import DeliveryTimedOut, PrivateAddress, TransportFailed, post
+from core.http import DeliveryTimedOut, PrivateAddress, TransportFailed, post
 
 logger = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from mailboxes.errors import QuotaExceeded
 from mailboxes.models import Mailbox
 from webhooks import signing
 from webhooks.models import Webhook
-from webhooks.transport import PrivateAddress, check_url
+from core.http import PrivateAddress, check_url
 
 logger = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from pydantic import Field
 from api.agents.declare import Checks, calling, result, tool
 from api.agents.tools import MailboxId, MessageId
 from api.errors import error_of
-from api.pooling import in_pool
+from core.pools import in_pool
 from checks import message_checks
 from mailboxes.errors import RelayError
 from relay import reading

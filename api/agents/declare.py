@@ -25,7 +25,7 @@ from rest_framework import exceptions
 
 from api.authentication import Principal
 from api.errors import error_of
-from api.pooling import in_pool
+from core.pools import in_pool
 from mailboxes.errors import Forbidden, RelayError, TtlOutOfRange
 from mailboxes.keys import caller_for_secret
 

@@ -7,7 +7,7 @@ from mcp_types import CallToolResult
 from pydantic import Field
 
 from api.agents.declare import Deleted, DomainList, DomainOut, calling_owner, result, tool
-from api.pooling import DNS_CHECKS
+from core.pools import DNS_CHECKS
 from api.domain_serializers import DomainSerializer
 from domains.services import domain_create, domain_verify, domains_of
 from mailboxes.domain_removal import domain_delete

@@ -19,7 +19,7 @@ from api.agents.domain_tools import DOMAIN_TOOLS
 from api.agents.tools import TOOLS
 from api.authentication import ALL, TOOLS as TOOL_SCOPES, InsufficientScope, bearer_secret, challenge, insufficient_scope
 from api.errors import error_body, json_error_response
-from api.pooling import in_pool
+from core.pools import in_pool
 from mailboxes.errors import RelayError
 
 logger = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from api.agents.declare import (MINUTE_MS, Attachment, Code, Deleted, MailboxLis
                                 until_client_gone)
 from api.authentication import Principal
 from api.pagination import PAGE_SIZE
-from api.pooling import in_pool
+from core.pools import in_pool
 from api.serializers import (
     MailboxSerializer,
     MessageDetailSerializer,

@@ -2,9 +2,10 @@ from django.db import migrations
 
 
 def install(apps, schema_editor):
-    from expiry.schedules import install_schedules
+    from core.schedules import install_schedules
+    from relay.backends import keeps_accounts
 
-    install_schedules(apps)
+    install_schedules(apps, read_mail_server=keeps_accounts())
 
 
 class Migration(migrations.Migration):

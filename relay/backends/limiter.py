@@ -9,8 +9,8 @@ import redis
 from django.conf import settings
 from django.db import connection, transaction
 
-from accounts.redis_clients import redis_client
-from owed import db_now
+from core.redis_clients import redis_client
+from core.clock import db_now
 from relay import metrics
 from relay.backends import NoBackendSlot
 from relay.models import BackendCallSlot

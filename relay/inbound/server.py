@@ -17,10 +17,10 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import close_old_connections, connections
 
-from domains import dns
+from core import dns
 from mailboxes.messages import MailboxFull, recipient_by_address
 from relay.authentication import TEMPERROR, authenticate, nothing_known
-from relay.clients import client_group
+from core.client_address import client_group
 from relay.ingest import message_ingest
 
 logger = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ from mailboxes.errors import Forbidden, Gone, InvalidRequest, MessageTooLarge, N
 from mailboxes.mail_format import FORWARD_PREFIX, NOT_ONE_LINE, REPLY_PREFIX, breaks_line, header, lineage_of
 from mailboxes.messages import MailboxFull, recipient_by_id
 from mailboxes.models import Direction, Mailbox, Message
-from owed import db_now
+from core.clock import db_now
 from relay import reading
 from relay.ingest import message_ingest
 from relay.models import OutboxKind, OutboxMail

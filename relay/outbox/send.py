@@ -24,8 +24,9 @@ from django.db.models.functions import Now
 
 from accounts.models import TokenAction
 from accounts.services import token_usable
-from owed import ERROR_MAX_CHARS, OwedWork, db_now
-from relay import task_names
+from core.clock import db_now
+from owed import ERROR_MAX_CHARS, OwedWork
+from core import task_names
 from relay.models import OutboxMail, OutboxStatus
 
 logger = logging.getLogger(__name__)

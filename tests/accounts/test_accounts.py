@@ -19,7 +19,7 @@ from accounts import credentials, services, tokens
 from accounts.errors import Gone, InvalidRequest
 from accounts.models import Account, AccountStatus, ApiKey, Token
 from relay.models import OutboxKind, OutboxMail
-from owed import db_now
+from core.clock import db_now
 from tests.helpers import create_via_api, earlier, free_port, wait_until
 
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=dt_timezone.utc)

@@ -99,12 +99,12 @@ def test_private_addresses_are_refused_and_never_contacted(client_pro, box, rece
 def test_every_redirect_is_judged_again(client_pro, box, received, site, settings, monkeypatch):
     # This site counts as public and a second, on 127.0.0.2, as private: the check follows
     # a redirect from the first to the second no further than the address rule.
-    from webhooks import transport
+    from core import http as core_http
 
     inner = Site("127.0.0.2")
     try:
         settings.RELAY_LINK_CHECK_ALLOW_PRIVATE = False
-        monkeypatch.setattr(transport, "public", lambda address: str(address) == "127.0.0.1")
+        monkeypatch.setattr(core_http, "public", lambda address: str(address) == "127.0.0.1")
         url = f"{site.url}/elsewhere?to={inner.url}/ok"
         message_id = received(linking(url))
         start(client_pro, box, message_id)

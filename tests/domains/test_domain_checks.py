@@ -11,7 +11,7 @@ import requests
 
 from accounts.services import account_create_with_key
 from domains.services import VERIFIES_PER_MINUTE, domain_create
-from owed import db_now
+from core.clock import db_now
 from tests.helpers import wait_until
 
 pytestmark = pytest.mark.workers

@@ -12,7 +12,7 @@ from expiry.cleanup import EXPIRE_BATCH_TASK, EXPIRE_TASK, CleanupOutcome, mailb
 from expiry.sweep import schedule_upcoming
 from mailboxes.lifecycle import mailboxes_expire_due
 from mailboxes.models import Mailbox
-from owed import db_now
+from core.clock import db_now
 from tests.helpers import make_mailbox, make_mailboxes, row_held, wait_until
 
 

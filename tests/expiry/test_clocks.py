@@ -10,7 +10,7 @@ import pytest
 from django.utils import timezone
 from django_celery_beat.models import PeriodicTask
 
-from expiry.schedules import SWEEP_TASK_NAME
+from core.schedules import SWEEP_TASK_NAME
 from mailboxes.models import Mailbox
 from tests.conftest import CELERY
 from tests.expiry.test_workers import assert_each_deprovisioned_once_and_never_early, wait_settled

@@ -13,7 +13,7 @@ from expiry.cleanup import mailbox_cleanup
 from expiry.tasks import expire_mailbox
 from mailboxes.models import Mailbox
 from relay.backends import TransientBackendError
-from owed import db_now
+from core.clock import db_now
 from tests.helpers import earlier, expire_now, make_mailbox
 from tests.stalwart_fake import CONCURRENCY, FORBIDDEN_IN_BODY, HTTP_503, NOT_FOUND, RATE_LIMITED, TIMEOUT, UNAUTHORIZED
 

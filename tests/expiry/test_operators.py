@@ -9,7 +9,7 @@ from django.core.management import call_command
 from django.utils import timezone
 from django_celery_beat.models import PeriodicTask
 
-from expiry.schedules import PURGE_TASK_NAME, SWEEP_TASK_NAME, WEBHOOK_SWEEP_TASK_NAME, WORDS_TASK_NAME
+from core.schedules import PURGE_TASK_NAME, SWEEP_TASK_NAME, WEBHOOK_SWEEP_TASK_NAME, WORDS_TASK_NAME
 from expiry.purge import mailboxes_purge
 from mailboxes.models import AddressReservation, Mailbox, Message, MessageContent
 from tests.helpers import make_mailbox as mailbox

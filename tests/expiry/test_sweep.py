@@ -14,7 +14,7 @@ from expiry import cleanup, sweep
 from expiry.cleanup import EXPIRE_TASK
 from expiry.sweep import schedule_upcoming, sweep_due_and_lapsed
 from mailboxes.models import Mailbox
-from owed import db_now
+from core.clock import db_now
 from tests.helpers import earlier, expire_now, make_mailbox, make_mailboxes
 
 # The times a cleanup's bookkeeping is judged by.

@@ -1,4 +1,4 @@
-"""The database's clock decides (owed.db_now, docs/architecture.md "One clock"): a
+"""The database's clock decides (core.clock.db_now, docs/architecture.md "One clock"): a
 process whose own clock is ten minutes off, fast or slow, neither ends a mailbox early
 nor keeps it receiving late. time_machine moves this process's clock (the web views, the
 SMTP server thread, the sweep all run in it); PostgreSQL's stays where it is."""
@@ -10,7 +10,7 @@ import time_machine
 
 from expiry.sweep import sweep_due_and_lapsed
 from mailboxes.models import Mailbox
-from owed import db_now
+from core.clock import db_now
 from tests.helpers import create_via_api
 
 OFF = timedelta(minutes=10)

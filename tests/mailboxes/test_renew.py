@@ -5,7 +5,7 @@ from datetime import timedelta
 import pytest
 
 from mailboxes.models import Mailbox
-from owed import db_now
+from core.clock import db_now
 from tests.helpers import earlier
 
 

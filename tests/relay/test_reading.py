@@ -9,7 +9,7 @@ from django.utils import timezone
 from mailboxes.errors import InvalidRequest, MailboxExpired, NotFound
 from mailboxes.keys import caller_for_secret
 from mailboxes.models import CleanupState, Mailbox, MailboxStatus, Message
-from owed import db_now
+from core.clock import db_now
 from relay import reading
 from tests.helpers import deliver, earlier, make_mailbox
 

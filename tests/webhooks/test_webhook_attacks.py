@@ -12,11 +12,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from django.utils import timezone
 
+from core import http as core_http
+from core.http import PrivateAddress, check_url
 from tests.helpers import a_delivery
-from webhooks import transport
 from webhooks.delivery import RetryableDelivery, deliver, lapsed_requeue
 from webhooks.models import DeliveryStatus, WebhookDelivery
-from webhooks.transport import PrivateAddress, check_url
 
 SECRET_BODY = b"internal-service-secret-0123456789"
 
@@ -184,18 +184,18 @@ def test_nat64_and_other_wrapped_private_addresses_are_refused(settings, address
 
 @pytest.mark.parametrize("address", WRAPPED_PRIVATE)
 def test_the_delivery_rule_judges_a_carried_ipv4_address_by_itself(address):
-    assert transport.public(ipaddress.ip_address(address)) is False
+    assert core_http.public(ipaddress.ip_address(address)) is False
 
 
 @pytest.mark.parametrize("address", ["::808:808", "::ffff:8.8.8.8", "::ffff:0:808:808", "64:ff9b::808:808",
                                      "2002:808:808::1", "2001:0:4136:e378:8000:63bf:f7f7:f7f7"])
 def test_an_ipv6_address_carrying_a_public_ipv4_one_is_public(address):
-    assert transport.public(ipaddress.ip_address(address)) is True
+    assert core_http.public(ipaddress.ip_address(address)) is True
 
 
 def test_a_nat64_address_of_a_public_one_is_allowed(settings):
     settings.RELAY_WEBHOOK_ALLOW_PRIVATE = False
-    assert transport.resolve_checked("http://[64:ff9b::808:808]/hook") == "64:ff9b::808:808"
+    assert core_http.resolve_checked("http://[64:ff9b::808:808]/hook") == "64:ff9b::808:808"
 
 
 def test_a_refused_url_does_not_say_what_its_name_resolves_to(client_pro, settings):

@@ -11,10 +11,10 @@ import requests
 from django.utils import timezone
 
 from expiry.cleanup import CleanupOutcome, mailbox_cleanup
-from expiry.schedules import install_schedules
+from core.schedules import install_schedules
 from mailboxes.models import Mailbox, Message
 from relay import mailserver
-from relay.backends import get_backend
+from relay.backends import get_backend, keeps_accounts
 from relay.reconcile import orphans_find
 from tests import mail_corpus as corpus
 from tests.helpers import answers, create_via_api, free_port, wait_until
@@ -206,7 +206,7 @@ def cyrus_processes(cyrus, processes, settings):
     settings.RELAY_MAILSERVER_POLL_SECONDS = 1
     for name, value in cyrus.relay_settings().items():  # `processes` brings the Stalwart stand-in's
         setattr(settings, name, value)
-    install_schedules()  # the poll's schedule, on for a backend that holds the mail
+    install_schedules(read_mail_server=keeps_accounts())  # the poll's schedule, on for a backend that holds the mail
     return processes
 
 

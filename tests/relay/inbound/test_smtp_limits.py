@@ -344,7 +344,7 @@ def test_without_reuse_port_a_taken_port_is_an_error(transactional_db, tmp_path)
 
 
 def test_one_ipv6_block_counts_as_one_client():
-    from relay.clients import client_group
+    from core.client_address import client_group
 
     assert client_group("2001:db8:1:2::1") == client_group("2001:db8:1:2:ffff:ffff:ffff:fffe")
     assert client_group("2001:db8:1:2::1") != client_group("2001:db8:1:3::1")

@@ -1,9 +1,9 @@
 """Every beat schedule Relay needs, by task name, installed by a migration and brought in
-line with the settings after every `migrate`."""
+line with the settings after every `migrate` (expiry/apps.py). Whether the mail server's
+poll runs is the backend's to say (relay.backends.keeps_accounts): the caller passes it."""
 from django.conf import settings
 
-from relay import task_names
-from relay.backends import keeps_accounts
+from core import task_names
 
 SWEEP_TASK_NAME = "relay: expiry sweep"
 WEBHOOK_SWEEP_TASK_NAME = "relay: requeue lapsed webhook deliveries"
@@ -16,7 +16,7 @@ MAILSERVER_TASK_NAME = "relay: read the mail server"
 WORDS_BACKSTOP_SECONDS = 60
 
 
-def every_few_seconds() -> list[tuple[str, str, int, bool]]:
+def every_few_seconds(*, read_mail_server: bool) -> list[tuple[str, str, int, bool]]:
     """(name, task, every so many seconds, enabled) of the interval tasks; their messages
     never expire, since a fast worker would drop every sweep."""
     sweep, poll = settings.RELAY_SWEEP_INTERVAL_SECONDS, settings.RELAY_MAILSERVER_POLL_SECONDS
@@ -24,7 +24,7 @@ def every_few_seconds() -> list[tuple[str, str, int, bool]]:
         (SWEEP_TASK_NAME, task_names.SWEEP, sweep, True),
         (WEBHOOK_SWEEP_TASK_NAME, task_names.SWEEP_WEBHOOK_DELIVERIES, sweep, True),
         (WORDS_TASK_NAME, task_names.INDEX_OWED_WORDS, WORDS_BACKSTOP_SECONDS, True),
-        (MAILSERVER_TASK_NAME, task_names.READ_MAIL_SERVER, poll, keeps_accounts()),
+        (MAILSERVER_TASK_NAME, task_names.READ_MAIL_SERVER, poll, read_mail_server),
     ]
 
 
@@ -35,14 +35,14 @@ DAILY = [
 ]
 
 
-def install_schedules(apps=None) -> None:
+def install_schedules(apps=None, *, read_mail_server: bool) -> None:
     if apps is None:
         from django.apps import apps
     IntervalSchedule = apps.get_model("django_celery_beat", "IntervalSchedule")
     CrontabSchedule = apps.get_model("django_celery_beat", "CrontabSchedule")
     PeriodicTask = apps.get_model("django_celery_beat", "PeriodicTask")
 
-    for name, task, seconds, enabled in every_few_seconds():
+    for name, task, seconds, enabled in every_few_seconds(read_mail_server=read_mail_server):
         every, _ = IntervalSchedule.objects.get_or_create(every=seconds, period="seconds")
         PeriodicTask.objects.update_or_create(name=name, defaults={
             "task": task, "interval": every, "crontab": None, "enabled": enabled, "expire_seconds": None,

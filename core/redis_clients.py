@@ -1,7 +1,6 @@
 """Every Redis client Relay builds, and how long each waits: the events Redis
 (RELAY_EVENTS_REDIS_URL: revocations, wake-ups, the open-wait count, the wait hub's
-subscription) and the backend limiter's. Here because accounts/ is the lowest app that
-needs one (imports point down)."""
+subscription) and the backend limiter's."""
 import functools
 
 import redis
