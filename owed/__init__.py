@@ -10,7 +10,6 @@ from celery.utils.time import get_exponential_backoff_interval
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F, Model, Q
-from django.utils import timezone
 
 from core.clock import db_now
 
