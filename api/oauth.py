@@ -1,13 +1,16 @@
 """Relay as its own OAuth 2.1 authorization server, from django-oauth-toolkit (docs/agents.md,
 "Connecting by URL"): the metadata documents (RFC 8414, RFC 9728), the authorization code
-grant with PKCE S256, dynamic registration (RFC 7591) and client ID metadata documents,
-token and revocation (RFC 7009) endpoints. The authorization endpoint, a consent page, is
-the web inbox's (config/urls.py mounts it in this namespace)."""
+grant with PKCE S256, dynamic registration (RFC 7591) and its updates (RFC 7592) under one
+rule, client ID metadata documents, token and revocation (RFC 7009) endpoints. The
+authorization endpoint, a consent page, is the web inbox's (config/urls.py mounts it in this
+namespace); the sources its policy lets the consent's answer go to are built here."""
 import json
+import re
 from types import SimpleNamespace
 from urllib.parse import urlsplit
 
 from django.conf import settings
+from django.http import JsonResponse
 from django.urls import path
 from oauth2_provider import views
 from oauth2_provider.cimd import CIMDError, SafeMetadataFetcher, _effective_max_age, _validate_client_id_url
@@ -18,6 +21,16 @@ from core.http import DeliveryTimedOut, PrivateAddress, TransportFailed, get_doc
 
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+# The loopback addresses whose callback may name any port at the time of the request (RFC
+# 8252 §7.3, as the toolkit matches them); "localhost" keeps the port it registered.
+ANY_PORT_LOOPBACK = {"127.0.0.1"}
+# What a host may be to stand in a policy: a name or an IPv4 address, nothing CSP would read
+# as a separator or a keyword.
+POLICY_HOST = re.compile(r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?")
+# What the authorization server offers (its metadata says the same): the code grant with
+# refresh tokens, answered with a code.
+GRANT_TYPES = {"authorization_code", "refresh_token"}
+RESPONSE_TYPES = {"code"}
 
 
 def redirect_uri_allowed(uri: object) -> bool:
@@ -28,18 +41,82 @@ def redirect_uri_allowed(uri: object) -> bool:
     return parts.scheme == "https" or (parts.scheme == "http" and parts.hostname in LOOPBACK)
 
 
+def client_metadata_problem(data: object) -> tuple[str, str] | None:
+    """What is wrong with a client's metadata (RFC 7591 §2), as (error, description), or None:
+    the one rule a registration and an update (RFC 7592 §2.2) both meet. What the toolkit
+    checks itself (the JSON, the types, a redirect URI for the code grant) it still checks."""
+    if not isinstance(data, dict):
+        return None
+    uris = data.get("redirect_uris") or []
+    if not isinstance(uris, list) or not all(redirect_uri_allowed(uri) for uri in uris):
+        return "invalid_redirect_uri", "A redirect URI must be https, or http on a loopback host (RFC 8252)."
+    for field, offered in (("grant_types", GRANT_TYPES), ("response_types", RESPONSE_TYPES)):
+        asked = data.get(field) or []
+        if not isinstance(asked, list) or not set(asked) <= offered:
+            return "invalid_client_metadata", f"{field} may hold only {', '.join(sorted(offered))}."
+    return None
+
+
+def _metadata_refused(request) -> JsonResponse | None:
+    try:
+        data = json.loads(request.body or b"{}")
+    except ValueError:
+        return None  # the toolkit answers invalid_client_metadata
+    problem = client_metadata_problem(data)
+    if problem is None:
+        return None
+    error, description = problem
+    return JsonResponse({"error": error, "error_description": description}, status=400)
+
+
 class RegistrationAllowed:
-    """Open dynamic registration, limited per client address (RELAY_OAUTH_REGISTER_RATE),
-    of redirect URIs that are HTTPS or loopback."""
+    """Open dynamic registration, limited per client address (RELAY_OAUTH_REGISTER_RATE); what
+    a client may register is client_metadata_problem's, checked before this."""
 
     def has_permission(self, request) -> bool:
-        try:
-            uris = json.loads(request.body or b"{}").get("redirect_uris") or []
-        except (ValueError, AttributeError):
-            uris = []
-        if not isinstance(uris, list) or not all(redirect_uri_allowed(uri) for uri in uris):
-            return False
         return AccountRouteThrottle().allow_request(request, SimpleNamespace(throttle_scope="oauth_register"))
+
+
+class Registration(views.DynamicClientRegistrationView):
+    """RFC 7591's registration, under client_metadata_problem's rule."""
+
+    def post(self, request, *args, **kwargs):
+        return _metadata_refused(request) or super().post(request, *args, **kwargs)
+
+
+class RegistrationManagement(views.DynamicClientRegistrationManagementView):
+    """RFC 7592's read, update and delete of a registration, by its registration access token;
+    an update meets the very rule a registration does, or a client could register a good
+    callback and then swap in one no registration would take."""
+
+    def put(self, request, *args, **kwargs):
+        return _metadata_refused(request) or super().put(request, *args, **kwargs)
+
+
+def consent_form_action(redirect_uris: str) -> str:
+    """The sources a consent page's `form-action` adds to 'self': the origins of the client's
+    registered redirect URIs that meet the registration rule (a browser applies form-action
+    to the redirect that answers the form). Never the request's: its redirect URI is only
+    one of these once the toolkit matched it, and a host in a policy must be a plain name."""
+    sources = []
+    for uri in redirect_uris.split():
+        if not redirect_uri_allowed(uri):
+            continue
+        parts = urlsplit(uri)
+        try:
+            port = parts.port
+        except ValueError:
+            continue
+        host = (parts.hostname or "").lower()
+        if not POLICY_HOST.fullmatch(host):
+            continue  # an IPv6 literal has no CSP spelling; anything else odd is left out
+        if parts.scheme == "http" and host in ANY_PORT_LOOPBACK:
+            source = f"http://{host}:*"
+        else:
+            source = f"{parts.scheme}://{host}" + (f":{port}" if port is not None else "")
+        if source not in sources:
+            sources.append(source)
+    return " ".join(sources)
 
 
 class ClientDocumentFetcher(SafeMetadataFetcher):
@@ -85,7 +162,6 @@ urlpatterns = [
     path(".well-known/oauth-protected-resource/mcp", ProtectedResource.as_view(), name="oauth-resource-metadata-mcp"),
     path("oauth/token", views.TokenView.as_view(), name="token"),
     path("oauth/revoke", views.RevokeTokenView.as_view(), name="revoke-token"),
-    path("oauth/register", views.DynamicClientRegistrationView.as_view(), name="dcr-register"),
-    path("oauth/register/<str:client_id>", views.DynamicClientRegistrationManagementView.as_view(),
-         name="dcr-register-management"),
+    path("oauth/register", Registration.as_view(), name="dcr-register"),
+    path("oauth/register/<str:client_id>", RegistrationManagement.as_view(), name="dcr-register-management"),
 ]

@@ -599,7 +599,7 @@ RELAY_OAUTH_ACCESS_SECONDS = _int("RELAY_OAUTH_ACCESS_SECONDS", 3600, minimum=60
 RELAY_MCP_RESOURCE = RELAY_PUBLIC_URL + "/mcp"
 RELAY_API_RESOURCE = RELAY_PUBLIC_URL + "/api/v1"
 # http redirect URIs stay allowed for native agents' loopback callbacks (RFC 8252); a
-# registration may use http for a loopback host only (api.oauth.RegistrationAllowed).
+# registration or its update may use http for a loopback host only (api.oauth.client_metadata_problem).
 SILENCED_SYSTEM_CHECKS = ["oauth2_provider.W008"]
 # The consent page is the web inbox's: whoever is not signed in signs in there first.
 LOGIN_URL = "/inbox/sign-in"
