@@ -7,8 +7,9 @@ from whitenoise.middleware import WhiteNoiseMiddleware
 from api.errors import MESSAGES, error_body
 
 # Pages for people, which keep their own HTML: the admin, the web inbox (its home is "/"),
-# and the pages the links in activation and recovery mails open.
-HTML_PREFIXES = ("/admin/", "/activate/", "/recover/", "/inbox/")
+# the pages the links in activation and recovery mails open, and the OAuth consent page
+# (which answers a program's request in JSON itself: inbox.views.consent_refused).
+HTML_PREFIXES = ("/admin/", "/activate/", "/recover/", "/inbox/", "/oauth/authorize")
 
 
 class JsonErrorsMiddleware:

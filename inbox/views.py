@@ -5,11 +5,10 @@ import functools
 import logging
 import uuid
 from types import SimpleNamespace
-from urllib.parse import urlsplit
 
 from asgiref.sync import async_to_sync
 from django.conf import settings
-from django.http import Http404, HttpResponse, HttpResponseRedirect, QueryDict
+from django.http import Http404, HttpResponse, HttpResponseRedirect, JsonResponse, QueryDict
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils import timezone, translation
@@ -19,12 +18,15 @@ from django.utils.http import content_disposition_header, url_has_allowed_host_a
 from django.utils.translation import gettext as _
 from django.views.decorators.clickjacking import xframe_options_sameorigin
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
-from oauth2_provider.models import get_access_token_model, get_refresh_token_model
+from oauth2_provider.exceptions import FatalClientError
+from oauth2_provider.models import get_application_model
 from oauth2_provider.views import AuthorizationView
 
 from accounts import services as accounts
 from accounts.credentials import api_key_revoke
+from accounts.oauth_apps import oauth_app_revoke, oauth_apps_of
 from accounts.errors import Forbidden, RelayError
+from api import oauth
 from api.authentication import AccountRouteThrottle, AnonymousCreateThrottle
 from api.errors import error_of
 from api.waiting import event_stream
@@ -531,10 +533,22 @@ def message_send(request, mailbox_id: uuid.UUID, message_id: int, how: str):
 
 
 # --- OAuth: the consent page and the connected apps -------------------------------------------
+def consent_refused(request, error: str, description: str, status: int = 400) -> HttpResponse:
+    """An authorization request that cannot be sent back to its client (no such client, a
+    redirect URI it did not register, no PKCE S256): a page for a person's browser, RFC
+    6749's JSON (`error`, `error_description`) for a program, which does not ask for HTML."""
+    if request.get_preferred_type(["application/json", "text/html"]) == "text/html":
+        return render(request, "inbox/problem.html", {"status": status, "message": f"{error}: {description}"},
+                      status=status)
+    return JsonResponse({"error": error, "error_description": description}, status=status)
+
+
 class Consent(AuthorizationView):
     """The authorization endpoint's page (RFC 6749 §4.1, with the toolkit's checks of the
     client, its exact redirect URI and PKCE): the signed-in person sees the client's name,
-    where it sends them back and the scopes asked, and allows or denies."""
+    where it sends them back and the scopes asked, and allows or denies. An error the
+    toolkit may send back to the client's redirect URI goes there (§4.1.2.1); any other is
+    consent_refused's."""
 
     template_name = "inbox/consent.html"
 
@@ -547,51 +561,68 @@ class Consent(AuthorizationView):
                 return HttpResponseRedirect(f"{reverse('inbox-sign-in')}?{next_page}")
             if request.method == "GET" and request.GET.get("code_challenge_method") != "S256":
                 # PKCE with S256 only (the toolkit would refuse plain only after the consent).
-                return render(request, "inbox/problem.html", {"status": 400, "message": (
-                    "invalid_request: PKCE with code_challenge_method=S256 is required.")}, status=400)
+                return self.policed(consent_refused(
+                    request, "invalid_request", "PKCE with code_challenge_method=S256 is required."))
             response = super().dispatch(request, *args, **kwargs)
             if hasattr(response, "render"):
                 response.render()
-        # The form's answer redirects to the client (a browser applies form-action to it).
-        target = urlsplit(request.GET.get("redirect_uri") or request.POST.get("redirect_uri") or "")
-        back = f" {target.scheme}://{target.netloc}" if target.scheme in ("http", "https") and target.netloc else ""
-        response.setdefault("Content-Security-Policy", PAGE_POLICY.replace("form-action 'self'",
-                                                                            f"form-action 'self'{back}"))
+        return self.policed(response)
+
+    def policed(self, response: HttpResponse) -> HttpResponse:
+        """The pages' policy, its form-action widened to the origins the client registered
+        (the form's answer redirects there, and a browser applies form-action to that
+        redirect), and only once the toolkit found the client: never from the request."""
+        application = getattr(self, "oauth2_data", {}).get("application")
+        back = oauth.consent_form_action(application.redirect_uris) if application is not None else ""
+        response.setdefault("Content-Security-Policy", PAGE_POLICY.replace(
+            "form-action 'self'", f"form-action 'self' {back}" if back else "form-action 'self'"))
         return response
+
+    def error_response(self, error, application, **kwargs):
+        if isinstance(error, FatalClientError):
+            oauthlib_error = error.oauthlib_error
+            return consent_refused(self.request, oauthlib_error.error, oauthlib_error.description,
+                                   oauthlib_error.status_code)
+        return super().error_response(error, application, **kwargs)
+
+    def handle_prompt_create(self):
+        # Whoever reaches this is signed in (dispatch sent everyone else to sign in first):
+        # "create" asks nothing more of them, as the toolkit treats a signed-in session.
+        return None
+
+    def form_valid(self, form):
+        # The toolkit looks the posted client up without asking whether it exists.
+        if not get_application_model().objects.filter(client_id=form.cleaned_data["client_id"]).exists():
+            return consent_refused(self.request, "invalid_request", "Invalid client_id parameter value.")
+        return super().form_valid(form)
+
+    def form_invalid(self, form):
+        return consent_refused(self.request, "invalid_request", "The consent form was incomplete.")
 
     def get_context_data(self, **kwargs):
         context = super().get_context_data(**kwargs)
         context["signed_in"] = session.account_caller(self.request).owner
-        context["redirect_uri"] = self.request.GET.get("redirect_uri", "")
         return context
 
 
 @require_http_methods(["GET", "POST"])
 @page
 def connected_apps(request):
-    """The agents this account let in (their scopes, since when) and its API keys; revoking
-    either stops it working on the next request (this session too, if it came from that key)."""
+    """The agents this account let in (each that can still act: its scopes, since when) and
+    its API keys; revoking either stops it working on the next request (this session too,
+    if it came from that key)."""
     caller = session.account_caller(request)
     if caller is None:
         return HttpResponseRedirect(reverse("inbox-sign-in"))
-    user = caller.owner.oauth_user
     if request.method == "POST" and request.POST.get("key"):
         api_key_revoke(account=caller.owner, key_id=int(request.POST["key"]) if request.POST["key"].isdigit() else 0)
         return HttpResponseRedirect(reverse("inbox-apps"))
-    if request.method == "POST" and user is not None:
-        application_id = request.POST.get("application", "")
-        for token in get_access_token_model().objects.filter(user=user, application_id=application_id):
-            token.revoke()
-        for token in get_refresh_token_model().objects.filter(user=user, application_id=application_id, revoked=None):
-            token.revoke()
+    if request.method == "POST":
+        application = request.POST.get("application", "")
+        if not application.isdigit():
+            raise NotFound("No such app.")
+        oauth_app_revoke(account=caller.owner, application_id=int(application))
         return HttpResponseRedirect(reverse("inbox-apps"))
-    apps = {}
-    if user is not None:
-        for token in (get_access_token_model().objects.filter(user=user, expires__gt=timezone.now())
-                      .select_related("application").order_by("-created")):
-            found = apps.setdefault(token.application_id, {"application": token.application, "scopes": set(),
-                                                           "granted": token.created})
-            found["scopes"].update(token.scope.split())
     keys = caller.owner.api_keys.filter(revoked_at=None).order_by("-created_at")
-    return render(request, "inbox/apps.html", {"signed_in": caller.owner, "apps": list(apps.values()), "keys": keys,
-                                               "this_key": caller.api_key_id})
+    return render(request, "inbox/apps.html", {"signed_in": caller.owner, "apps": oauth_apps_of(caller.owner),
+                                               "keys": keys, "this_key": caller.api_key_id})
