@@ -561,14 +561,14 @@ class Consent(AuthorizationView):
                 return HttpResponseRedirect(f"{reverse('inbox-sign-in')}?{next_page}")
             if request.method == "GET" and request.GET.get("code_challenge_method") != "S256":
                 # PKCE with S256 only (the toolkit would refuse plain only after the consent).
-                return self.policed(consent_refused(
+                return self.with_policy(consent_refused(
                     request, "invalid_request", "PKCE with code_challenge_method=S256 is required."))
             response = super().dispatch(request, *args, **kwargs)
             if hasattr(response, "render"):
                 response.render()
-        return self.policed(response)
+        return self.with_policy(response)
 
-    def policed(self, response: HttpResponse) -> HttpResponse:
+    def with_policy(self, response: HttpResponse) -> HttpResponse:
         """The pages' policy, its form-action widened to the origins the client registered
         (the form's answer redirects there, and a browser applies form-action to that
         redirect), and only once the toolkit found the client: never from the request."""
