@@ -53,8 +53,8 @@ def allow(browser: Client, url: str) -> dict:
     page = browser.get(url, **PAGE)
     assert page.status_code == 200, page.content[:2000]
     form = re.search(r'<form id="consent".*?</form>', page.content.decode(), re.S).group(0)
-    fields = {name: unescape(value) for name, value in re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)"',
-                                                                 form)}
+    hidden = re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)"', form)
+    fields = {name: unescape(value) for name, value in hidden}
     answer = browser.post(url, {**fields, "allow": "Authorize"}, **PAGE)
     assert answer.status_code == 302, answer.content[:2000]
     return {name: values[0] for name, values in parse_qs(urlsplit(answer["Location"]).query).items()}
