@@ -1,5 +1,6 @@
 """Accounts and their one-time tokens (docs/api.md); every status change goes through
-account_set_status. Their keys are in accounts/credentials.py."""
+account_set_status. Their keys are in accounts/credentials.py; whether one may act, in
+accounts/identity.py."""
 import logging
 import re
 import secrets
@@ -12,6 +13,7 @@ from django.db.models.functions import Now
 from django.db.models import F, Q
 
 from accounts import tokens
+from accounts.identity import MAY_ACT, may_act
 from accounts.credentials import api_key_create, key_revoked
 from accounts.errors import AccountSuspended, Conflict, Gone, InvalidRequest
 from accounts.models import LOGIN_PATTERN, Account, AccountStatus, ApiKey, Plan, Token, TokenAction
@@ -226,7 +228,7 @@ def recovery_confirm(*, link_token: str, code: str) -> tuple[Account, str]:
     with transaction.atomic():
         _consume(token, try_counted=True)
         account = Account.objects.select_for_update().get(id=token.account_id)
-        if account.status != AccountStatus.ACTIVE:
+        if not may_act(account.status):
             raise Gone(TOKEN_GONE)
         ApiKey.objects.filter(account=account, revoked_at=None).update(revoked_at=Now())
         key_revoked(account_id=account.id)
@@ -274,7 +276,7 @@ def account_sign_up(*, email: str, login: str) -> IssuedToken | LoginTaken | Non
 def recovery_request(*, email: str) -> IssuedToken | None:
     """A recovery token for the active account with `email`, or None if there is none
     (the caller answers the same either way)."""
-    account = Account.objects.filter(email__iexact=email, status=AccountStatus.ACTIVE).first()
+    account = Account.objects.filter(MAY_ACT, email__iexact=email).first()
     if account is None:
         return None
     logger.info("account %s asked to recover its key", account.login)
@@ -291,7 +293,7 @@ SIGN_INS_OPEN = 3
 def sign_in_request(*, email: str) -> IssuedToken | None:
     """A sign-in token for the active account with `email`, or None: no such account, or
     SIGN_INS_OPEN still open (the caller answers the same)."""
-    account = Account.objects.select_for_update().filter(email__iexact=email, status=AccountStatus.ACTIVE).first()
+    account = Account.objects.select_for_update().filter(MAY_ACT, email__iexact=email).first()
     if account is None:
         return None
     open_now = Token.objects.filter(account=account, action=TokenAction.SIGN_IN, consumed_at=None,
@@ -306,7 +308,7 @@ def _signed_in(token: Token, *, try_counted: bool = False, by_link: bool = False
     with transaction.atomic():
         _consume(token, try_counted=try_counted, by_link=by_link)
         account = Account.objects.get(id=token.account_id)
-        if account.status != AccountStatus.ACTIVE:
+        if not may_act(account.status):
             raise Gone(TOKEN_GONE)
     logger.info("account %s signed in to the web inbox", account.login)
     return account
@@ -315,7 +317,7 @@ def _signed_in(token: Token, *, try_counted: bool = False, by_link: bool = False
 def sign_in_by_code(*, email: str, code: str) -> Account:
     """The account a mailed sign-in code opens. An unknown email, a wrong code and a burnt
     token get one answer; the fifth wrong code burns the token."""
-    token = (Token.objects.filter(account__email__iexact=email, account__status=AccountStatus.ACTIVE,
+    token = (Token.objects.filter(account__in=Account.objects.filter(MAY_ACT), account__email__iexact=email,
                                   action=TokenAction.SIGN_IN, consumed_at=None, expires_at__gt=Now())
              .order_by("-created_at").first())
     if token is None or not _count_try(token):

@@ -9,6 +9,7 @@ import secrets
 from django.conf import settings
 
 from accounts.errors import InvalidRequest
+from accounts.identity import secret_digest
 from accounts.models import TokenAction
 
 SECRET_BYTES = 32
@@ -36,12 +37,12 @@ def new_code() -> str:
 
 
 def secret_hash(secret: bytes) -> str:
-    return hashlib.sha256(secret).hexdigest()
+    return secret_digest(secret)
 
 
 def code_hash(stored_secret_hash: str, code: str) -> str:
     """The code bound to its token's secret: the same code on two tokens hashes apart."""
-    return hashlib.sha256(f"{stored_secret_hash}:{code}".encode()).hexdigest()
+    return secret_digest(f"{stored_secret_hash}:{code}")
 
 
 def _signed_data(action: str, secret: bytes, code: str | None) -> bytes:

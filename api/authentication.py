@@ -1,4 +1,5 @@
-"""Who is calling, for DRF: a Bearer API key, mailbox token or OAuth access token; what each
+"""Who is calling, for DRF: a Bearer API key, mailbox token or OAuth access token, as
+accounts.identity.authenticate parses it; what each
 OAuth scope opens (one table for the routes and the MCP tools); anonymous creation's throttle."""
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions, permissions, throttling
@@ -6,8 +7,8 @@ from rest_framework.settings import api_settings
 
 from django.conf import settings
 
+from accounts.identity import Caller, authenticate
 from core.client_address import client_group_of
-from mailboxes.keys import Caller, caller_for_secret
 
 # --- what each OAuth scope opens (docs/agents.md, "Scopes") ---------------------------------------
 # One table for the REST routes and the MCP tools. An API key or a mailbox token opens
@@ -95,7 +96,7 @@ class BearerAuthentication(authentication.BaseAuthentication):
         key = bearer_secret(header)
         if key is None:
             raise exceptions.AuthenticationFailed("Use the header 'Authorization: Bearer <key>'.")
-        caller = caller_for_secret(key, audience=settings.RELAY_API_RESOURCE)
+        caller = authenticate(key, audience=settings.RELAY_API_RESOURCE)
         if caller is None:
             raise exceptions.AuthenticationFailed("Invalid or revoked API key.")
         return Principal.of(caller), key

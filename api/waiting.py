@@ -16,7 +16,7 @@ from django.conf import settings
 from django.http import HttpResponseNotAllowed, JsonResponse, StreamingHttpResponse
 from rest_framework import exceptions
 
-from accounts import credentials
+from accounts import identity
 from core.redis_clients import events_redis, events_subscription_client
 from api.authentication import (WAITS, BearerAuthentication, InsufficientScope, Principal, insufficient_scope,
                                 scope_covers)
@@ -75,7 +75,7 @@ class Hub:
             try:
                 async with client.pubsub() as pubsub:
                     await pubsub.psubscribe(wakeups.CHANNEL_PREFIX + "*")
-                    await pubsub.subscribe(credentials.REVOKED_CHANNEL)
+                    await pubsub.subscribe(identity.REVOKED_CHANNEL)
                     failures = 0
                     self.wake_all()  # what happened while unsubscribed is looked at now
                     while self.waiters:

@@ -51,7 +51,7 @@ def main() -> None:
     fresh_database()
     setup_django()
     from accounts.services import account_create_with_key
-    from mailboxes.keys import Caller
+    from accounts.identity import Caller
     from mailboxes.lifecycle import mailbox_create
     from relay.backends import get_backend
 

@@ -50,7 +50,7 @@ def bench_addresses(count: int = 50) -> list[str]:
     makes them: the recipients of the SMTP benchmarks."""
     from accounts.services import account_create_with_key
     from mailboxes.lifecycle import mailbox_create
-    from mailboxes.keys import Caller
+    from accounts.identity import Caller
     from relay.backends import get_backend
 
     owner, _ = account_create_with_key(login="bench", plan="pro")

@@ -106,7 +106,7 @@ def run(args, cyrus, env: dict, metrics_dir: str) -> None:
     from accounts.services import account_create_with_key
     from core.schedules import install_schedules
     from mailboxes.lifecycle import mailbox_create
-    from mailboxes.keys import Caller
+    from accounts.identity import Caller
     from mailboxes.models import Mailbox, Message
     from relay import mailserver
     from relay.backends import get_backend, keeps_accounts

@@ -50,7 +50,7 @@ def main() -> None:
     cache.clear()  # no sign-ins counted against this address by an earlier run
     from accounts.services import account_create_with_key
     from mailboxes.lifecycle import mailbox_create
-    from mailboxes.keys import Caller
+    from accounts.identity import Caller
     from mailboxes.messages import recipient_by_address
     from relay.backends import get_backend
     from relay.ingest import message_ingest

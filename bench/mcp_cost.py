@@ -55,7 +55,7 @@ def main() -> None:
     setup_django()
     from accounts.services import account_create_with_key
     from mailboxes.lifecycle import mailbox_create
-    from mailboxes.keys import Caller
+    from accounts.identity import Caller
     from relay.backends import get_backend
 
     owner, key = account_create_with_key(login="bench", plan="enterprise")

@@ -117,7 +117,7 @@ def ingest_cost(count: int) -> tuple[float, float]:
     owed), then its words written and indexed the way the worker writes them
     (contents_index_words, in batches)."""
     from accounts.services import account_create_with_key
-    from mailboxes.keys import Caller
+    from accounts.identity import Caller
     from mailboxes.messages import contents_index_words
     from mailboxes.lifecycle import mailbox_create
     from relay.backends import get_backend

@@ -154,7 +154,7 @@ def main() -> None:
     from django.conf import settings
 
     from accounts.services import account_create_with_key
-    from mailboxes.keys import Caller
+    from accounts.identity import Caller
     from mailboxes.lifecycle import mailbox_create
     from relay.backends import get_backend
 

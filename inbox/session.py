@@ -1,18 +1,17 @@
 """Who a browser is: an account signed in (a Django session, from a mailed code or link,
 or an API key pasted once) and the anonymous mailboxes it made (their tokens in one
-HttpOnly cookie). A session ends at once when its account is suspended or its key revoked."""
-import copy
+HttpOnly cookie). Each is a credential accounts.identity.authenticate reads, as the API's
+are: a session ends at once when its account may no longer act or its key is revoked."""
 import logging
 import uuid
 
 from django.contrib import auth
-from django.db.models import Exists
 
-from accounts import credentials
-from accounts.credentials import api_key_for_hash, hash_key
-from accounts.models import Account, AccountStatus, ApiKey
+from accounts import identity
+from accounts.errors import Forbidden
+from accounts.identity import Caller
+from accounts.models import Account
 from accounts.oauth import oauth_user_for
-from mailboxes.keys import Caller, caller_for_secret
 from mailboxes.models import Mailbox
 
 logger = logging.getLogger(__name__)
@@ -37,42 +36,26 @@ def sign_out(request) -> None:
     auth.logout(request)  # the session flushed, the consent page's user gone with it
 
 
-def _signed_in(account_id: int, key_id: int | None) -> Account | None:
-    """The account while it is active and the key it signed in with (if any) is live."""
-    live_key = ApiKey.objects.filter(id=key_id, account_id=account_id, revoked_at=None)
-    account = (Account.objects.filter(id=account_id, status=AccountStatus.ACTIVE)
-               .annotate(key_live=Exists(live_key)).first())
-    return None if account is None or (key_id is not None and not account.key_live) else account
-
-
-# "account id:key id" -> the signed-in account, cached as API keys are (a suspension or a
-# revocation forgets it here and, by the counter, in every other process).
-_sessions = credentials.Cache(account_of=lambda account: account.id, copy=copy.copy)
-
-
 def account_caller(request) -> Caller | None:
-    """The signed-in account, checked on every request: a suspended account or a revoked
-    key ends the session."""
+    """The signed-in account, checked on every request: an account that may no longer act
+    (suspended) or a revoked key ends the session."""
     account_id = request.session.get(ACCOUNT)
     if account_id is None:
         return None
-    key_id = request.session.get(API_KEY)
-    account = _sessions.get(f"{account_id}:{key_id}", lambda: _signed_in(account_id, key_id))
-    if account is None:
-        logger.info("ended the web inbox session of account %s (suspended, or its key revoked)", account_id)
+    try:
+        caller, reason = identity.authenticate(identity.Session(account_id, request.session.get(API_KEY))), "its key revoked"
+    except Forbidden as refused:
+        caller, reason = None, refused.message
+    if caller is None:
+        logger.info("ended the web inbox session of account %s: %s", account_id, reason)
         sign_out(request)
-        return None
-    return Caller(owner=account, api_key_id=key_id)
+    return caller
 
 
-def caller_for_key(key: str) -> tuple[Account, int] | None:
-    """The account and key id an API key pasted into the sign-in page names, or None."""
-    if not key.startswith("rk_"):
-        return None
-    api_key = api_key_for_hash(hash_key(key))
-    if api_key is None or api_key.account.status != AccountStatus.ACTIVE:
-        return None
-    return api_key.account, api_key.id
+def caller_for_key(key: str) -> Caller | None:
+    """The caller an API key pasted into the sign-in page names, or None; an account that
+    may not act raises its refusal, as the API does."""
+    return identity.authenticate(key, kinds={identity.API_KEY})
 
 
 def kept_tokens(request) -> dict[uuid.UUID, str]:
@@ -101,7 +84,7 @@ def caller_for(request, mailbox_id: uuid.UUID) -> Caller | None:
     for anyone else (the page is then a 404)."""
     token = kept_tokens(request).get(mailbox_id)
     if token:
-        anonymous = caller_for_secret(token)
+        anonymous = identity.authenticate(token, kinds={identity.MAILBOX_TOKEN})
         if anonymous is not None and anonymous.mailbox_id == mailbox_id:
             return anonymous
     return account_caller(request)
@@ -112,4 +95,4 @@ def anonymous_mailboxes(request) -> list[Mailbox]:
     kept = kept_tokens(request)
     found = {mailbox.id: mailbox for mailbox in Mailbox.objects.visible().filter(id__in=list(kept), owner=None)}
     return [found[mailbox_id] for mailbox_id in kept
-            if mailbox_id in found and found[mailbox_id].token_hash == hash_key(kept[mailbox_id])]
+            if mailbox_id in found and found[mailbox_id].token_hash == identity.secret_digest(kept[mailbox_id])]

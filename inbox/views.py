@@ -191,11 +191,15 @@ def sign_in(request):
                 session.sign_in(request, account)
                 return HttpResponseRedirect(_after_sign_in(request))
             elif form == "key":
-                found = session.caller_for_key(request.POST.get("key", "").strip())
+                try:
+                    found = session.caller_for_key(request.POST.get("key", "").strip())
+                    problem = _("That is not a live API key of an active account.")
+                except Forbidden as refused:  # the key is right, its account may not act: the API's words
+                    found, problem = None, refused.message
                 if found is None:
-                    context = {"step": "email", "key_problem": _("That is not a live API key of an active account.")}
+                    context = {"step": "email", "key_problem": problem}
                 else:
-                    session.sign_in(request, found[0], api_key_id=found[1])
+                    session.sign_in(request, found.owner, api_key_id=found.api_key_id)
                     return HttpResponseRedirect(_after_sign_in(request))
         except RelayError as exc:
             context = {"step": "code", "email": email, "problem": exc.message}

@@ -18,12 +18,12 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.db.models.functions import Greatest
 
+from accounts.identity import Caller, new_mailbox_token
 from accounts.models import Account, plan_limit
 from domains.services import verified_domain
 from mailboxes import wakeups
 from mailboxes.errors import (AccountNotRelays, AddressTaken, BackendFailure, BackendUnavailable, DomainRefused,
                               InvalidRequest, MailboxExpired, QuotaExceeded, TtlOutOfRange)
-from mailboxes.keys import Caller, new_mailbox_token
 from mailboxes.mail_format import NOT_ONE_LINE, breaks_line
 from mailboxes.models import AddressReservation, CleanupState, Mailbox, MailboxStatus, Message, Plan, cleanup_owed
 from mailboxes.signals import event_happened, mailboxes_ended

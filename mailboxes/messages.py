@@ -10,7 +10,8 @@ from django.db import connection, transaction
 from django.db.models import F, QuerySet
 from django.db.models.functions import Greatest
 
-from accounts.models import Account, AccountStatus, plan_limit
+from accounts.identity import may_act
+from accounts.models import Account, plan_limit
 from mailboxes import wakeups
 from mailboxes.lifecycle import mailboxes_expire_due
 from mailboxes.mail_format import Lineage, text_of_html, topic
@@ -43,8 +44,8 @@ class MailboxFull(Exception):
 
 def _recipient(mailbox_id, address: str, owner_id: int | None, stored_bytes: int, plan: str | None,
                owner_status: str | None) -> Recipient | None:
-    """A suspended account's mailboxes refuse mail while it is suspended (docs/api.md)."""
-    if owner_status == AccountStatus.SUSPENDED:
+    """An account that may not act (a suspended one: docs/api.md) has its mailboxes refuse mail."""
+    if owner_id is not None and not may_act(owner_status):
         return None
     return Recipient(Mailbox._meta.pk.to_python(mailbox_id), address, owner_id, stored_bytes,
                      plan_limit(plan or Plan.FREE, "stored_bytes_per_mailbox"))

@@ -12,8 +12,8 @@ from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 from django.db.models import Count, Q, QuerySet
 
+from accounts.identity import Caller
 from mailboxes.errors import InvalidRequest, MailboxExpired, NotFound
-from mailboxes.keys import Caller
 from mailboxes.lifecycle import mailboxes_expire_due
 from mailboxes.mail_format import NOT_ONE_LINE, breaks_line
 from mailboxes.messages import contents_index_all_words

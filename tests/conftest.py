@@ -21,7 +21,7 @@ from aiosmtpd.controller import Controller
 from django.conf import settings
 from rest_framework.test import APIClient
 
-from accounts.credentials import key_cache_clear
+from accounts.identity import caches_clear_all
 from accounts.services import account_create_with_key
 from tests.helpers import ROOT, answers, create_mailbox, free_port, wait_until
 from tests.stalwart_fake import MAIL_SERVER_ID, TOKEN, FakeStalwart
@@ -190,9 +190,9 @@ def fresh_mail_reader():
 def fresh_key_cache():
     """Each test resolves its keys anew: the database under the cache is rolled back
     between tests, and some tests change a plan or a status behind the services' back."""
-    key_cache_clear()
+    caches_clear_all()
     yield
-    key_cache_clear()
+    caches_clear_all()
 
 
 @pytest.fixture

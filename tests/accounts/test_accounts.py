@@ -15,7 +15,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
-from accounts import credentials, services, tokens
+from accounts import identity, services, tokens
 from accounts.errors import Gone, InvalidRequest
 from accounts.models import Account, AccountStatus, ApiKey, Token
 from relay.models import OutboxKind, OutboxMail
@@ -348,7 +348,7 @@ def test_createapikey_with_email_makes_an_active_account(db, capsys):
     assert keyed(key).get("/api/v1/account").json()["email"] == "carol@example.com"
 
 
-# --- the key cache and revocation (accounts.credentials; two processes: test_revocation.py) -------
+# --- the key cache and revocation (accounts.identity; two processes: test_revocation.py) -------
 def refused_within(client, path: str, status: int, lifetime: float) -> float:
     """Seconds until `path` answers `status`, polled; fails past the lifetime plus slack."""
     started = time.monotonic()
@@ -371,7 +371,7 @@ def test_an_announced_revocation_empties_the_cache_before_the_next_request(api, 
     assert owner.get("/api/v1/whoami").status_code == 200  # cached from here
     ApiKey.objects.update(revoked_at=datetime.now(dt_timezone.utc))  # another process's revocation...
     assert owner.get("/api/v1/whoami").status_code == 200, "the cache is not in use"
-    credentials._revocation_announce_now()  # ...and its announcement, as it commits
+    identity._revocation_announce_now()  # ...and its announcement, as it commits
     assert owner.get("/api/v1/whoami").status_code == 401
 
 
@@ -381,14 +381,14 @@ def test_an_entry_stored_by_a_thread_that_read_the_counter_before_a_revocation_i
     valid); the revocation commits and is announced; B serves a request; only then does A
     store its entry. That entry must not be served after the revocation."""
     settings.RELAY_KEY_CACHE_SECONDS = 60
-    digest = credentials.hash_key(active)
-    assert credentials.api_key_for_hash(digest) is not None
-    stale_entry = credentials._key_cache.entries[digest]  # what thread A is about to store
+    digest = identity.secret_digest(active)
+    assert identity.api_key_for_hash(digest) is not None
+    stale_entry = identity._key_cache.entries[digest]  # what thread A is about to store
     ApiKey.objects.update(revoked_at=datetime.now(dt_timezone.utc))
-    credentials._revocation_announce_now()
-    assert credentials.api_key_for_hash(credentials.hash_key("rk_some-other-key")) is None  # thread B's request
-    credentials._key_cache.entries[digest] = stale_entry  # thread A stores late
-    assert credentials.api_key_for_hash(digest) is None
+    identity._revocation_announce_now()
+    assert identity.api_key_for_hash(identity.secret_digest("rk_some-other-key")) is None  # thread B's request
+    identity._key_cache.entries[digest] = stale_entry  # thread A stores late
+    assert identity.api_key_for_hash(digest) is None
 
 
 def test_without_redis_no_key_is_cached(api, active, settings):
@@ -441,11 +441,11 @@ def test_requests_sharing_a_cached_key_get_their_own_account(db, active, setting
     """Threads of one web process hold copies: a change one request makes to its account
     object never shows in another's, nor in the cache."""
     settings.RELAY_KEY_CACHE_SECONDS = 60
-    digest = credentials.hash_key(active)
-    first = credentials.api_key_for_hash(digest)
+    digest = identity.secret_digest(active)
+    first = identity.api_key_for_hash(digest)
     first.account.plan = "changed"
     results = []
-    threads = [threading.Thread(target=lambda: results.append(credentials.api_key_for_hash(digest))) for _ in range(8)]
+    threads = [threading.Thread(target=lambda: results.append(identity.api_key_for_hash(digest))) for _ in range(8)]
     for thread in threads:
         thread.start()
     for thread in threads:

@@ -1,11 +1,11 @@
-"""accounts.credentials.Cache, the one per-process cache of credentials (API keys and OAuth
+"""accounts.identity.Cache, the one per-process cache of credentials (API keys and OAuth
 access tokens): an entry is served only while the revocation counter in Redis stands where
 it stood when the entry was made."""
 from types import SimpleNamespace
 
 import pytest
 
-from accounts import credentials
+from accounts import identity
 
 
 @pytest.fixture
@@ -20,7 +20,7 @@ def counted(settings):
             return value
         return loader
 
-    cache = credentials.Cache(account_of=lambda value: value.account_id,
+    cache = identity.Cache(account_of=lambda value: value.account_id,
                               copy=lambda value: SimpleNamespace(**vars(value)))
     return cache, load, loads
 
@@ -31,7 +31,7 @@ def test_an_entry_is_served_until_a_revocation_is_announced(counted, db):
     assert cache.get("k", load(key)) is key
     assert cache.get("k", load(key)).name == "first"
     assert len(loads) == 1, "the second look was not served from the cache"
-    credentials._revocation_announce_now()
+    identity._revocation_announce_now()
     cache.get("k", load(key))
     assert len(loads) == 2, "an entry made before the revocation was served after it"
 

@@ -2,7 +2,7 @@
 import pytest
 from django.core.management import call_command
 
-from accounts.credentials import hash_key as hash_secret
+from accounts.identity import secret_digest as hash_secret
 from accounts.models import Account as Owner, ApiKey
 
 

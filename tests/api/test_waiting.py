@@ -2,18 +2,18 @@
 routes over a real server): the first matching message, whole, marked read."""
 import pytest
 
+from accounts.identity import authenticate
 from accounts.services import account_create_with_key
 from api.authentication import Principal
 from api.waiting import first_message
 from mailboxes.errors import NotFound
-from mailboxes.keys import caller_for_secret
 from mailboxes.models import Message
 from relay.reading import search_of
 from tests.helpers import deliver, make_mailbox, run_async
 
 
 def principal_of(key: str) -> Principal:
-    caller = caller_for_secret(key)
+    caller = authenticate(key)
     return Principal(owner=caller.owner, mailbox_id=caller.mailbox_id, api_key_id=caller.api_key_id)
 
 

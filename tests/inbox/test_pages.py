@@ -9,7 +9,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
 
-from accounts import credentials
+from accounts import identity
 from accounts.credentials import api_key_revoke
 from accounts.models import Account, AccountStatus
 from accounts.services import account_create_with_key, account_suspend
@@ -144,7 +144,7 @@ def test_a_session_checked_from_the_cache_ends_when_another_process_suspends_its
     assert browser.get("/inbox/mailboxes").status_code == 200
     Account.objects.filter(id=account.id).update(status=AccountStatus.SUSPENDED)  # another process...
     assert browser.get("/inbox/mailboxes").status_code == 200, "the cache is not in use"
-    credentials._revocation_announce_now()  # ...and its announcement, as it commits
+    identity._revocation_announce_now()  # ...and its announcement, as it commits
     assert browser.get("/inbox/mailboxes").status_code == 302, "the suspended account's session went on"
 
 

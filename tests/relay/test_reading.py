@@ -6,8 +6,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from accounts.identity import authenticate
 from mailboxes.errors import InvalidRequest, MailboxExpired, NotFound
-from mailboxes.keys import caller_for_secret
 from mailboxes.models import CleanupState, Mailbox, MailboxStatus, Message
 from core.clock import db_now
 from relay import reading
@@ -20,8 +20,8 @@ def test_mailbox_open_checks_ownership_then_life_then_the_cursor(db):
 
     owner = Account.objects.create(email="reader@example.com", login="reader", status="active")
     stranger = Account.objects.create(email="other@example.com", login="other", status="active")
-    caller = caller_for_secret(api_key_create(account=owner)[1])
-    other = caller_for_secret(api_key_create(account=stranger)[1])
+    caller = authenticate(api_key_create(account=owner)[1])
+    other = authenticate(api_key_create(account=stranger)[1])
     mailbox = make_mailbox("reading-open", owner=owner)
     [message_id] = deliver(b"Subject: s\r\n\r\nhello\r\n", mailbox.address)
 

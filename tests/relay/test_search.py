@@ -13,7 +13,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from mailboxes.keys import Caller
+from accounts.identity import Caller
 from mailboxes.models import Mailbox, Message, MessageContent
 from relay.reading import message_search
 from relay.reading import OwnerWordSearch, words_search_plan

@@ -8,9 +8,10 @@ import anyio
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from accounts import identity
+from accounts.errors import Forbidden
 from api.agents.server import build
 from api.agents.declare import CREDENTIALS, Credentials
-from mailboxes.keys import caller_for_secret
 
 logger = logging.getLogger(__name__)
 
@@ -28,8 +29,11 @@ class Command(BaseCommand):
         key = (key or settings.RELAY_API_KEY).strip()
         if not key:
             raise CommandError("Set RELAY_API_KEY to the key to act with (rk_… or rt_…).")
-        if caller_for_secret(key) is None:
-            raise CommandError("That key is unknown or revoked.")
+        try:
+            if identity.authenticate(key) is None:
+                raise CommandError("That key is unknown or revoked.")
+        except Forbidden as refusal:  # a suspended account's key: the same words the API answers
+            raise CommandError(refusal.message) from None
         # Each call authenticates the key again: a key revoked mid-session is refused.
         CREDENTIALS.set(Credentials(secret=key, base_url=settings.RELAY_PUBLIC_URL.rstrip("/")))
         logger.info("serving the MCP tools over stdio")

@@ -452,10 +452,10 @@ def test_runmcp_serves_the_same_tools_over_stdio(processes, smtp_server):
 def a_mailbox_of(key: str) -> str:
     """A mailbox of the owner of `key`, made as the API makes one."""
     from mailboxes.lifecycle import mailbox_create
-    from mailboxes.keys import caller_for_secret
+    from accounts.identity import authenticate
     from relay.backends import get_backend
 
-    return str(mailbox_create(backend=get_backend(), caller=caller_for_secret(key), local_part=None, domain=None,
+    return str(mailbox_create(backend=get_backend(), caller=authenticate(key), local_part=None, domain=None,
                               ttl_ms=600_000)[0].id)
 
 

@@ -212,9 +212,9 @@ def cyrus_processes(cyrus, processes, settings):
 
 def _create(owner_key: str, local_part: str, ttl_ms: int = 600_000) -> Mailbox:
     from mailboxes.lifecycle import mailbox_create
-    from mailboxes.keys import caller_for_secret
+    from accounts.identity import authenticate
 
-    return mailbox_create(backend=get_backend(), caller=caller_for_secret(owner_key), local_part=local_part,
+    return mailbox_create(backend=get_backend(), caller=authenticate(owner_key), local_part=local_part,
                           domain=None, ttl_ms=ttl_ms)[0]
 
 
