@@ -91,8 +91,17 @@ RULES = [
     ("b64decode(value", "relay/outbox/outbound.py", "what a send takes: relay.outbox.outbound.sending_checked", APPS),
     ("Redis.from_url(", "core/redis_clients.py", "a Redis client: core.redis_clients", APPS),
     ("redis.from_url(", "core/redis_clients.py", "a Redis client: core.redis_clients", APPS),
-    ("revocation_count(", "accounts/credentials.py", "caching a credential while no revocation is announced: accounts.credentials.Cache",
+    ("revocation_count(", "accounts/identity.py", "caching a credential while no revocation is announced: accounts.identity.Cache",
      APPS),
+    # Who is calling: one parser of every credential, one digest of a secret, one rule for
+    # whether an account may act (accounts.identity; docs/architecture.md, "Who is calling").
+    *((pattern, "accounts/identity.py", "which credential a secret is: accounts.identity.authenticate", APPS)
+      for pattern in ('"rk_"', '"rt_"', "startswith(API_KEY_PREFIX", "startswith(MAILBOX_TOKEN_PREFIX",
+                      "startswith((MAILBOX_TOKEN_PREFIX", "startswith((API_KEY_PREFIX")),
+    (".hexdigest()", "accounts/identity.py", "a secret's digest: accounts.identity.secret_digest", APPS),
+    *((pattern, "accounts/identity.py", "whether an account may act: accounts.identity.may_act", APPS)
+      for pattern in ("status != AccountStatus.ACTIVE", "__status=AccountStatus.ACTIVE", "owner_status ==",
+                      "account_active(")),
 ]
 
 
@@ -119,6 +128,12 @@ def test_each_rule_has_one_definition():
                "    return 200 if settings.RELAY_BACKEND == 'local' else 1\n",
      "which backend calls a server: relay.backends.keeps_accounts()"),
     ("api", "from relay import mailserver\n\n\ndef look(mailboxes):\n    mailserver.read_now(mailboxes)\n", READING),
+    ("inbox", "from accounts import identity\n\n\ndef key_of(secret):\n    return secret.startswith(\"rk_\")\n",
+     "which credential a secret is: accounts.identity.authenticate"),
+    ("mailboxes", "import hashlib\n\n\ndef digest(token):\n    return hashlib.sha256(token.encode()).hexdigest()\n",
+     "a secret's digest: accounts.identity.secret_digest"),
+    ("api", "from accounts.models import AccountStatus\n\n\ndef ok(account):\n    return account.status != AccountStatus.ACTIVE\n",
+     "whether an account may act: accounts.identity.may_act"),
 ])
 def test_a_restated_rule_is_found(tmp_path, app, code, rule):
     copy_of_the_tree(tmp_path)
