@@ -19,8 +19,8 @@ from accounts.models import Account, AccountStatus
 from accounts.oauth import oauth_user_for
 from accounts.services import account_create_with_key, account_suspend
 from api.agents.server import _credentials_for
+from core.clock import db_now
 from mailboxes.messages import recipient_by_address
-from owed import db_now
 from tests.helpers import make_mailbox, wait_until
 
 
