@@ -12,7 +12,7 @@ from django.test import Client
 from django.utils import timezone
 from oauth2_provider.models import get_access_token_model, get_refresh_token_model
 
-from accounts.oauth import token_grant
+from accounts.identity import token_grant
 from tests.oauth_client import PAGE, PROGRAM, allow, authorize_query, refresh, register, signed_in, tokens
 
 CALLBACK = "https://agent.example/cb"
