@@ -306,6 +306,13 @@ def press(driver, keys: str) -> None:
     ActionChains(driver).send_keys(keys).perform()
 
 
+def lines(driver, selector: str) -> int:
+    """How many lines the text of `selector` takes."""
+    return driver.execute_script(
+        "const range = document.createRange(); range.selectNodeContents(document.querySelector(arguments[0]));"
+        "return new Set([...range.getClientRects()].map(box => Math.round(box.top))).size", selector)
+
+
 def frame_height(driver) -> float:
     return driver.execute_script("return document.getElementById('mail-html').getBoundingClientRect().height")
 
@@ -335,12 +342,15 @@ def test_a_message_reads_in_place_in_local_time_with_keys_a_sized_frame_and_held
         assert "UTC" in driver.execute_script("return document.querySelector('#messages li time').dateTime") \
             or time.get_attribute("datetime").endswith("+00:00")
 
+        assert lines(driver, "#address") == 1, "the address breaks"
+
         # j moves down the list, Enter opens: the newest, the long one.
         press(driver, "j")
         assert driver.execute_script("return document.activeElement.matches('#messages li a.open')")
         press(driver, Keys.ENTER)
         wait_until(lambda: elements(driver, "iframe#mail-html") and loaded(driver), timeout=10, message="the message")
         assert "Long one" in element(driver, "h1").text
+        assert lines(driver, ".meta dd.addresses:nth-of-type(2)") == 1, "the To address breaks"
         assert element(driver, "#verdict").text == element(driver, "#verdict").text.lower() in (
             "unverified", "verified sender")
 
