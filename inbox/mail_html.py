@@ -1,7 +1,8 @@
 """A mail's HTML as the web inbox shows it: strangers' code, so it is cleaned here (no script,
 form, frame, embed, meta refresh, base or link element, no event handler or javascript:
 URL), its links open a new tab without referrer or opener, its `cid:` images point at the
-message's own parts, and the page that serves it forbids the rest by CSP (docs/inbox.md)."""
+message's own parts, its remote images are placeholders until the reader asks for them, and
+the page that serves it forbids the rest by CSP (docs/inbox.md)."""
 import re
 from urllib.parse import quote
 
