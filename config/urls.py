@@ -11,6 +11,7 @@ urlpatterns = [
     # The site root is the web inbox's home (docs/inbox.md); it links the API docs.
     path("", pooled_page(inbox.home), name="home"),
     path("inbox/", include("inbox.urls")),
+    path("favicon.ico", inbox.favicon, name="favicon"),
     path("api/", RedirectView.as_view(pattern_name="docs")),
     # OAuth for hosted agents: the metadata documents at the root, the endpoints under /oauth/.
     path("", include((
@@ -28,4 +29,5 @@ urlpatterns = [
     path("admin/", admin.site.urls),
 ]
 
+handler404 = "inbox.views.not_found"
 handler500 = "api.errors.server_error"

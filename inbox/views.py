@@ -8,8 +8,10 @@ from types import SimpleNamespace
 
 from asgiref.sync import async_to_sync
 from django.conf import settings
+from django.db.models import Q
 from django.http import Http404, HttpResponse, HttpResponseRedirect, JsonResponse, QueryDict
 from django.shortcuts import render
+from django.templatetags.static import static
 from django.urls import reverse
 from django.utils import timezone, translation
 from django.utils.html import escape
@@ -33,7 +35,7 @@ from api.waiting import event_stream
 from checks import html_support, message_checks
 from domains.models import Domain, DomainStatus
 from inbox import session
-from inbox.mail_html import policy, shown_html
+from inbox.mail_html import frame_hint, policy, shown_html
 from mailboxes import lifecycle
 from mailboxes.errors import NotFound, RateLimited
 from mailboxes.mail_format import lineage_of
@@ -98,13 +100,20 @@ def _caller_mailbox(request, mailbox_id, *, live: bool = False) -> tuple:
     return caller, reading.mailbox_open(caller=caller, mailbox_id=mailbox_id, live=live, fresh=True)
 
 
+def sender_badge(*, direction: str, authenticated: bool) -> tuple[str, bool]:
+    """(the words, whether it passed) that name a message's sender verdict, the same in the
+    list's badge and on the message's page."""
+    if direction == "out":
+        return _("sent"), False
+    return (_("verified sender"), True) if authenticated else (_("unverified"), False)
+
+
 def _rows(mailbox, words: str = "", after: int = 0) -> list:
     """The newest LISTED messages of `mailbox` (matching `words`, newer than `after`), each
     as the list's HTML row (built here, not by fifty template rows or format_html calls:
     those were most of the page's time)."""
     prefix = escape(reverse("inbox-mailbox", args=[mailbox.id]) + "/")
-    sent, verified, unverified, copy, no_sender, no_subject = map(escape, (
-        _("sent"), _("verified sender"), _("unverified"), _("Copy"), _("(no sender)"), _("(no subject)")))
+    copy, no_sender, no_subject = map(escape, (_("Copy"), _("(no sender)"), _("(no subject)")))
     unread = f'<span class="visually-hidden">{escape(_("Unread:"))} </span>'
     rows = []
     with reading.messages_read(caller=None, mailbox=mailbox, search={"words": words}) as matching:
@@ -112,8 +121,7 @@ def _rows(mailbox, words: str = "", after: int = 0) -> list:
             "id", "from_header", "subject", "received_at", "is_read", "authenticated", "direction",
             "content__codes")[:LISTED])
     for message_id, sender, subject, received_at, is_read, authenticated, direction, codes in found:
-        passed = direction != "out" and authenticated
-        badge = sent if direction == "out" else verified if authenticated else unverified
+        badge, passed = sender_badge(direction=direction, authenticated=authenticated)
         code = escape((codes or [""])[0])
         chip = (f' <span class="chip"><code>{code}</code><button type="button" class="copy" data-copy="{code}" '
                 f'hidden>{copy}</button></span>') if code else ""
@@ -123,8 +131,23 @@ def _rows(mailbox, words: str = "", after: int = 0) -> list:
             f'href="{prefix}{int(message_id)}"><span class="from">{escape(sender) if sender else no_sender}</span>'
             f'<span class="subject">{"" if is_read else unread}{escape(subject) if subject else no_subject}</span>'
             f'</a> <time datetime="{received_at.isoformat()}">{received_at.strftime("%Y-%m-%d %H:%M:%S UTC")}'
-            f'</time> <span class="badge{" pass" if passed else ""}">{badge}</span>{chip}</li>'))
+            f'</time> <span class="badge{" pass" if passed else ""}">{escape(badge)}</span>{chip}</li>'))
     return rows
+
+
+@page
+def not_found(request, exception=None):
+    """A path nothing answers (handler404), as the inbox's own page; outside the pages'
+    paths api.middleware.JsonErrorsMiddleware answers the API's error body instead."""
+    return render(request, "inbox/problem.html", {"status": 404, "message": _("There is no page at this address.")},
+                  status=404)
+
+
+def favicon(request):
+    """Browsers ask /favicon.ico of every page, the API's docs and the admin's included."""
+    response = HttpResponseRedirect(static("inbox/favicon.svg"))
+    response["Cache-Control"] = "max-age=86400"
+    return response
 
 
 @page
@@ -333,15 +356,19 @@ def message_page(request, mailbox_id: uuid.UUID, message_id: int):
     checks = [("SPF", spf.get("result", "none"), spf.get("domain", "")),
               ("DKIM", dkim[0].get("result", "none") if dkim else "none", ", ".join(
                   f"{item.get('domain', '')}: {item.get('result', '')}" for item in dkim)),
-              ("DMARC", dmarc.get("result", "none"), dmarc.get("domain", "")),
-              (_("Verdict"), verdict.get("verdict", "none"), "")]
+              ("DMARC", dmarc.get("result", "none"), dmarc.get("domain", ""))]
+    badge, passed = sender_badge(direction=message.direction, authenticated=message.authenticated)
+    newer, older = _neighbours(mailbox, message)
     context = {
         "mailbox": mailbox, "message": message, "content": message.content, "tab": tab, "tabs": TABS,
-        "checks": checks, "remote": request.GET.get("remote") == "1",
+        "checks": checks, "badge": badge, "passed": passed, "verdict": verdict.get("verdict", "none"),
+        "newer": newer, "older": older, "remote": request.GET.get("remote") == "1",
         "may_send": caller.owner is not None and mailbox.status == MailboxStatus.ACTIVE,
         "lineage": lineage, "signed_in": caller.owner, "sent": request.GET.get("sent"),
         "attachments": [{"number": number, **meta} for number, meta in enumerate(message.content.attachments, 1)],
     }
+    if tab == "html" and message.content.html:
+        context["frame_hint"] = frame_hint(message.content.html)
     if tab == "raw":
         context["raw"] = bytes(message.content.raw).decode("utf-8", "replace")
     if tab == "thread" and message.thread_id:
@@ -350,6 +377,16 @@ def message_page(request, mailbox_id: uuid.UUID, message_id: int):
         context.update(_checks(mailbox, message, now={section for section in FETCHED_AFTER
                                                       if request.GET.get(section) == "1"}))
     return render(request, "inbox/message.html", context)
+
+
+def _neighbours(mailbox, message) -> tuple[int | None, int | None]:
+    """The ids of the messages just newer and just older than `message` in its mailbox's
+    list (newest first), for the page's links and the keys that follow them."""
+    listed = reading.message_list(mailbox=mailbox).values_list("id", flat=True)
+    at = (message.received_at, message.id)
+    newer = listed.filter(Q(received_at__gt=at[0]) | Q(received_at=at[0], id__gt=at[1])).reverse().first()
+    older = listed.filter(Q(received_at__lt=at[0]) | Q(received_at=at[0], id__lt=at[1])).first()
+    return newer, older
 
 
 def _header_check_label(name: str) -> str:
@@ -432,9 +469,12 @@ def message_check_links(request, mailbox_id: uuid.UUID, message_id: int):
 
 def _html_response(request, message, parts_route: str, parts_args: list) -> HttpResponse:
     parts_url = _base_url(request) + reverse(parts_route, args=[*parts_args, "x"])[:-1]
-    response = HttpResponse(shown_html(message.content.html, parts_url=parts_url),
-                            content_type="text/html; charset=utf-8")
-    response["Content-Security-Policy"] = policy(parts_url, remote_images=request.GET.get("remote") == "1")
+    remote = request.GET.get("remote") == "1"
+    with translation.override(translation.get_language_from_request(request)):
+        held_title = _("A remote image, held until you load remote images")
+    response = HttpResponse(shown_html(message.content.html, parts_url=parts_url, remote_images=remote,
+                                       held_title=held_title), content_type="text/html; charset=utf-8")
+    response["Content-Security-Policy"] = policy(parts_url, remote_images=remote)
     response["Referrer-Policy"] = "no-referrer"
     response["X-Content-Type-Options"] = "nosniff"
     return response

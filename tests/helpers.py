@@ -214,4 +214,7 @@ def headless_chromium(width: int = 1280):
         options.add_argument(argument)
     driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
     driver.set_page_load_timeout(30)
+    if width < 500:  # Chromium's window is never narrower than 500 px: a phone's width is emulated
+        driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                               {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": False})
     return driver

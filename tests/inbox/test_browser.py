@@ -224,7 +224,7 @@ def test_sign_in_by_a_mailed_code_after_a_burnt_one_an_ended_mailbox_and_a_form_
     assert Mailbox.objects.filter(owner=None).count() == 0
 
 
-PAGES = ("home", "mailbox", "message", "checks", "sign-in", "account", "delete")
+PAGES = ("home", "mailbox", "message", "checks", "sign-in", "account", "delete", "not-found")
 
 
 def visit(driver, web, smtp_server):
@@ -246,6 +246,8 @@ def visit(driver, web, smtp_server):
     yield "checks", driver.current_url
     driver.get(page + "/delete")
     yield "delete", driver.current_url
+    driver.get(web + "/inbox/not-a-mailbox")
+    yield "not-found", driver.current_url
     driver.get(web + "/")
     yield "home", driver.current_url
     driver.get(web + "/inbox/sign-in")
@@ -285,5 +287,171 @@ def test_no_page_scrolls_sideways_at_375_px_in_light_or_dark(web, transactional_
                 background = driver.execute_script("return getComputedStyle(document.body).backgroundColor")
                 assert (background == "rgb(255, 255, 255)") == (scheme == "light"), f"{name} ignores {scheme}"
             driver.delete_all_cookies()
+    finally:
+        driver.quit()
+
+
+def run_axe(driver) -> list:
+    driver.execute_script(AXE.read_text())
+    result = driver.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        "axe.run(document, {resultTypes: ['violations']}).then(r => done(r.violations.map("
+        "v => ({id: v.id, impact: v.impact, nodes: v.nodes.map(n => n.target.join(' '))}))));")
+    return [violation for violation in result if violation["impact"] in ("serious", "critical")]
+
+
+def press(driver, keys: str) -> None:
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    ActionChains(driver).send_keys(keys).perform()
+
+
+def lines(driver, selector: str) -> int:
+    """How many lines the text of `selector` takes."""
+    return driver.execute_script(
+        "const range = document.createRange(); range.selectNodeContents(document.querySelector(arguments[0]));"
+        "return new Set([...range.getClientRects()].map(box => Math.round(box.top))).size", selector)
+
+
+def frame_height(driver) -> float:
+    return driver.execute_script("return document.getElementById('mail-html').getBoundingClientRect().height")
+
+
+LONG_HTML = ("<h1>Newsletter</h1><img src='{base}/banner.png' width='560' height='200' alt=''>"
+             + "".join(f"<p>Paragraph {n}: the news of the week, told at some length so it wraps.</p>" for n in range(60)))
+
+
+@pytest.mark.skipif(not AXE.exists(), reason="needs axe-core from npm (scripts/test.sh installs it into var/axe-core)")
+@pytest.mark.parametrize("width", [1280, 375])
+def test_a_message_reads_in_place_in_local_time_with_keys_a_sized_frame_and_held_images(
+        width, web, transactional_db, broker, smtp_server, listener):
+    from selenium.webdriver.common.keys import Keys
+
+    driver = new_browser(width)
+    try:
+        driver.execute_cdp_cmd("Browser.grantPermissions", {"permissions": ["clipboardReadWrite",
+                                                                            "clipboardSanitizedWrite"]})
+        page, address = make_mailbox(driver, web)
+        send(smtp_server, address, subject="Short one", text="Your code is 482913.", html="<p>Code 482913</p>")
+        send(smtp_server, address, subject="Long one", html=LONG_HTML.format(base=listener.base))
+        wait_until(lambda: len(elements(driver, "#messages li a.open")) == 2, timeout=10, message="both messages")
+
+        # Times in the reader's words and zone, the server's UTC without script.
+        time = element(driver, "#messages li time")
+        assert "UTC" not in time.text and time.get_attribute("title"), time.text
+        assert "UTC" in driver.execute_script("return document.querySelector('#messages li time').dateTime") \
+            or time.get_attribute("datetime").endswith("+00:00")
+
+        assert lines(driver, "#address") == 1, "the address breaks"
+
+        # j moves down the list, Enter opens: the newest, the long one.
+        press(driver, "j")
+        assert driver.execute_script("return document.activeElement.matches('#messages li a.open')")
+        press(driver, Keys.ENTER)
+        wait_until(lambda: elements(driver, "iframe#mail-html") and loaded(driver), timeout=10, message="the message")
+        assert "Long one" in element(driver, "h1").text
+        assert lines(driver, ".meta dd.addresses:nth-of-type(2)") == 1, "the To address breaks"
+        assert element(driver, "#verdict").text == element(driver, "#verdict").text.lower() in (
+            "unverified", "verified sender")
+
+        # The frame holds the whole long mail, the remote image a placeholder, nothing fetched.
+        wait_until(lambda: frame_height(driver) > 1200, timeout=5, message=f"a tall frame, not {frame_height(driver)}")
+        driver.switch_to.frame(element(driver, "iframe#mail-html"))
+        wait_until(lambda: elements(driver, "img[data-held]") and loaded(driver), timeout=10, message="the mail")
+        held = element(driver, "img[data-held]")
+        assert driver.execute_script("return arguments[0].complete && arguments[0].naturalWidth > 0", held), \
+            "the held image shows as broken"
+        driver.switch_to.default_content()
+        assert listener.paths == []
+
+        # The mobile width, then back.
+        if width > 375:
+            element(driver, ".widths button[data-width='375']").click()
+            assert element(driver, "iframe#mail-html").size["width"] <= 375
+            element(driver, ".widths button[data-width='']").click()
+            assert element(driver, "iframe#mail-html").size["width"] > 375
+
+        # Tabs in place: one line of them, no reload, the address follows; back and reload keep it.
+        tops = driver.execute_script("return [...document.querySelectorAll('#tabs li')].map(li => li.offsetTop)")
+        assert len(set(tops)) == 1, f"the tabs wrap onto {len(set(tops))} lines"
+        driver.execute_script("window.notReloaded = true")
+        element(driver, "#tabs a[data-tab='headers']").click()
+        wait_until(lambda: elements(driver, "table.headers"), timeout=10, message="the headers tab")
+        assert driver.current_url.endswith("?tab=headers")
+        assert element(driver, "#tabs a[data-tab='headers']").get_attribute("aria-current") == "page"
+        driver.back()
+        wait_until(lambda: elements(driver, "iframe#mail-html"), timeout=10, message="the HTML tab again")
+        assert not elements(driver, "table.headers")
+        assert driver.execute_script("return window.notReloaded === true"), "a tab reloaded the page"
+        driver.forward()
+        wait_until(lambda: elements(driver, "table.headers"), timeout=10, message="the headers tab again")
+        driver.refresh()
+        wait_until(lambda: loaded(driver) and elements(driver, "table.headers"), timeout=10, message="a reload")
+        assert driver.execute_script("return document.documentElement.scrollWidth") <= width, driver.execute_script(
+            "return [...document.querySelectorAll('body *')].filter(e => e.getBoundingClientRect().right > innerWidth)"
+            ".slice(0, 8).map(e => e.tagName + '.' + e.className + ' ' + Math.round(e.getBoundingClientRect().right))")
+
+        # ? lists the keys in a dialog that holds focus; Esc closes it and focus returns.
+        link = element(driver, "#tabs a[data-tab='text']")
+        driver.execute_script("arguments[0].focus()", link)
+        press(driver, "?")
+        wait_until(lambda: element(driver, "#shortcuts").get_attribute("open") is not None, timeout=5,
+                   message="the shortcuts dialog")
+        for _ in range(3):
+            assert driver.execute_script("return document.getElementById('shortcuts').contains(document.activeElement)")
+            press(driver, Keys.TAB)
+        assert run_axe(driver) == [], "with the shortcuts open"
+        press(driver, Keys.ESCAPE)
+        wait_until(lambda: element(driver, "#shortcuts").get_attribute("open") is None, timeout=5, message="closed")
+        assert driver.execute_script("return document.activeElement === arguments[0]", link)
+
+        # k: the newer message? This is the newest; j: the older one, whose frame is small.
+        press(driver, "j")
+        wait_until(lambda: "Short one" in element(driver, "h1").text and loaded(driver), timeout=10,
+                   message="the older message")
+        assert 150 < frame_height(driver) < 400, frame_height(driver)
+        press(driver, "c")
+        wait_until(lambda: element(driver, ".chip button.copy").text == "Copied", timeout=5, message="Copied")
+        assert driver.execute_script("return navigator.clipboard.readText()") == "482913"
+        assert run_axe(driver) == []
+        press(driver, "k")
+        wait_until(lambda: "Long one" in element(driver, "h1").text, timeout=10, message="the newer message")
+    finally:
+        driver.quit()
+
+
+def test_new_mail_is_notified_while_the_page_is_hidden_once_the_person_asked(
+        web, transactional_db, broker, smtp_server):
+    driver = new_browser()
+    try:
+        page, address = make_mailbox(driver, web)
+        notify = element(driver, "#notify")
+        assert notify.is_displayed() and notify.get_attribute("aria-pressed") == "false"
+        driver.execute_cdp_cmd("Browser.grantPermissions", {"origin": web, "permissions": ["notifications"]})
+        # A headless browser shows no notification a test could see: this records each one
+        # the page makes, and still makes it.
+        driver.execute_script("window.shown = []; const Real = window.Notification;"
+                              "window.Notification = new Proxy(Real, {construct(target, args) {"
+                              "  window.shown.push(args[0]); return new target(...args); }});")
+        send(smtp_server, address, subject="Seen while looking")
+        wait_until(lambda: elements(driver, "#messages li[data-id]"), timeout=10, message="the first message")
+        notify.click()
+        wait_until(lambda: notify.get_attribute("aria-pressed") == "true", timeout=5, message="notifications on")
+        assert driver.execute_script("return window.shown") == [], "a notification while the page was shown"
+
+        # Another tab in front hides the mailbox's page; it says over a BroadcastChannel what it
+        # drew and notified, since looking at it would show it again.
+        driver.execute_script("const channel = new BroadcastChannel('test');"
+                              "new MutationObserver(() => channel.postMessage({rows: document.querySelectorAll("
+                              "'#messages li[data-id]').length, shown: window.shown, hidden: document.hidden}))"
+                              ".observe(document.getElementById('messages'), {childList: true});")
+        driver.switch_to.new_window("tab")
+        driver.get(web + "/inbox/sign-in")
+        driver.execute_script("window.heard = []; new BroadcastChannel('test').onmessage = e => heard.push(e.data);")
+        send(smtp_server, address, subject="Arrived while away")
+        wait_until(lambda: driver.execute_script("return window.heard.length"), timeout=10,
+                   message="the second message drawn in the hidden page")
+        heard = driver.execute_script("return window.heard")[-1]
+        assert heard == {"rows": 2, "shown": ["Arrived while away"], "hidden": True}, heard
     finally:
         driver.quit()

@@ -370,3 +370,81 @@ def test_the_pages_assets_have_hashed_names_cached_for_a_year_and_a_fresh_name_o
         response.close()
     # The page itself is not cached: it names the current assets.
     assert "max-age=315360000" not in Client().get("/").get("Cache-Control", "")
+
+
+def title_of(page: str) -> str:
+    return unescape(re.search(r"<title>(.*?)</title>", page, re.S).group(1)).strip()
+
+
+def test_a_path_nothing_answers_under_inbox_is_the_inboxs_own_not_found_page_and_json_elsewhere(db):
+    for path in ("/inbox/not-a-mailbox", "/inbox/00000000-0000-0000-0000-000000000000"):
+        response = Client().get(path)
+        page = response.content.decode()
+        assert response.status_code == 404, path
+        assert title_of(page) == "Not found · Relay" and "/static/inbox/inbox." in page and 'id="main"' in page, path
+        assert response["Content-Security-Policy"].startswith("default-src 'self'"), path
+    for path in ("/api/v1/nowhere", "/nowhere"):
+        api = Client().get(path)
+        assert api.status_code == 404 and api.json()["code"] == "not_found", path
+
+
+def test_an_ended_mailbox_asked_to_renew_is_a_page_saying_it_is_no_longer_available(db):
+    browser = Client()
+    mailbox = anonymous_mailbox(browser)
+    Mailbox.objects.filter(id=mailbox.id).update(expires_at=timezone.now() - timedelta(seconds=1))
+    response = browser.post(f"/inbox/{mailbox.id}/renew")
+    assert response.status_code == 410
+    assert title_of(response.content.decode()) == "No longer available · Relay"
+    assert "<h1>No longer available</h1>" in response.content.decode()
+
+
+def test_every_page_names_its_icon_and_favicon_ico_leads_to_it(db):
+    page = Client().get("/").content.decode()
+    icon = re.search(r'<link rel="icon" href="([^"]+)" type="image/svg\+xml">', page).group(1)
+    served = Client().get(icon)
+    assert served.status_code == 200 and served["Content-Type"] == "image/svg+xml"
+    served.close()
+    asked = Client().get("/favicon.ico")
+    assert asked.status_code == 302 and asked["Location"] == icon
+
+
+def test_the_list_and_the_message_name_a_senders_verdict_in_the_same_words(db):
+    browser = Client()
+    mailbox = anonymous_mailbox(browser)
+    [unverified] = deliver(b"From: a@example.com\r\nSubject: One\r\n\r\nHello\r\n", mailbox.address)
+    [verified] = deliver(b"From: b@example.com\r\nSubject: Two\r\n\r\nHello\r\n", mailbox.address)
+    Message.objects.filter(id=verified).update(authenticated=True)
+    rows = browser.get(f"/inbox/{mailbox.id}").content.decode()
+    for message_id, words in ((unverified, "unverified"), (verified, "verified sender")):
+        row = re.search(rf'<li[^>]*data-id="{message_id}".*?</li>', rows, re.S).group(0)
+        assert re.search(r'<span class="badge[^"]*">([^<]+)</span>', row).group(1) == words
+        page = browser.get(f"/inbox/{mailbox.id}/{message_id}").content.decode()
+        assert re.search(r'<span class="badge[^"]*" id="verdict"[^>]*>([^<]+)</span>', page).group(1) == words
+        assert "Verdict: none</span>" not in page
+
+
+def test_a_message_links_its_newer_and_older_neighbours(db):
+    browser = Client()
+    mailbox = anonymous_mailbox(browser)
+    first, second, third = (deliver(f"Subject: {n}\r\n\r\nHello\r\n".encode(), mailbox.address)[0] for n in range(3))
+    page = browser.get(f"/inbox/{mailbox.id}/{second}").content.decode()
+    assert f'href="/inbox/{mailbox.id}/{third}" rel="prev"' in page
+    assert f'href="/inbox/{mailbox.id}/{first}" rel="next"' in page
+    newest = browser.get(f"/inbox/{mailbox.id}/{third}").content.decode()
+    assert 'rel="prev"' not in newest and f'href="/inbox/{mailbox.id}/{second}" rel="next"' in newest
+
+
+def test_a_held_remote_image_is_a_placeholder_until_remote_images_are_asked_for(db):
+    browser = Client()
+    mailbox = anonymous_mailbox(browser)
+    [message_id] = deliver(b"Subject: Pic\r\nContent-Type: text/html\r\n\r\n"
+                           b"<p>Hi</p><img src='https://tracker.example/p.gif' srcset='https://tracker.example/2x.gif 2x'"
+                           b" width='40' height='30' alt='Our logo'>\r\n", mailbox.address)
+    held = browser.get(f"/inbox/{mailbox.id}/{message_id}/html").content.decode()
+    image = re.search(r"<img[^>]*>", held).group(0)
+    assert 'src="data:image/svg+xml,' in image and "data-held" in image and 'title="Our logo"' in image
+    assert "tracker.example" not in held and 'width="40"' in image
+    shown = browser.get(f"/inbox/{mailbox.id}/{message_id}/html?remote=1").content.decode()
+    assert 'src="https://tracker.example/p.gif"' in shown and "data-held=" not in shown
+    page = browser.get(f"/inbox/{mailbox.id}/{message_id}").content.decode()
+    assert 'data-chars="2"' in page and 'data-images="30"' in page, "the frame's hint for the page's script"

@@ -12,7 +12,7 @@
       var label = button.textContent;
       button.addEventListener("click", function () {
         navigator.clipboard.writeText(button.dataset.copy).then(function () {
-          button.textContent = "✓ " + label;
+          button.textContent = document.body.dataset.copied || label;
           setTimeout(function () { button.textContent = label; }, 1500);
         });
       });
@@ -104,6 +104,11 @@
     enableCopy(document);
     countdown();
     liveList();
+    loadSections();
+  });
+  // A tab drawn in place (message.js) brings copy buttons and sections to fetch of its own.
+  document.addEventListener("relay:swapped", function (event) {
+    enableCopy(event.target);
     loadSections();
   });
 }());
