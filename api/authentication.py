@@ -27,6 +27,7 @@ ROUTES: dict[str, str | dict[str, str]] = {
     "ReplyView": MAIL_SEND, "ForwardView": MAIL_SEND, "ThreadCollectionView": MAIL_READ, "ThreadDetailView": MAIL_READ,
     "DomainCollectionView": DOMAINS, "DomainDetailView": DOMAINS, "DomainVerifyView": DOMAINS,
     "HtmlCheckView": MAIL_READ, "LinkCheckView": MAIL_READ, "SpamCheckView": MAIL_READ, "HeaderCheckView": MAIL_READ,
+    "SuppressionCollectionView": MAIL_SEND, "SuppressionDetailView": MAIL_SEND,
 }
 # The held waits and event streams (api/waiting.py) read mail.
 WAITS = MAIL_READ
@@ -37,6 +38,7 @@ TOOLS: dict[str, str] = {
     "list_messages": MAIL_READ, "get_message": MAIL_READ, "wait_for_message": MAIL_READ, "wait_for_code": MAIL_READ,
     "search_messages": MAIL_READ, "get_attachment": MAIL_READ, "check_message": MAIL_READ, "list_threads": MAIL_READ, "get_thread": MAIL_READ,
     "send_message": MAIL_SEND, "reply_to_message": MAIL_SEND, "forward_message": MAIL_SEND,
+    "wait_for_delivery": MAIL_READ,
     "create_domain": DOMAINS, "list_domains": DOMAINS, "verify_domain": DOMAINS, "delete_domain": DOMAINS,
 }
 

@@ -26,6 +26,7 @@ STATUS_CODES = {
     410: "expired",
     413: "too_large",
     415: "unsupported_media_type",
+    422: "suppressed",
     429: "rate_limited",
     503: "backend_unavailable",
 }
@@ -41,6 +42,7 @@ DOMAIN_ERRORS = {
     domain.QuotaExceeded: status.HTTP_429_TOO_MANY_REQUESTS,
     domain.RateLimited: status.HTTP_429_TOO_MANY_REQUESTS,
     domain.MessageTooLarge: status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+    domain.Suppressed: status.HTTP_422_UNPROCESSABLE_ENTITY,
 }
 # Where a status has more than one code (docs/api.md: 429 is rate_limited or quota_exceeded;
 # 403 is forbidden or account_suspended; 404 is not_found or not_configured).

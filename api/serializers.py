@@ -27,7 +27,8 @@ from mailboxes.mail_format import ONE_LINE_PATTERN, header, lineage_of
 from mailboxes.models import Direction, MailboxStatus
 from relay.inbound.attachments import without_format_characters
 from relay.authentication import RESULTS, nothing_known
-from relay.models import OutboxMail, OutboxStatus
+from relay.models import DeliveryStatus, OutboxMail, OutboxStatus, Suppression, SuppressionReason
+from relay.outbox.delivery import delivery_of
 from relay.reading import MAILBOX_ORDERINGS
 
 
@@ -266,6 +267,28 @@ def message_codes(message) -> list[str]:
     return message.content.codes  # computed when stored
 
 
+class DeliverySerializer(serializers.Serializer):
+    """One recipient of a sent message, and what became of it (docs/delivery.md)."""
+
+    recipient = serializers.CharField()
+    status = serializers.ChoiceField(choices=DeliveryStatus.values, help_text=(
+        "queued; sent (the next hop answered 250); deferred (a 4xx, retried); failed (a 5xx, or retries spent); "
+        "bounced or complained (a bounce or complaint came back). sent, failed, bounced and complained are final."))
+    smtp_code = serializers.IntegerField(allow_null=True, help_text="The last SMTP code heard for it, if any.")
+    detail = serializers.CharField(help_text="The last answer's text, or what a bounce said.")
+    at = serializers.DateTimeField(help_text="When the state was last changed.")
+
+
+class SuppressionSerializer(serializers.ModelSerializer):
+    reason = serializers.ChoiceField(choices=SuppressionReason.values)
+    message_id = serializers.IntegerField(allow_null=True, help_text="The sent message whose bounce or complaint "
+                                                                     "added it.")
+
+    class Meta:
+        model = Suppression
+        fields = ["address", "reason", "at", "message_id"]
+
+
 class MessageDetailSerializer(MessageSummarySerializer):
     text = serializers.CharField(source="content.text")
     html = serializers.CharField(source="content.html")
@@ -287,6 +310,8 @@ class MessageDetailSerializer(MessageSummarySerializer):
     outbox_id = serializers.SerializerMethodField(help_text="Sent mail: its outbox entry (GET …/outbox/{id}).")
     outbox_status = serializers.SerializerMethodField(help_text="Sent mail: queued, sending, sent, failed or "
                                                                 "skipped.")
+    delivery = serializers.SerializerMethodField(help_text="Sent mail: each recipient and what became of it "
+                                                           "(docs/delivery.md); empty for mail received.")
 
     @extend_schema_field(serializers.CharField(allow_null=True))
     def get_header_message_id(self, message) -> str | None:
@@ -316,6 +341,10 @@ class MessageDetailSerializer(MessageSummarySerializer):
     def get_outbox_status(self, message) -> str | None:
         outbox = _outbox_mail(message)
         return outbox.status if outbox else None
+
+    @extend_schema_field(DeliverySerializer(many=True))
+    def get_delivery(self, message) -> list[dict]:
+        return DeliverySerializer(delivery_of(_outbox_mail(message)), many=True).data
 
     @extend_schema_field(AttachmentSerializer(many=True))
     def get_attachments(self, message) -> list[dict]:

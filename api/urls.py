@@ -1,7 +1,7 @@
 from django.urls import path, register_converter
 from django.views.decorators.csrf import csrf_exempt
 
-from api import account_views, check_views, domain_views, views, waiting, webhook_views
+from api import account_views, check_views, domain_views, suppression_views, views, waiting, webhook_views
 from core.pools import DNS_CHECKS, in_pool, pooled
 
 
@@ -49,6 +49,9 @@ urlpatterns = [
     path("webhooks/<rowid:webhook_id>", pooled(webhook_views.WebhookDetailView.as_view()), name="webhook-detail"),
     path("webhooks/<rowid:webhook_id>/deliveries", pooled(webhook_views.WebhookDeliveriesView.as_view()),
          name="webhook-deliveries"),
+    path("suppressions", pooled(suppression_views.SuppressionCollectionView.as_view()), name="suppression-list"),
+    path("suppressions/<str:address>", pooled(suppression_views.SuppressionDetailView.as_view()),
+         name="suppression-detail"),
     path("domains", pooled(domain_views.DomainCollectionView.as_view()), name="domain-list"),
     path("domains/<uuid:domain_id>", pooled(domain_views.DomainDetailView.as_view()), name="domain-detail"),
     path("domains/<uuid:domain_id>/verify", pooled(domain_views.DomainVerifyView.as_view(), DNS_CHECKS), name="domain-verify"),

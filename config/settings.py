@@ -516,6 +516,12 @@ RELAY_SEND_MAX_RETRIES = _int("RELAY_SEND_MAX_RETRIES", 3)
 RELAY_SEND_RETRY_BACKOFF_SECONDS = _int("RELAY_SEND_RETRY_BACKOFF_SECONDS", 30, minimum=1)
 # The From of the mails Relay sends for itself (activation, recovery).
 DEFAULT_FROM_EMAIL = env.str("RELAY_MAIL_FROM", default=f"Relay <noreply@{RELAY_DOMAINS[0]}>")
+# A sent message's envelope sender (its Return-Path) is RELAY_BOUNCE_LOCAL_PART+<tag>@<the
+# sending domain>: bounces and complaints come back to it (docs/delivery.md).
+RELAY_BOUNCE_LOCAL_PART = env.str("RELAY_BOUNCE_LOCAL_PART", default="bounces").strip().lower()
+if not re.fullmatch(r"[a-z0-9_-]{1,32}", RELAY_BOUNCE_LOCAL_PART):
+    raise ImproperlyConfigured("RELAY_BOUNCE_LOCAL_PART must be 1 to 32 of a-z, 0-9, _ and -, got "
+                               f"{RELAY_BOUNCE_LOCAL_PART!r}")
 
 # --- Calls to the mail backend, from all workers together (docs/architecture.md; relay/backends/limiter.py) ----
 RELAY_BACKEND_MAX_PER_MINUTE = _int("RELAY_BACKEND_MAX_PER_MINUTE", 1000, minimum=1)

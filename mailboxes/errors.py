@@ -67,3 +67,14 @@ class RateLimited(RelayError):
     def __init__(self, message: str, *, retry_after: int):
         super().__init__(message)
         self.retry_after = max(1, int(retry_after))
+
+
+class Suppressed(RelayError):
+    """A send to an address on the account's suppression list (docs/delivery.md): the
+    whole send is refused, and nothing is queued."""
+
+    def __init__(self, *, address: str, reason: str):
+        self.address, self.reason = address, reason
+        why = "bounced for good" if reason == "bounced" else "reported mail from this account as spam"
+        super().__init__(f"{address} is on this account's suppression list: it {why}. Nothing was sent; remove it "
+                         f"(DELETE /api/v1/suppressions/{address}) to send to it again.")

@@ -1,7 +1,8 @@
 """Relay's two custom signals (docs/architecture.md, "Signals"), sent inside the transaction."""
 from django.dispatch import Signal
 
-# A webhook event happened (`event`, with `messages`, `mailbox_ids` or `mailbox_id`):
+# A webhook event happened (`event`, with `messages`, `mailbox_ids` or `mailbox_id`; a
+# delivery event with the outbox `mail` and its changed `deliveries`):
 # webhooks/ records its deliveries in the same transaction.
 event_happened = Signal()
 

@@ -97,3 +97,59 @@ class BackendCallSlot(models.Model):
 
     class Meta:
         indexes = [models.Index(fields=["started_at"], name="backend_slot_started")]
+
+
+class DeliveryStatus(models.TextChoices):
+    """What became of a sent message for one recipient (docs/delivery.md). sent, failed,
+    bounced and complained are final; a bounce or a complaint may still follow `sent`."""
+
+    QUEUED = "queued"
+    SENT = "sent"  # the next hop answered 250
+    DEFERRED = "deferred"  # a 4xx (or no answer): retried, the last answer kept
+    FAILED = "failed"  # a 5xx from the next hop, or the retries spent
+    BOUNCED = "bounced"  # a bounce came back
+    COMPLAINED = "complained"  # a complaint (ARF) came back
+
+
+FINAL_DELIVERY = (DeliveryStatus.SENT, DeliveryStatus.FAILED, DeliveryStatus.BOUNCED, DeliveryStatus.COMPLAINED)
+
+
+class RecipientDelivery(models.Model):
+    """One recipient of a sent message (To, Cc or Bcc), and the last thing known of it."""
+
+    mail = models.ForeignKey(OutboxMail, on_delete=models.CASCADE, related_name="deliveries")
+    recipient = models.CharField(max_length=320)
+    status = models.CharField(max_length=10, choices=DeliveryStatus.choices, default=DeliveryStatus.QUEUED)
+    smtp_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    detail = models.TextField(blank=True, default="")
+    at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["mail", "recipient"], name="delivery_one_per_recipient")]
+
+    def __str__(self) -> str:
+        return f"{self.recipient}: {self.status}"
+
+
+class SuppressionReason(models.TextChoices):
+    BOUNCED = "bounced"
+    COMPLAINED = "complained"
+
+
+class Suppression(models.Model):
+    """An address an account's mail no longer goes to: it bounced for good or complained.
+    Kept lower-cased: addresses are compared without regard to case."""
+
+    account = models.ForeignKey("accounts.Account", on_delete=models.CASCADE, related_name="suppressions")
+    address = models.CharField(max_length=320)
+    reason = models.CharField(max_length=10, choices=SuppressionReason.choices)
+    at = models.DateTimeField()
+    # The sent copy (a message with direction "out") whose bounce or complaint caused it.
+    message = models.ForeignKey("mailboxes.Message", null=True, blank=True, on_delete=models.SET_NULL,
+                                related_name="+")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["account", "address"], name="suppression_one_per_address")]
+
+    def __str__(self) -> str:
+        return f"{self.address} ({self.reason})"

@@ -108,6 +108,20 @@ def _cleanup_dead(mailbox_id) -> None:
     ])
 
 
+DELIVERY_EVENTS = (WebhookEvent.MESSAGE_SENT, WebhookEvent.MESSAGE_DEFERRED, WebhookEvent.MESSAGE_FAILED,
+                   WebhookEvent.MESSAGE_BOUNCED, WebhookEvent.MESSAGE_COMPLAINED)
+
+
+def _delivered(event: str, mail, deliveries) -> None:
+    """A sent message's recipients that reached `event`'s state (docs/delivery.md)."""
+    mailboxes = {mailbox.id: mailbox for mailbox in Mailbox.objects.filter(id=mail.mailbox_id, owner__isnull=False)}
+    record(event, [
+        (webhook, {"mailbox_id": str(mail.mailbox_id), "message_id": mail.kept_as_id, "recipient": row.recipient,
+                   "status": row.status, "smtp_code": row.smtp_code, "detail": row.detail})
+        for webhook, _ in _subscribers(event, mailboxes) for row in deliveries
+    ])
+
+
 def on_event_happened(sender, event: str, **kwargs) -> None:
     """mailboxes.signals.event_happened: record the deliveries `event` owes, inside the
     transaction in which it happened."""
@@ -119,3 +133,5 @@ def on_event_happened(sender, event: str, **kwargs) -> None:
         _mailboxes_ended(event, kwargs["mailbox_ids"])
     elif event == WebhookEvent.CLEANUP_DEAD:
         _cleanup_dead(kwargs["mailbox_id"])
+    elif event in DELIVERY_EVENTS:
+        _delivered(event, kwargs["mail"], kwargs["deliveries"])

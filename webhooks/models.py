@@ -14,6 +14,11 @@ class WebhookEvent(models.TextChoices):
     MAILBOX_EXPIRED = "mailbox.expired", "the mailbox reached its expires_at"
     MAILBOX_DELETED = "mailbox.deleted", "the mailbox was deleted"
     CLEANUP_DEAD = "cleanup.dead", "the mailbox's cleanup on the backend was given up"
+    MESSAGE_SENT = "message.sent", "the next hop accepted a sent message for a recipient"
+    MESSAGE_DEFERRED = "message.deferred", "the next hop or a later one said to try again later"
+    MESSAGE_FAILED = "message.failed", "the next hop refused a recipient, or the retries were spent"
+    MESSAGE_BOUNCED = "message.bounced", "a bounce came back for a recipient"
+    MESSAGE_COMPLAINED = "message.complained", "a recipient reported the message as spam"
 
 
 class Webhook(models.Model):

@@ -22,6 +22,7 @@ from mailboxes.messages import MailboxFull, recipient_by_address
 from relay.authentication import TEMPERROR, authenticate, nothing_known
 from core.client_address import client_group
 from relay.ingest import message_ingest
+from relay.outbox.delivery import bounce_receive, is_bounce_address
 
 logger = logging.getLogger(__name__)
 
@@ -127,6 +128,11 @@ class RelayHandler:
             accepted = envelope.relay_recipients = {}
         if len(envelope.rcpt_tos) >= settings.RELAY_SMTP_MAX_RECIPIENTS:
             return "452 4.5.3 Too many recipients"
+        if is_bounce_address(address):
+            # A bounce or complaint for mail Relay sent: taken whatever its tag, read at DATA.
+            envelope.relay_bounces = [*getattr(envelope, "relay_bounces", []), address]
+            envelope.rcpt_tos.append(address)
+            return "250 2.1.5 OK"
         try:
             recipient = await self.lookups.run(recipient_by_address, address=address)
         except Exception:
@@ -144,10 +150,21 @@ class RelayHandler:
 
     async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope):
         recipients = list((getattr(envelope, "relay_recipients", None) or {}).values())
-        if not recipients:
+        bounces = getattr(envelope, "relay_bounces", [])
+        if not recipients and not bounces:
             return "554 5.5.1 No valid recipients"
         server.storing = True
         raw = envelope.original_content or envelope.content or b""
+        if bounces:
+            try:
+                await self.storage.run(bounce_receive, raw=raw, addresses=bounces)
+            except Exception:
+                logger.exception("could not read a bounce from %s", envelope.mail_from)
+                server.storing = False
+                return "451 4.3.0 Could not take the message, try again later"
+            if not recipients:
+                server.storing = False
+                return "250 2.0.0 OK"
         try:
             authentication = await self.authenticate(session, envelope, raw, server.peer_host)
             await self.storage.run(

@@ -28,6 +28,7 @@ from relay import reading
 from relay.ingest import message_ingest
 from relay.models import OutboxKind, OutboxMail
 from relay.outbox.build import mail_build, one_line, strict_address
+from relay.outbox.delivery import deliveries_start, suppressions_check
 
 DAY = timedelta(days=1)
 
@@ -165,6 +166,7 @@ def outbound_queue(*, mailbox: Mailbox, to: list[str], subject: str, text: str, 
         raise MessageTooLarge()
     with transaction.atomic():
         check_send(mailbox.owner, len(to) + len(cc) + len(bcc))
+        suppressions_check(account_id=mailbox.owner_id, recipients=[*to, *cc, *bcc])
         mail = mail_build(kind=OutboxKind.SEND, mailbox=mailbox, from_email=mailbox.address, to=to, cc=cc, bcc=bcc,
                           reply_to=reply_to, subject=subject, text=text, html=html, headers=headers,
                           attachments=[*parts, *(attachment.part() for attachment in attachments)],
@@ -173,6 +175,7 @@ def outbound_queue(*, mailbox: Mailbox, to: list[str], subject: str, text: str, 
             raise MessageTooLarge()
         mail.kept_as_id = _keep(mailbox, bytes(mail.message), joining)
         mail.save(force_insert=True)
+        deliveries_start(mail)
     return mail
 
 

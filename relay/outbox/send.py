@@ -27,7 +27,8 @@ from accounts.services import token_usable
 from core.clock import db_now
 from owed import ERROR_MAX_CHARS, OwedWork
 from core import task_names
-from relay.models import OutboxMail, OutboxStatus
+from relay.models import DeliveryStatus, OutboxKind, OutboxMail, OutboxStatus
+from relay.outbox.delivery import Answer, bounce_address, deliveries_pending, deliveries_record
 
 logger = logging.getLogger(__name__)
 
@@ -166,6 +167,106 @@ def _transmit(mail: OutboxMail, smtp) -> None:
         _Built(mail, smtp).send(fail_silently=False)
 
 
+def _answer(code: int, text: bytes | str) -> Answer:
+    """A reply of the next hop as a recipient's state: 2xx sent, 4xx deferred, else failed."""
+    text = text.decode("utf-8", "replace") if isinstance(text, bytes) else str(text)
+    status = (DeliveryStatus.SENT if 200 <= code < 300 else
+              DeliveryStatus.DEFERRED if 400 <= code < 500 else DeliveryStatus.FAILED)
+    return Answer(status, code, f"{code} {text}".strip())
+
+
+def _transmit_each(mail: OutboxMail, smtp, recipients: list[str]) -> dict[str, Answer]:
+    """Send a mailbox's message to `recipients` over the batch's connection, one RCPT at a
+    time, with its own Return-Path (delivery.bounce_address): what the next hop answered
+    for each. A connection lost midway leaves the rest deferred."""
+    if not isinstance(smtp, SmtpBackend):
+        _Built(mail, smtp).send(fail_silently=False)
+        return {recipient: Answer(DeliveryStatus.SENT, None, "handed to the mail backend") for recipient in recipients}
+    conversation = smtp.connection
+    raw = bytes(mail.message)
+    answers: dict[str, Answer] = {}
+    try:
+        conversation.ehlo_or_helo_if_needed()
+        options = [f"size={len(raw)}"] if conversation.does_esmtp and conversation.has_extn("size") else []
+        code, text = conversation.mail(bounce_address(mail), options)
+        if code != 250:
+            _reset(conversation)
+            return {recipient: _answer(code, text) for recipient in recipients}
+        accepted = []
+        for recipient in recipients:
+            code, text = conversation.rcpt(recipient)
+            if code in (250, 251):
+                accepted.append(recipient)
+            else:
+                answers[recipient] = _answer(code, text)
+        if not accepted:
+            _reset(conversation)
+            return answers
+        try:
+            code, text = conversation.data(raw)
+        except smtplib.SMTPDataError as exc:
+            code, text = exc.smtp_code, exc.smtp_error
+        answers.update({recipient: _answer(code, text) for recipient in accepted})
+    except (smtplib.SMTPServerDisconnected, smtplib.SMTPResponseException, OSError) as exc:
+        detail = f"{type(exc).__name__}: {exc}"
+        answers.update({recipient: Answer(DeliveryStatus.DEFERRED, getattr(exc, "smtp_code", None), detail)
+                        for recipient in recipients if recipient not in answers})
+        raise _Interrupted(answers) from exc
+    return answers
+
+
+def _reset(conversation) -> None:
+    """RSET after a refused transaction; a connection that broke meanwhile shows itself to
+    the next mail, which opens a fresh one."""
+    try:
+        conversation.rset()
+    except (smtplib.SMTPException, OSError):
+        pass
+
+
+class _Interrupted(Exception):
+    """The connection broke during a send: the answers had so far, the rest deferred."""
+
+    def __init__(self, answers: dict[str, Answer]):
+        super().__init__("the connection broke")
+        self.answers = answers
+
+
+def _send_tracked(mail: OutboxMail, smtp) -> tuple[Outcome, bool]:
+    """Send a mailbox's message to the recipients it still owes and record each one's
+    state: the mail's outcome (a retry while any is deferred and attempts are left), and
+    False when the connection broke and must be opened anew."""
+    broken = False
+    try:
+        answers = _transmit_each(mail, smtp, deliveries_pending(mail))
+    except _Interrupted as interrupted:
+        answers, broken = interrupted.answers, True
+    deferred = [recipient for recipient, answer in answers.items() if answer.status == DeliveryStatus.DEFERRED]
+    retry = bool(deferred) and OUTBOX.has_retry_left(mail.attempts)
+    if deferred and not retry:
+        for recipient in deferred:
+            answers[recipient] = Answer(DeliveryStatus.FAILED, answers[recipient].smtp_code,
+                                        f"retries spent; last answer: {answers[recipient].detail}")
+    deliveries_record(mail, answers)
+    if retry:
+        outcome = Outcome("retry", f"{len(deferred)} recipient(s) deferred: {answers[deferred[0]].detail}"
+                          [:ERROR_MAX_CHARS])
+    elif mail.deliveries.filter(status__in=(DeliveryStatus.SENT, DeliveryStatus.BOUNCED,
+                                             DeliveryStatus.COMPLAINED)).exists():
+        outcome = Outcome(OutboxStatus.SENT)
+    else:
+        failed = next(iter(answers.values()), Answer(DeliveryStatus.FAILED, None, "no recipient left to send to"))
+        outcome = Outcome(OutboxStatus.FAILED, f"every recipient failed: {failed.detail}"[:ERROR_MAX_CHARS])
+    return outcome, not broken
+
+
+def _fail_pending(mail: OutboxMail, reason: str) -> None:
+    """A mailbox's message that will not leave: what it still owed, failed for `reason`."""
+    if mail.kind == OutboxKind.SEND:
+        deliveries_record(mail, {recipient: Answer(DeliveryStatus.FAILED, None, reason)
+                                 for recipient in deliveries_pending(mail)})
+
+
 def batch_send(*, claim: uuid.UUID, mail_ids: list[int], again: bool = False) -> dict[str, int]:
     """Send the mails this claim still holds over one connection, each with its outcome;
     raises RetryableBatch when any is to be retried. A retry (`again`) counts its attempt first."""
@@ -178,6 +279,8 @@ def batch_send(*, claim: uuid.UUID, mail_ids: list[int], again: bool = False) ->
     def settle(mail: OutboxMail, outcome: Outcome) -> None:
         if outcome.status != OutboxStatus.SENT:
             _record(mail, claim, outcome)
+            if outcome.status in (OutboxStatus.FAILED, OutboxStatus.SKIPPED):
+                _fail_pending(mail, outcome.error)
         counts[outcome.status] = counts.get(outcome.status, 0) + 1
         _log(mail, outcome)
 
@@ -201,6 +304,17 @@ def batch_send(*, claim: uuid.UUID, mail_ids: list[int], again: bool = False) ->
                 if smtp is None:
                     smtp = get_connection(fail_silently=False)
                     smtp.open()
+                if mail.kind == OutboxKind.SEND and mail.deliveries.exists():
+                    outcome, intact = _send_tracked(mail, smtp)
+                    if outcome.status == OutboxStatus.SENT:
+                        sent.append(mail.id)
+                    settle(mail, outcome)
+                    if not intact:
+                        smtp.close()  # the next mail opens a fresh connection
+                        smtp = None
+                    if len(sent) >= SENT_GROUP:
+                        _record_sent(claim, sent)
+                    continue
                 _transmit(mail, smtp)
             except Exception as exc:
                 error = f"{type(exc).__name__}: {exc}"[:ERROR_MAX_CHARS]

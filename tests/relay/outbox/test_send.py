@@ -28,7 +28,8 @@ def test_a_queued_message_is_sent_through_the_sink_and_shows_sent(client_pro, si
                message="the message to be sent")
     assert len(handler.received) == 1
     envelope = handler.received[0]
-    assert envelope.mail_from == "sender@relay.localhost"
+    # The Return-Path is the message's own signed bounce address (docs/delivery.md).
+    assert envelope.mail_from.startswith("bounces+") and envelope.mail_from.endswith("@relay.localhost")
     assert envelope.rcpt_tos == ["rcpt@example.com"]
     assert b"Subject: Hi" in envelope.original_content and b"<p>Hello</p>" in envelope.original_content
     listed = client_pro.get(f"/api/v1/mailboxes/{box['id']}/outbox").json()
