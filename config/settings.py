@@ -519,7 +519,7 @@ DEFAULT_FROM_EMAIL = env.str("RELAY_MAIL_FROM", default=f"Relay <noreply@{RELAY_
 # A sent message's envelope sender (its Return-Path) is RELAY_BOUNCE_LOCAL_PART+<tag>@<the
 # sending domain>: bounces and complaints come back to it (docs/delivery.md).
 RELAY_BOUNCE_LOCAL_PART = env.str("RELAY_BOUNCE_LOCAL_PART", default="bounces").strip().lower()
-if not re.fullmatch(r"[a-z0-9_-]{1,32}", RELAY_BOUNCE_LOCAL_PART):
+if not re.fullmatch(r"[-a-z0-9_]{1,32}", RELAY_BOUNCE_LOCAL_PART):
     raise ImproperlyConfigured("RELAY_BOUNCE_LOCAL_PART must be 1 to 32 of a-z, 0-9, _ and -, got "
                                f"{RELAY_BOUNCE_LOCAL_PART!r}")
 

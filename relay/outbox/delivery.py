@@ -39,7 +39,7 @@ logger = logging.getLogger(__name__)
 # without the key can forge, and that name one message only (docs/delivery.md).
 _SALT = "relay.outbox.delivery.bounce-tag"
 _MAC_HEX = 24
-_TAGGED = re.compile(r"(?P<local>[a-z0-9_-]{1,32})\+(?P<mail>[0-9a-f]{1,15})\.(?P<mac>[0-9a-f]{%d})" % _MAC_HEX)
+_TAGGED = re.compile(r"(?P<local>[^+@]{1,64})\+(?P<mail>[0-9a-f]{1,15})\.(?P<mac>[0-9a-f]{%d})" % _MAC_HEX)
 
 
 def _mac(mail_id: int, secret: str) -> str:
