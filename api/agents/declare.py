@@ -96,6 +96,14 @@ class Link(Result):
     text: str | None
 
 
+class DeliveryOut(Result):
+    recipient: str
+    status: str
+    smtp_code: int | None
+    detail: str
+    at: str
+
+
 class MessageOut(MessageSummary):
     text: str | None
     html: str | None
@@ -111,10 +119,16 @@ class MessageOut(MessageSummary):
     reply_to: str
     outbox_id: int | None
     outbox_status: str | None
+    delivery: list[DeliveryOut]
 
 
 class Waited(Result):
     message: MessageOut | None
+
+
+class DeliveryWaited(Result):
+    delivery: list[DeliveryOut]
+    final: bool
 
 
 class CheckFailed(Result):

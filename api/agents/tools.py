@@ -11,13 +11,14 @@ from mcp_types import CallToolResult
 from pydantic import Field
 
 from api import waiting
-from api.agents.declare import (MINUTE_MS, Attachment, Code, Deleted, MailboxList, MailboxOut, MessageList, MessageOut,
-                                Waited, calling, calling_owner, credentials, failure, minutes_to_ms, result, tool,
-                                until_client_gone)
+from api.agents.declare import (MINUTE_MS, Attachment, Code, Deleted, DeliveryWaited, MailboxList, MailboxOut,
+                                MessageList, MessageOut, Waited, calling, calling_owner, credentials, failure,
+                                minutes_to_ms, result, tool, until_client_gone)
 from api.authentication import Principal
 from api.pagination import PAGE_SIZE
 from core.pools import in_pool
 from api.serializers import (
+    DeliverySerializer,
     MailboxSerializer,
     MessageDetailSerializer,
     MessageSummarySerializer,
@@ -25,10 +26,11 @@ from api.serializers import (
 from mailboxes.errors import NotFound
 from mailboxes.lifecycle import TAGS_MAX, TAG_PATTERN, labels_checked, mailbox_create, mailbox_delete, mailbox_renew
 from mailboxes.messages import message_mark_read
-from mailboxes.models import Mailbox
+from mailboxes.models import Direction, Mailbox
 from relay import reading
 from relay.backends import get_backend
 from relay.inbound.attachments import attachment_of, safe_charset, served_content_type, without_format_characters
+from relay.outbox.delivery import delivery_final, delivery_of
 
 # Larger attachments are only offered as a download URL: their bytes, base64 in a JSON
 # result, would fill a model's context for nothing.
@@ -157,7 +159,8 @@ def get_message(mailbox_id: MailboxId, message_id: MessageId) -> CallToolResult:
     (one-time codes found in it, most likely first), links, attachments (id, filename,
     content_type, size, download_url), and its place in the conversation: direction (in
     or out), thread_id, message_id, in_reply_to, references, cc, reply_to; sent mail
-    also has outbox_status. Errors: not_found, expired."""
+    also has outbox_status and delivery (each recipient's state: see wait_for_delivery).
+    Errors: not_found, expired."""
     mailbox = reading.mailbox_open(caller=calling(), mailbox_id=mailbox_id)
     message = reading.message_get(mailbox=mailbox, message_id=message_id)
     message_mark_read(message=message)
@@ -211,6 +214,40 @@ async def wait_for_code(mailbox_id: MailboxId, timeout_seconds: Timeout = WAIT_D
                    "from": message["from"], "subject": message["subject"]})
 
 
+def _delivery_now(caller, mailbox_id: uuid.UUID, message_id: int) -> tuple[Mailbox, list[dict]]:
+    """The mailbox, and each recipient's state of message `message_id`, which it sent."""
+    mailbox = reading.mailbox_open(caller=caller, mailbox_id=mailbox_id)
+    message = reading.message_get(mailbox=mailbox, message_id=message_id)
+    if message.direction != Direction.OUT:
+        raise NotFound("That message was received, not sent: only mail the mailbox sent has a delivery.")
+    return mailbox, DeliverySerializer(delivery_of(getattr(message, "outbox_mail", None)), many=True).data
+
+
+@tool(output=DeliveryWaited, read_only=True)
+async def wait_for_delivery(mailbox_id: MailboxId, message_id: MessageId,
+                            timeout_seconds: Timeout = WAIT_DEFAULT_SECONDS) -> CallToolResult:
+    """What became of a message the mailbox sent (message_id: the id send_message,
+    reply_to_message or forward_message gave), held until every recipient's state is
+    final (sent, failed, bounced, complained) or timeout_seconds pass. Returns
+    {"delivery": [{"recipient", "status", "smtp_code", "detail", "at"}], "final": true|false};
+    the time running out is not an error. status: queued, sent (the next hop took it),
+    deferred (a 4xx, retried), failed (refused, or retries spent), bounced, complained.
+    Errors: not_found (no such message, or one received), expired."""
+    found = credentials()
+    caller = found.principal or await in_pool(found.authenticate)()
+    await in_pool(_delivery_now)(caller, mailbox_id, message_id)  # a wrong id fails at once
+
+    def look(authenticated):
+        mailbox, delivery = _delivery_now(authenticated or found.authenticate(), mailbox_id, message_id)
+        return mailbox, delivery if delivery_final(delivery) else None
+
+    _, delivery = await until_client_gone(waiting.wait_until_found(caller, mailbox_id, timeout_seconds, look))
+    if delivery is not None:
+        return result({"delivery": delivery, "final": True})
+    _, delivery = await in_pool(lambda: _delivery_now(found.authenticate(), mailbox_id, message_id))()
+    return result({"delivery": delivery, "final": delivery_final(delivery)})
+
+
 @tool(output=MessageList, read_only=True, idempotent=True, mail=True)
 def search_messages(query: Annotated[str, Field(description="Words that must all be in the subject or text.")],
                     mailbox_id: Annotated[uuid.UUID | None, Field(description="Only this mailbox (its UUID); all of "
@@ -253,4 +290,4 @@ def get_attachment(mailbox_id: MailboxId, message_id: MessageId,
 
 
 TOOLS = [create_mailbox, list_mailboxes, get_mailbox, renew_mailbox, delete_mailbox, list_messages, get_message,
-         wait_for_message, wait_for_code, search_messages, get_attachment]
+         wait_for_message, wait_for_code, wait_for_delivery, search_messages, get_attachment]
