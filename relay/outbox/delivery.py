@@ -86,9 +86,12 @@ class Answer:
 
 # Which state may follow which. A final state stays, except that a bounce or a complaint
 # may still come back for mail the next hop took, and a complaint after a bounce; so a
-# replayed bounce, or a late "delayed" report, changes nothing.
+# replayed bounce, or a late "delayed" report, changes nothing. A bounce can come back
+# before the mailer has written down the 250 it is answering (a next hop that bounces at
+# once): it wins, and the 250 written after it changes nothing.
 _NEXT = {
-    DeliveryStatus.QUEUED: {DeliveryStatus.SENT, DeliveryStatus.DEFERRED, DeliveryStatus.FAILED},
+    DeliveryStatus.QUEUED: {DeliveryStatus.SENT, DeliveryStatus.DEFERRED, DeliveryStatus.FAILED,
+                            DeliveryStatus.BOUNCED},
     DeliveryStatus.DEFERRED: {DeliveryStatus.SENT, DeliveryStatus.DEFERRED, DeliveryStatus.FAILED,
                               DeliveryStatus.BOUNCED},
     DeliveryStatus.SENT: {DeliveryStatus.BOUNCED, DeliveryStatus.COMPLAINED},

@@ -286,3 +286,10 @@ def test_suppression_is_per_account(make_client, client_pro, sender_box, sent_to
     box = other.post("/api/v1/mailboxes", {}, format="json").json()
     send(other, box, ["nobody@example.net"])
     assert other.get("/api/v1/suppressions").json()["results"] == []
+
+
+def test_a_bounce_that_comes_back_before_the_250_is_written_down_stands(client_pro, sender_box, next_hop):
+    mail = send(client_pro, sender_box, ["nobody@example.net"])
+    delivery.deliveries_record(mail, {"nobody@example.net": delivery.Answer("bounced", 550, "550 5.1.1 unknown")})
+    send_all_pending()  # the next hop's 250, answered after it bounced
+    assert states(mail) == {"nobody@example.net": ("bounced", 550)}
