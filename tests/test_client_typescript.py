@@ -53,7 +53,11 @@ def test_the_package_and_the_example_playwright_spec_type_check():
     run([*NPX, "tsc", "--noEmit", "-p", "tsconfig.json"])
 
 
-def test_node_test_runner_against_a_live_relay(built, processes, smtp_server):
+def test_node_test_runner_against_a_live_relay(built, processes, smtp_server, sink):
+    # Mail sent goes out through a worker and a mailer to an SMTP sink (waitForDelivery).
+    processes.env["EMAIL_URL"] = f"smtp://127.0.0.1:{sink[1]}"
+    processes.worker("sender")
+    processes.mailer("mailer")
     base = processes.start_web(env={"RELAY_MAX_OPEN_WAITS": "3"})
     _, key = account_create_with_key(login="typescript", plan="pro")
     _, busy_key = account_create_with_key(login="typescript-busy", plan="pro")

@@ -20,6 +20,15 @@ export type LinkCheck = Schemas["LinkCheck"];
 export type SpamCheck = Schemas["SpamCheck"];
 export type HeaderCheck = Schemas["HeaderCheck"];
 export type ErrorBody = Schemas["Error"];
+/** One recipient of a sent message, and what became of it (docs/delivery.md). */
+export type Delivery = Schemas["Delivery"];
+export type Suppression = Schemas["Suppression"];
+
+/** What waitForDelivery answers: every recipient's state, and whether all are final. */
+export interface DeliveryWaited {
+  delivery: Delivery[];
+  final: boolean;
+}
 export type { components, paths, operations } from "./schema.js";
 
 /** A check that could not run on this Relay: `"not_configured: …"`, `"backend_unavailable: …"`. */
@@ -123,6 +132,7 @@ export class WaitTimeout extends Error {
 const WAIT_CHUNK_SECONDS = 60; // the API holds one wait for at most this long
 const MAX_RETRY_AFTER_SECONDS = 60;
 const CHECKS: CheckName[] = ["html", "links", "spam", "headers"];
+const FINAL_DELIVERY = new Set(["sent", "failed", "bounced", "complained"]);
 
 type Query = Record<string, string | number | boolean | undefined | null>;
 
@@ -406,6 +416,41 @@ export class Relay {
     return this.json("POST", `/mailboxes/${mailboxId}/messages/${messageId}/forward`, {
       ...options, body: given({ to: options.to, text: options.text }),
     });
+  }
+
+  /** What became of a message the mailbox sent (`messageId`: the `message_id` sendMessage,
+   * replyToMessage or forwardMessage gave), once every recipient is final (sent, failed,
+   * bounced, complained) or `timeoutSeconds` (default 30) pass: then `final` is false, not
+   * an error. Rejects with a not_found RelayError for a message the mailbox received. */
+  async waitForDelivery(mailboxId: string, messageId: number,
+    options: { timeoutSeconds?: number; signal?: AbortSignal } = {}): Promise<DeliveryWaited> {
+    const deadline = Date.now() + (options.timeoutSeconds ?? 30) * 1000;
+    let pause = 200;
+    for (;;) {
+      const message = await this.getMessage(mailboxId, messageId, { signal: options.signal });
+      if (message.direction !== "out") {
+        throw new RelayError("not_found", "That message was received, not sent: only mail the mailbox sent has a "
+          + "delivery.", 404);
+      }
+      const final = message.delivery.length > 0 && message.delivery.every((row) => FINAL_DELIVERY.has(row.status));
+      const left = deadline - Date.now();
+      if (final || left <= 0) {
+        return { delivery: [...message.delivery], final };
+      }
+      await sleep(Math.min(pause, left), options.signal);
+      pause = Math.min(pause * 2, 2000);
+    }
+  }
+
+  /** Addresses the account's mail no longer goes to (they bounced or complained). */
+  listSuppressions(options: CallOptions = {}): Promise<Suppression[]> {
+    return this.allPages("/suppressions", {}, options);
+  }
+
+  /** Send to `address` again. */
+  async deleteSuppression(address: string, options: CallOptions = {}): Promise<true> {
+    await this.request("DELETE", `/suppressions/${encodeURIComponent(address)}`, options);
+    return true;
   }
 
   // --- conversations ------------------------------------------------------------------------

@@ -68,6 +68,19 @@ test("a mail sent with an attachment is queued and kept in the mailbox", async (
   assert.equal(new TextDecoder().decode(bytes), "a,b\n1,2\n");
 });
 
+test("waitForDelivery ends when every recipient is final, and the suppression list starts empty", async () => {
+  const box = await relay.createMailbox();
+  const sent = await relay.sendMessage(box.id, { to: ["ana@example.com"], cc: ["bo@example.com"], subject: "Hi",
+    text: "Hello." });
+  const waited = await relay.waitForDelivery(box.id, sent.message_id, { timeoutSeconds: 30 });
+  assert.equal(waited.final, true);
+  assert.deepEqual(waited.delivery.map(row => [row.recipient, row.status, row.smtp_code]),
+    [["ana@example.com", "sent", 250], ["bo@example.com", "sent", 250]]);
+  assert.deepEqual(await relay.listSuppressions(), []);
+  await assert.rejects(relay.deleteSuppression("ana@example.com"), error => error instanceof RelayError
+    && error.status === 404);
+});
+
 test("a bad key is a RelayError 401", async () => {
   const stranger = new Relay({ apiKey: "rk_not_a_key" });
   await assert.rejects(stranger.listMailboxes(), error => error instanceof RelayError && error.status === 401
