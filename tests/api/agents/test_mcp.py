@@ -546,7 +546,7 @@ def test_the_server_and_its_tools_describe_themselves_for_a_model(mcp_http, owne
     tools, server = run(scenario())
     assert server.name == "Relay" and server.version == settings.RELAY_VERSION
     read_only = {"list_mailboxes", "get_mailbox", "list_messages", "search_messages", "get_attachment",
-                 "list_domains", "list_threads", "get_thread"}
+                 "list_domains", "list_threads", "get_thread", "wait_for_delivery"}
     for name, tool in tools.items():
         assert tool.annotations.read_only_hint is (name in read_only), name
         assert tool.annotations.destructive_hint is (name in ("delete_mailbox", "delete_domain")), name
@@ -588,6 +588,8 @@ def test_every_result_matches_its_output_schema(mcp_http, owner, smtp_server):
             results["send_message"] = await call(session, "send_message", {"mailbox_id": box["id"],
                                                                            "to": ["x@example.com"], "subject": "s",
                                                                            "text": "t"})
+            results["wait_for_delivery"] = await call(session, "wait_for_delivery", {
+                "mailbox_id": box["id"], "message_id": results["send_message"]["message_id"], "timeout_seconds": 0})
             results["reply_to_message"] = await call(session, "reply_to_message", {**ids, "text": "Thanks."})
             results["forward_message"] = await call(session, "forward_message", {**ids, "to": ["y@example.com"]})
             results["list_threads"] = await call(session, "list_threads", {"mailbox_id": box["id"]})
