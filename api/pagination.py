@@ -1,9 +1,9 @@
 from django.core.paginator import EmptyPage, PageNotAnInteger, Paginator
 from django.db.models import Count, Window
-from rest_framework.exceptions import ValidationError
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.response import Response
 
+from accounts.inputs import whole_number
 from api.serializers import RenderedOnce
 from relay.reading import OwnerWordSearch
 
@@ -23,9 +23,7 @@ class RelayPagination(PageNumberPagination):
     def paginate_queryset(self, queryset, request, view=None):
         bounds = {self.page_query_param: 999_999_999, self.page_size_query_param: self.max_page_size}
         for name, most in bounds.items():
-            value = request.query_params.get(name)
-            if value is not None and not (value.isdigit() and 0 < int(value) <= most):
-                raise ValidationError({name: [f"{name} must be an integer from 1 to {most}."]})
+            whole_number(request.query_params.get(name), field=name, low=1, high=most)
         return super().paginate_queryset(queryset, request, view)
 
 

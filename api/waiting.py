@@ -17,6 +17,7 @@ from django.http import HttpResponseNotAllowed, JsonResponse, StreamingHttpRespo
 from rest_framework import exceptions
 
 from accounts import identity
+from accounts.inputs import whole_number
 from core.redis_clients import events_redis, events_subscription_client
 from api.authentication import (WAITS, BearerAuthentication, InsufficientScope, Principal, insufficient_scope,
                                 scope_covers)
@@ -388,8 +389,9 @@ async def event_stream(request, mailbox_id, authenticate):
         # Checked before the stream starts, so a wrong id is a plain 404/410.
         await in_pool(_open_fresh)(caller, mailbox_id)
         resume = request.headers.get("Last-Event-ID", "").strip()
-        after = int(resume) if resume.isdigit() and len(resume) < 19 else await in_pool(_latest_id)(
-            caller, mailbox_id)
+        after = whole_number(resume, field="Last-Event-ID")
+        if after is None:
+            after = await in_pool(_latest_id)(caller, mailbox_id)
         open_wait = OpenWait(caller_key(caller))
         await in_pool(open_wait.take)()
     except (exceptions.APIException, RelayError) as exc:

@@ -28,6 +28,7 @@ from accounts import services as accounts
 from accounts.credentials import api_key_revoke
 from accounts.oauth_apps import oauth_app_revoke, oauth_apps_of
 from accounts.errors import Forbidden, RelayError
+from accounts.inputs import BIGINT_MAX, whole_number
 from api import oauth
 from api.authentication import AccountRouteThrottle, AnonymousCreateThrottle
 from api.errors import error_of
@@ -263,8 +264,9 @@ def account_mailboxes(request):
     problem = None
     if request.method == "POST":
         try:
-            minutes = request.POST.get("ttl_minutes", "").strip()
-            ttl_ms = int(minutes) * 60_000 if minutes.isdigit() else None
+            minutes = whole_number(request.POST.get("ttl_minutes", "").strip(), field="ttl_minutes",
+                                   high=BIGINT_MAX // 60_000)
+            ttl_ms = None if minutes is None else minutes * 60_000
             mailbox, _token = lifecycle.mailbox_create(backend=get_backend(), caller=caller,
                                                        local_part=request.POST.get("local_part", "").strip() or None,
                                                        domain=request.POST.get("domain", "").strip() or None,
@@ -298,17 +300,17 @@ def mailbox_page(request, mailbox_id: uuid.UUID):
 def mailbox_rows(request, mailbox_id: uuid.UUID):
     """The rows newer than `after`, as the mailbox page draws them (its script adds them)."""
     _, mailbox = _caller_mailbox(request, mailbox_id)
-    after = request.GET.get("after", "0")
-    return render(request, "inbox/rows.html", {"mailbox": mailbox, "messages": _rows(
-        mailbox, after=int(after) if after.isdigit() and len(after) < 19 else 0)})
+    after = whole_number(request.GET.get("after"), field="after", default=0)
+    return render(request, "inbox/rows.html", {"mailbox": mailbox, "messages": _rows(mailbox, after=after)})
 
 
 async def mailbox_events(request, mailbox_id: uuid.UUID):
     """The mailbox's event stream (the API's own), for this browser's caller. `?after=` is
     the newest message the page drew: the stream starts after it (a browser's EventSource
     sends no Last-Event-ID on its first connection), so mail that came meanwhile is sent."""
+    # Parsed, and refused when malformed, where the stream reads Last-Event-ID.
     after = request.GET.get("after", "")
-    if after.isdigit() and "HTTP_LAST_EVENT_ID" not in request.META:
+    if after and "HTTP_LAST_EVENT_ID" not in request.META:
         request.META["HTTP_LAST_EVENT_ID"] = after
     request.GET = QueryDict("")
 
@@ -659,13 +661,13 @@ def connected_apps(request):
     if caller is None:
         return HttpResponseRedirect(reverse("inbox-sign-in"))
     if request.method == "POST" and request.POST.get("key"):
-        api_key_revoke(account=caller.owner, key_id=int(request.POST["key"]) if request.POST["key"].isdigit() else 0)
+        api_key_revoke(account=caller.owner, key_id=whole_number(request.POST["key"], field="key"))
         return HttpResponseRedirect(reverse("inbox-apps"))
     if request.method == "POST":
-        application = request.POST.get("application", "")
-        if not application.isdigit():
+        application_id = whole_number(request.POST.get("application", ""), field="application")
+        if application_id is None:
             raise NotFound("No such app.")
-        oauth_app_revoke(account=caller.owner, application_id=int(application))
+        oauth_app_revoke(account=caller.owner, application_id=application_id)
         return HttpResponseRedirect(reverse("inbox-apps"))
     keys = caller.owner.api_keys.filter(revoked_at=None).order_by("-created_at")
     return render(request, "inbox/apps.html", {"signed_in": caller.owner, "apps": oauth_apps_of(caller.owner),

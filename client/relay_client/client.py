@@ -282,7 +282,7 @@ def verify_webhook(body: bytes, headers: Mapping[str, str], secret: str, toleran
     `webhook-timestamp`, `webhook-signature`) and recent."""
     lowered = {name.lower(): value for name, value in headers.items()}
     message_id, timestamp = lowered.get("webhook-id", ""), lowered.get("webhook-timestamp", "")
-    if not message_id or not timestamp.isdigit() or abs(time.time() - int(timestamp)) > tolerance_seconds:
+    if not message_id or not (timestamp.isascii() and timestamp.isdigit()) or abs(time.time() - int(timestamp)) > tolerance_seconds:
         return False
     key = base64.b64decode(secret.removeprefix("whsec_"))
     expected = base64.b64encode(hmac.new(key, f"{message_id}.{timestamp}.".encode() + body,

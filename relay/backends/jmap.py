@@ -6,6 +6,7 @@ from urllib.parse import quote
 
 import requests
 
+from accounts.inputs import whole_number_or_none
 from relay.backends import PermanentBackendError, TransientBackendError
 from relay.metrics import MAILSERVER_REQUESTS
 
@@ -113,4 +114,5 @@ class JmapClient:
 def _retry_after(response: requests.Response) -> float | None:
     """Retry-After in seconds, when given as a number (the form Stalwart uses)."""
     value = response.headers.get("Retry-After", "").strip()
-    return float(value) if value.isdigit() else None
+    seconds = whole_number_or_none(value)
+    return None if seconds is None else float(seconds)

@@ -17,6 +17,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import close_old_connections, connections
 
+from accounts.inputs import whole_number_or_none
 from core import dns
 from mailboxes.messages import MailboxFull, recipient_by_address
 from relay.authentication import TEMPERROR, authenticate, nothing_known
@@ -68,8 +69,8 @@ class DatabasePool:
 def _declared_size(envelope: Envelope) -> int:
     for option in envelope.mail_options or []:
         name, _, value = option.partition("=")
-        if name.upper() == "SIZE" and value.isdigit():
-            return int(value)
+        if name.upper() == "SIZE" and (size := whole_number_or_none(value)) is not None:
+            return size
     return 0
 
 

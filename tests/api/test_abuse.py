@@ -154,7 +154,8 @@ def test_include_expired_takes_true_or_false_only(client_pro, value):
     assert response.status_code == 400 and "include_expired" in response.json()["fields"]
 
 
-@pytest.mark.parametrize("query", ["page=abc", "page=0", "page_size=-1", "page_size=x"])
+@pytest.mark.parametrize("query", ["page=abc", "page=0", "page_size=-1", "page_size=x", "page=²", "page_size=²",
+                                   "page=" + "9" * 25])
 def test_malformed_pagination_is_400_naming_the_parameter(client_pro, query):
     response = client_pro.get(f"/api/v1/mailboxes?{query}")
     assert response.status_code == 400
@@ -233,3 +234,10 @@ def test_concurrent_creates_cannot_both_take_the_last_slot(settings):
     [thread.start() for thread in threads]
     [thread.join(30) for thread in threads]
     assert sorted(codes) == [201] * 3 + [429] * 5
+
+
+@pytest.mark.parametrize("resume", ["²", "٣", "-1", "9" * 25])
+def test_a_malformed_last_event_id_is_400_naming_it(client_pro, box, resume):
+    response = client_pro.get(f"/api/v1/mailboxes/{box['id']}/events", HTTP_LAST_EVENT_ID=resume)
+    assert response.status_code == 400
+    assert "Last-Event-ID" in response.json()["fields"]
