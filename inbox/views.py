@@ -45,7 +45,8 @@ from mailboxes.models import MailboxStatus
 from mailboxes.threads import thread_messages
 from relay import reading
 from relay.backends import get_backend
-from relay.inbound.attachments import SAFETY_HEADERS, attachment_of, safe_filename, served_content_type
+from relay.inbound.attachments import (SAFETY_HEADERS, attachment_of, safe_filename, served_content_type,
+                                       without_format_characters)
 from relay.outbox import account_mail
 from relay.outbox.outbound import forward_queue, reply_queue, sending_checked
 
@@ -367,7 +368,9 @@ def message_page(request, mailbox_id: uuid.UUID, message_id: int):
         "newer": newer, "older": older, "remote": request.GET.get("remote") == "1",
         "may_send": caller.owner is not None and mailbox.status == MailboxStatus.ACTIVE,
         "lineage": lineage, "signed_in": caller.owner, "sent": request.GET.get("sent"),
-        "attachments": [{"number": number, **meta} for number, meta in enumerate(message.content.attachments, 1)],
+        # Named by the API's rule: no override or zero-width mark disguises a file's name.
+        "attachments": [{"number": number, **meta, "filename": without_format_characters(meta.get("filename"))}
+                        for number, meta in enumerate(message.content.attachments, 1)],
     }
     if tab == "html" and message.content.html:
         context["frame_hint"] = frame_hint(message.content.html)

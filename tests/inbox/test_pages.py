@@ -448,3 +448,17 @@ def test_a_held_remote_image_is_a_placeholder_until_remote_images_are_asked_for(
     assert 'src="https://tracker.example/p.gif"' in shown and "data-held=" not in shown
     page = browser.get(f"/inbox/{mailbox.id}/{message_id}").content.decode()
     assert 'data-chars="2"' in page and 'data-images="30"' in page, "the frame's hint for the page's script"
+
+
+def test_an_attachments_name_is_shown_without_bidi_controls_as_the_api_names_it(db):
+    browser = Client()
+    mailbox = anonymous_mailbox(browser)
+    [message_id] = deliver(
+        b"Subject: Invoice\r\nMIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary=b\r\n\r\n"
+        b"--b\r\nContent-Type: text/plain\r\n\r\nSee attached.\r\n"
+        b"--b\r\nContent-Type: application/octet-stream\r\n"
+        b"Content-Disposition: attachment; filename*=utf-8''invoice%E2%80%AEfdp.exe%E2%81%A6%E2%80%8B\r\n\r\nMZ\r\n"
+        b"--b--\r\n", mailbox.address)
+    page = browser.get(f"/inbox/{mailbox.id}/{message_id}?tab=attachments").content.decode()
+    assert "invoicefdp.exe" in page
+    assert not {"\u202e", "\u2066", "\u200b"} & set(page), "a bidi control or zero-width mark reached the page"
