@@ -1,24 +1,38 @@
 """The one entry every door (the API, MCP, the web inbox) calls to check a message of a
 mailbox the caller has opened (relay.reading.mailbox_open)."""
+from collections.abc import Callable
+
+from django.conf import settings
+from django.core.cache import cache
+
 from checks import links
 from checks.headers import headers_report
-from checks.html_support import html_report
+from checks.html_support import data, html_report
 from checks.spam import spam_report
 from mailboxes.mail_format import whole_html
 from mailboxes.models import Mailbox
 from relay import reading
 
 KINDS = ("html", "links", "spam", "headers")
+HTML_CHECK_CACHE_SECONDS = 3600
 
 
 def html_check(*, mailbox: Mailbox, message_id: int) -> dict:
-    return html_of(reading.message_raw(mailbox=mailbox, message_id=message_id))
+    content_id = reading.message_get(mailbox=mailbox, message_id=message_id).content_id
+    return html_of(lambda: reading.message_raw(mailbox=mailbox, message_id=message_id), content_id=content_id)
 
 
-def html_of(raw: bytes) -> dict:
-    """The HTML whole, as received (the stored copy is cut at MAX_BODY_BYTES), for a door
-    that holds the raw bytes already (for spamd too)."""
-    return html_report(whole_html(raw))
+def html_of(raw: bytes | Callable[[], bytes], *, content_id: int) -> dict:
+    """The HTML whole, as received (the stored copy is cut at MAX_BODY_BYTES), checked once
+    per content (a message's content never changes) and kept in the shared cache for
+    HTML_CHECK_CACHE_SECONDS: the Checks tab, the API and the MCP tool ask again and again.
+    `raw` is the bytes, or how to read them when the cache has no answer."""
+    key = f"relay:html-check:{settings.RELAY_VERSION}:{data()['date']}:{content_id}"
+    found = cache.get(key)
+    if found is None:
+        found = html_report(whole_html(raw() if callable(raw) else raw))
+        cache.set(key, found, HTML_CHECK_CACHE_SECONDS)
+    return found
 
 
 def headers_check(*, mailbox: Mailbox, message_id: int) -> dict:

@@ -36,7 +36,7 @@ from api.waiting import event_stream
 from checks import html_support, message_checks
 from domains.models import Domain, DomainStatus
 from inbox import session
-from inbox.mail_html import frame_hint, policy, shown_html
+from inbox.mail_html import frame_hint, policy, shown_html_of
 from mailboxes import lifecycle
 from mailboxes.errors import NotFound, RateLimited
 from mailboxes.mail_format import lineage_of
@@ -411,13 +411,13 @@ def _checks(mailbox, message, *, now: set) -> dict:
              **_link_check(mailbox, message)}
     if now:
         raw = reading.message_raw(mailbox=mailbox, message_id=message.id)  # read once, for both
-        found |= (_render(raw) if "render" in now else {}) | (_spam(raw) if "spam" in now else {})
+        found |= (_render(raw, message) if "render" in now else {}) | (_spam(raw) if "spam" in now else {})
     return found
 
 
-def _render(raw: bytes) -> dict:
+def _render(raw, message) -> dict:
     """Does it render: caniemail's check of the HTML part, as the tab shows it."""
-    html = message_checks.html_of(raw)
+    html = message_checks.html_of(raw, content_id=message.content_id)
     found = {"html_check": html}
     names = {client["id"]: client["name"] for client in html["clients"]}
     family_names = html_support.data()["family_names"]
@@ -457,9 +457,10 @@ def message_check_section(request, mailbox_id: uuid.UUID, message_id: int, secti
     _, mailbox, message = _message(request, mailbox_id, message_id)
     if section == "links":
         found = _link_check(mailbox, message)
+    elif section == "render":
+        found = _render(lambda: reading.message_raw(mailbox=mailbox, message_id=message.id), message)
     else:
-        raw = reading.message_raw(mailbox=mailbox, message_id=message.id)
-        found = _render(raw) if section == "render" else _spam(raw)
+        found = _spam(reading.message_raw(mailbox=mailbox, message_id=message.id))
     return render(request, f"inbox/check_{section}.html", {"mailbox": mailbox, "message": message, **found})
 
 
@@ -477,8 +478,9 @@ def _html_response(request, message, parts_route: str, parts_args: list) -> Http
     remote = request.GET.get("remote") == "1"
     with translation.override(translation.get_language_from_request(request)):
         held_title = _("A remote image, held until you load remote images")
-    response = HttpResponse(shown_html(message.content.html, parts_url=parts_url, remote_images=remote,
-                                       held_title=held_title), content_type="text/html; charset=utf-8")
+    response = HttpResponse(shown_html_of(content_id=message.content_id, html=message.content.html,
+                                          parts_url=parts_url, remote_images=remote, held_title=held_title),
+                            content_type="text/html; charset=utf-8")
     response["Content-Security-Policy"] = policy(parts_url, remote_images=remote)
     response["Referrer-Policy"] = "no-referrer"
     response["X-Content-Type-Options"] = "nosniff"

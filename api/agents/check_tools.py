@@ -33,7 +33,8 @@ def _now(mailbox_id: uuid.UUID, message_id: int, checks: list[str]) -> tuple[dic
     found = {}
     raw = reading.message_raw(mailbox=mailbox, message_id=message_id) if {"html", "spam"} & set(checks) else None
     if "html" in checks:
-        found["html"] = message_checks.html_of(raw)
+        content_id = reading.message_get(mailbox=mailbox, message_id=message_id).content_id
+        found["html"] = message_checks.html_of(raw, content_id=content_id)
     if "headers" in checks:
         found["headers"] = message_checks.headers_check(mailbox=mailbox, message_id=message_id)
     if "links" in checks:

@@ -5,7 +5,8 @@ import time
 
 import pytest
 
-from checks.html_support import DATA_FILE
+from checks.html_support import DATA_FILE, features_used
+from mailboxes.models import MessageContent
 from tests import mail_corpus
 
 RAW_DATA = json.loads(DATA_FILE.read_text())
@@ -143,3 +144,21 @@ def test_css_nested_thousands_deep_is_checked_not_refused(received, checks_of):
     assert response.status_code == 200
     reported = {feature["slug"]: feature["count"] for feature in response.json()["features"]}
     assert reported["css-at-media"] == depth and reported["css-unit-calc"] == depth
+
+
+def test_an_element_of_tens_of_thousands_of_attributes_ends_the_html_checked():
+    # libxml2 compares each attribute with the element's earlier ones: quadratic, unless cut.
+    attributes = " ".join(f"a{index}=1" for index in range(40_000))
+    started = time.process_time()
+    used = features_used(f'<div style="display:flex">x</div><p {attributes} role="x">y</p><svg></svg>')
+    spent = time.process_time() - started
+    assert spent < 3.0, f"took {spent:.1f} s of CPU"
+    assert used["css-display-flex"] == 1
+    assert "html-role" not in used and "html-svg" not in used, "the HTML after the cut was checked"
+
+
+def test_the_check_is_made_once_per_content(received, checks_of):
+    message_id = received(html_mail('<p style="display:flex">x</p>'))
+    first = checks_of(message_id, "html").json()
+    MessageContent.objects.filter(messages__id=message_id).update(raw=b"Content-Type: text/html\r\n\r\n<svg></svg>")
+    assert checks_of(message_id, "html").json() == first, "the HTML was checked again"

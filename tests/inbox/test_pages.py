@@ -13,7 +13,7 @@ from accounts import identity
 from accounts.credentials import api_key_revoke
 from accounts.models import Account, AccountStatus
 from accounts.services import account_create_with_key, account_suspend
-from mailboxes.models import Mailbox, MailboxStatus, Message
+from mailboxes.models import Mailbox, MailboxStatus, Message, MessageContent
 from relay.models import OutboxMail
 from tests.helpers import deliver
 
@@ -462,3 +462,20 @@ def test_an_attachments_name_is_shown_without_bidi_controls_as_the_api_names_it(
     page = browser.get(f"/inbox/{mailbox.id}/{message_id}?tab=attachments").content.decode()
     assert "invoicefdp.exe" in page
     assert not {"\u202e", "\u2066", "\u200b"} & set(page), "a bidi control or zero-width mark reached the page"
+
+
+def test_a_messages_cleaned_html_and_its_html_check_are_made_once_per_content(db):
+    """A content never changes, so what was made of it once is what every later look gets:
+    rewriting the stored content behind the cache's back shows that nothing is made again."""
+    browser = Client()
+    mailbox = anonymous_mailbox(browser)
+    [message_id] = deliver(b"Subject: Styled\r\nContent-Type: text/html\r\n\r\n"
+                           b"<p style='display:flex'>first version</p>\r\n", mailbox.address)
+    base = f"/inbox/{mailbox.id}/{message_id}"
+    assert b"first version" in browser.get(f"{base}/html").content
+    render = browser.get(f"{base}/checks/render").content.decode()
+    assert "flex" in render
+    MessageContent.objects.filter(messages__id=message_id).update(
+        html="<p>second version</p>", raw=b"Content-Type: text/html\r\n\r\n<p>second version</p>\r\n")
+    assert b"first version" in browser.get(f"{base}/html").content, "the HTML was cleaned again"
+    assert browser.get(f"{base}/checks/render").content.decode() == render, "the HTML was checked again"
