@@ -9,6 +9,7 @@ from django.conf import settings
 
 from accounts.identity import Caller, authenticate
 from core.client_address import client_group_of
+from core.rate_limits import rate_limit_take
 
 # --- what each OAuth scope opens (docs/agents.md, "Scopes") ---------------------------------------
 # One table for the REST routes and the MCP tools. An API key or a mailbox token opens
@@ -158,8 +159,25 @@ class IsAccount(permissions.BasePermission):
         return True
 
 
-class AnonymousCreateThrottle(throttling.AnonRateThrottle):
-    """Anonymous creations per client address. Owners with keys are not throttled here."""
+class CountedThrottle(throttling.BaseThrottle):
+    """A limit per client address, counted atomically (core.rate_limits), at the rate
+    DEFAULT_THROTTLE_RATES gives its scope (read when used, so a test may change it)."""
+
+    scope: str | None = None
+    retry_after: int | None = None
+
+    def counted(self, request, scope: str) -> bool:
+        self.retry_after = rate_limit_take(scope=scope, ident=client_group_of(request),
+                                           rate=api_settings.DEFAULT_THROTTLE_RATES[scope]) or None
+        return self.retry_after is None
+
+    def wait(self) -> int | None:
+        return self.retry_after
+
+
+class AnonymousCreateThrottle(CountedThrottle):
+    """Anonymous creations per client address, also for the holder of a mailbox token.
+    Owners with keys are not throttled here."""
 
     scope = "anon_create"
 
@@ -167,25 +185,15 @@ class AnonymousCreateThrottle(throttling.AnonRateThrottle):
         caller = caller_of(request)
         if caller is not None and not caller.is_anonymous:
             return True
-        return super().allow_request(request, view)
-
-    def get_rate(self) -> str:
-        # Read when used, not at import, so the setting can change under a running test.
-        return api_settings.DEFAULT_THROTTLE_RATES[self.scope]
-
-    def get_cache_key(self, request, view) -> str:
-        # Per client address, also for the holder of a mailbox token.
-        return self.cache_format % {"scope": self.scope, "ident": client_group_of(request)}
+        return self.counted(request, self.scope)
 
 
-class AccountRouteThrottle(throttling.ScopedRateThrottle):
-    """The account routes per client address, each its own RELAY_SIGNUP_RATE, in the shared cache."""
+class AccountRouteThrottle(CountedThrottle):
+    """The account routes per client address, each its own scope (the view's throttle_scope)."""
 
-    def get_rate(self) -> str:
-        return api_settings.DEFAULT_THROTTLE_RATES[self.scope]
-
-    def get_cache_key(self, request, view) -> str:
-        return self.cache_format % {"scope": self.scope, "ident": client_group_of(request)}
+    def allow_request(self, request, view) -> bool:
+        self.scope = getattr(view, "throttle_scope", None)
+        return True if not self.scope else self.counted(request, self.scope)
 
 
 class BearerAuthenticationScheme(OpenApiAuthenticationExtension):

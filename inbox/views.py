@@ -4,7 +4,6 @@ browser's caller, and renders. Nothing here builds an API request."""
 import functools
 import logging
 import uuid
-from types import SimpleNamespace
 
 from asgiref.sync import async_to_sync
 from django.conf import settings
@@ -30,10 +29,11 @@ from accounts.oauth_apps import oauth_app_revoke, oauth_apps_of
 from accounts.errors import Forbidden, RelayError
 from accounts.inputs import BIGINT_MAX, whole_number
 from api import oauth
-from api.authentication import AccountRouteThrottle, AnonymousCreateThrottle
 from api.errors import error_of
 from api.waiting import event_stream
 from checks import html_support, message_checks
+from core.client_address import client_group_of
+from core.rate_limits import rate_limit_take
 from domains.models import Domain, DomainStatus
 from inbox import session
 from inbox.mail_html import frame_hint, policy, shown_html_of
@@ -171,10 +171,7 @@ def home(request):
 @require_POST
 @page
 def anonymous_new(request):
-    throttle = AnonymousCreateThrottle()
-    if not throttle.allow_request(request, None):
-        raise RateLimited(_("Too many mailboxes from this address; try again later."),
-                          retry_after=throttle.wait() or 60)
+    _limited(request, "anon_create", _("Too many mailboxes from this address; try again later."))
     mailbox, token = lifecycle.mailbox_create(backend=get_backend(), caller=None, local_part=None, domain=None,
                                               ttl_ms=None)
     response = HttpResponseRedirect(reverse("inbox-mailbox", args=[mailbox.id]))
@@ -182,11 +179,12 @@ def anonymous_new(request):
     return response
 
 
-def _limited(request, scope: str) -> None:
-    """The account routes' limit per client address (RELAY_SIGNUP_RATE), for this scope."""
-    throttle = AccountRouteThrottle()
-    if not throttle.allow_request(request, SimpleNamespace(throttle_scope=scope)):
-        raise RateLimited(_("Too many tries from this address; try again later."), retry_after=throttle.wait() or 60)
+def _limited(request, scope: str, message: str | None = None) -> None:
+    """The API's limit of `scope` per client address, counted with the API's tries."""
+    retry_after = rate_limit_take(scope=scope, ident=client_group_of(request),
+                                  rate=settings.REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"][scope])
+    if retry_after:
+        raise RateLimited(message or _("Too many tries from this address; try again later."), retry_after=retry_after)
 
 
 def _after_sign_in(request) -> str:

@@ -3,15 +3,21 @@ dodge and that hold across processes, no spam cannon, quotas per plan, and the o
 inputs that used to leak reprs or keep dead tokens alive."""
 import json
 import re
+import threading
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
+from types import SimpleNamespace
 
 import pytest
 from django.core.cache import cache
+from django.test import RequestFactory
 from django.utils import timezone
+from rest_framework.request import Request
 
 from accounts.models import Account
+from api.authentication import AccountRouteThrottle, AnonymousCreateThrottle
 from mailboxes.models import Mailbox
 from relay.models import OutboxMail as OutboundMessage
 from relay.outbox.send import batch_claim, batch_send
@@ -241,3 +247,28 @@ def test_a_malformed_last_event_id_is_400_naming_it(client_pro, box, resume):
     response = client_pro.get(f"/api/v1/mailboxes/{box['id']}/events", HTTP_LAST_EVENT_ID=resume)
     assert response.status_code == 400
     assert "Last-Event-ID" in response.json()["fields"]
+
+
+@pytest.mark.parametrize("scope", ["signup", "anon_create"])
+def test_tries_at_once_from_one_address_pass_a_limit_exactly(db, settings, scope):
+    """Sixteen tries released together, in four rounds from four addresses: each round passes
+    exactly the limit's five, however the threads interleave."""
+    settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": {
+        **settings.REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"], scope: "5/hour"}}
+    cache.clear()
+    throttle_class = AnonymousCreateThrottle if scope == "anon_create" else AccountRouteThrottle
+    tries = 16
+    for round_number in range(4):
+        start = threading.Barrier(tries)
+
+        def attempt(_):
+            request = Request(RequestFactory().post("/", REMOTE_ADDR=f"198.51.100.{round_number + 20}"))
+            start.wait(timeout=30)
+            throttle = throttle_class()
+            allowed = throttle.allow_request(request, SimpleNamespace(throttle_scope=scope))
+            return allowed, throttle.wait()
+
+        with ThreadPoolExecutor(tries) as pool:
+            answers = list(pool.map(attempt, range(tries)))
+        assert [allowed for allowed, _ in answers].count(True) == 5, f"round {round_number}: {answers}"
+        assert all(0 < wait <= 3600 for allowed, wait in answers if not allowed)
