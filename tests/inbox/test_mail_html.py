@@ -35,8 +35,9 @@ def test_forms_nested_deep_are_unwrapped_around_their_text():
 
 @pytest.mark.parametrize("killed", ["<input>", "<!---->", "<script></script>", "<button>x</button>", "<meta>"])
 def test_many_sibling_elements_that_are_dropped_leave_the_text_between_them(killed):
-    shown = cleaned("<body>" + "".join(f"{killed}t{index}." for index in range(COUNT)))
-    assert "".join(f"t{index}." for index in range(COUNT)) in shown
+    # Twice as many: what grew quadratically here is the text, in shorter pieces.
+    shown = cleaned("<body>" + "".join(f"{killed}t{index}." for index in range(2 * COUNT)))
+    assert "".join(f"t{index}." for index in range(2 * COUNT)) in shown
     assert killed not in shown
 
 
