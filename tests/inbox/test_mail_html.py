@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from inbox.mail_html import shown_html
+from inbox.mail_html import UNSIZED_IMAGE, frame_hint, shown_html
 from mailboxes.markup import MAX_ATTRIBUTES
 
 # A correct run takes a fraction of a second of this process's CPU, also on a loaded machine.
@@ -51,3 +51,12 @@ def test_an_element_at_the_bound_is_shown_whole():
     attributes = " ".join(f"a{index}=1" for index in range(MAX_ATTRIBUTES))
     shown = cleaned(f"<p {attributes}>inside</p><p>after</p>")
     assert f'a{MAX_ATTRIBUTES - 1}="1"' in shown and "after" in shown
+
+
+def test_the_frames_size_hint_reads_a_height_of_other_digits_as_unsized_and_stops_at_the_cut():
+    assert frame_hint('<img height="²"><img height="30px">')["images"] == UNSIZED_IMAGE + 30
+    attributes = " ".join(f"a{index}=1" for index in range(40_000))
+    started = time.process_time()
+    hint = frame_hint(f"<p>before</p><p {attributes}>inside</p>")
+    assert time.process_time() - started < CPU_SECONDS
+    assert hint["chars"] == len("before")
