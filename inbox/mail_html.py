@@ -9,7 +9,6 @@ would take quadratic time over (mailboxes/markup.py), the parser stops nesting a
 levels, and the elements the cleaner would drop are dropped here first, in one pass (lxml's
 `drop_tag` finds each element's place among its siblings and grows its neighbour's text,
 both quadratic over many siblings)."""
-import hashlib
 import re
 from urllib.parse import quote
 
@@ -67,8 +66,9 @@ def shown_html_of(*, content_id: int, html: str, parts_url: str, remote_images: 
                   held_title: str = "") -> str:
     """shown_html of a stored message's content, cleaned once and kept in the shared cache
     for SHOWN_CACHE_SECONDS: a content never changes, and each look at the message asks."""
-    digest = hashlib.sha256(f"{parts_url}\n{remote_images}\n{held_title}".encode()).hexdigest()[:32]
-    key = f"relay:shown-html:{settings.RELAY_VERSION}:{content_id}:{digest}"
+    # Quoted: a cache key holds no space or control character.
+    key = f"relay:shown-html:{settings.RELAY_VERSION}:{content_id}:{remote_images:d}:" + quote(
+        f"{parts_url} {held_title}", safe="")
     shown = cache.get(key)
     if shown is None:
         shown = shown_html(html, parts_url=parts_url, remote_images=remote_images, held_title=held_title)
