@@ -44,7 +44,9 @@ def test_threads_never_exceed_the_concurrency(limiter):
                 with lock:
                     state["now"] += 1
                     state["most"] = max(state["most"], state["now"])
-                time.sleep(0.05)
+                # Held until four were in at once (on a loaded machine threads start late), then briefly.
+                wait_until(lambda: state["most"] >= 4, timeout=20, interval=0.01, message="four calls at once")
+                time.sleep(0.01)
                 with lock:
                     state["now"] -= 1
                     state["done"] += 1
