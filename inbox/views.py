@@ -47,7 +47,9 @@ from relay import reading
 from relay.backends import get_backend
 from relay.inbound.attachments import (SAFETY_HEADERS, attachment_of, safe_filename, served_content_type,
                                        without_format_characters)
+from relay.models import OutboxMail
 from relay.outbox import account_mail
+from relay.outbox.delivery import delivery_of
 from relay.outbox.outbound import forward_queue, reply_queue, sending_checked
 
 logger = logging.getLogger(__name__)
@@ -369,6 +371,7 @@ def message_page(request, mailbox_id: uuid.UUID, message_id: int):
         # Named by the API's rule: no override or zero-width mark disguises a file's name.
         "attachments": [{"number": number, **meta, "filename": without_format_characters(meta.get("filename"))}
                         for number, meta in enumerate(message.content.attachments, 1)],
+        "delivery": _delivery(message),
     }
     if tab == "html" and message.content.html:
         context["frame_hint"] = frame_hint(message.content.html)
@@ -380,6 +383,16 @@ def message_page(request, mailbox_id: uuid.UUID, message_id: int):
         context.update(_checks(mailbox, message, now={section for section in FETCHED_AFTER
                                                       if request.GET.get(section) == "1"}))
     return render(request, "inbox/message.html", context)
+
+
+def _delivery(message) -> list[dict]:
+    """Each recipient's state of a message the mailbox sent (docs/delivery.md); none for mail received."""
+    if message.direction != "out":
+        return []
+    try:
+        return delivery_of(message.outbox_mail)
+    except OutboxMail.DoesNotExist:
+        return []
 
 
 def _neighbours(mailbox, message) -> tuple[int | None, int | None]:

@@ -479,3 +479,22 @@ def test_a_messages_cleaned_html_and_its_html_check_are_made_once_per_content(db
         html="<p>second version</p>", raw=b"Content-Type: text/html\r\n\r\n<p>second version</p>\r\n")
     assert b"first version" in browser.get(f"{base}/html").content, "the HTML was cleaned again"
     assert browser.get(f"{base}/checks/render").content.decode() == render, "the HTML was checked again"
+
+
+def test_a_sent_message_shows_each_recipients_delivery_state_and_a_received_one_none(db):
+    from relay.outbox.delivery import Answer, deliveries_record
+
+    account, key = account_create_with_key(login="hedy", email="hedy@example.com", plan="pro")
+    owner = Client()
+    owner.post("/inbox/sign-in", {"form": "key", "key": key})
+    owner.post("/inbox/mailboxes", {"local_part": "desk"})
+    own = Mailbox.objects.get(owner=account)
+    [received] = deliver(b"From: Bob <bob@example.com>\r\nSubject: Hi\r\nMessage-ID: <d@example.com>\r\n\r\nhello\r\n",
+                         own.address)
+    assert 'id="delivery"' not in owner.get(f"/inbox/{own.id}/{received}").content.decode()
+    owner.post(f"/inbox/{own.id}/{received}/reply", {"text": "Thanks"})
+    mail = OutboxMail.objects.get(kind="send")
+    deliveries_record(mail, {"bob@example.com": Answer("bounced", 550, "550 5.1.1 <bob@example.com>: no such user")})
+    page = owner.get(f"/inbox/{own.id}/{mail.kept_as_id}").content.decode()
+    row = re.search(r'<tr data-status="bounced">(.*?)</tr>', page, re.S)
+    assert row and "bob@example.com" in row[1] and "no such user" in row[1] and "bounced" in row[1]
