@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates the TypeScript client's types (clients/typescript/src/schema.ts) from Relay's
-# OpenAPI schema with openapi-typescript; tests/test_client_typescript.py fails when they differ.
+# OpenAPI schema with openapi-typescript, and the compiled dist/ with them;
+# tests/test_client_typescript.py fails when either differs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 schema=$(mktemp --suffix=.json)
@@ -11,3 +12,5 @@ env DATABASE_URL=postgres://relay@127.0.0.1:5432/relay RELAY_ENV_FILE=/dev/null 
   .venv/bin/python manage.py spectacular --format openapi-json --file "$schema"
 [ -d clients/typescript/node_modules ] || npm ci --prefix clients/typescript --no-audit --no-fund --loglevel=error
 (cd clients/typescript && npx --no-install openapi-typescript "$schema" -o src/schema.ts)
+# dist/ is checked in (an install builds nothing): compile it again from the new types.
+(cd clients/typescript && npx --no-install tsc -p tsconfig.build.json)

@@ -1,10 +1,13 @@
 """The TypeScript client (clients/typescript/, the npm package relay-client): its types against
 Relay's OpenAPI schema, `tsc --noEmit` over it and an example Playwright spec, Node's own
-test runner against a live Relay (a gunicorn web process, mail over a real SMTP socket), and
-`npm pack` installed into an empty folder. npm installs its dev dependencies from the lock
-file (scripts/test.sh does it once; no browser is downloaded)."""
+test runner against a live Relay (a gunicorn web process, mail over a real SMTP socket), the
+checked-in dist/ against a fresh compile, and each install command of
+docs/client-typescript.md run as written into an empty folder. npm installs its dev
+dependencies from the lock file (scripts/test.sh does it once; no browser is downloaded)."""
 import json
+import filecmp
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -29,12 +32,14 @@ def run(command: list[str], *, cwd=PACKAGE, env: dict | None = None, timeout: fl
     return done.stdout
 
 
-@pytest.fixture(scope="module")
-def built():
-    """dist/ compiled from src/ as `npm pack` would."""
-    shutil.rmtree(PACKAGE / "dist", ignore_errors=True)
-    run([*NPX, "tsc", "-p", "tsconfig.build.json"])
-    return PACKAGE / "dist"
+def test_the_checked_in_dist_is_what_src_compiles_to(tmp_path):
+    # An install builds nothing (docs/client-typescript.md), so dist/ must follow src/.
+    run([*NPX, "tsc", "-p", "tsconfig.build.json", "--outDir", str(tmp_path / "dist")])
+    fresh = sorted(path.name for path in (tmp_path / "dist").iterdir())
+    shipped = sorted(path.name for path in (PACKAGE / "dist").iterdir()) if (PACKAGE / "dist").is_dir() else []
+    assert fresh == shipped, "clients/typescript/dist/ is not src/ compiled: run `npm run build` there"
+    _, differing, _ = filecmp.cmpfiles(tmp_path / "dist", PACKAGE / "dist", fresh, shallow=False)
+    assert not differing, f"clients/typescript/dist/ is not src/ compiled ({differing}): run `npm run build` there"
 
 
 def test_the_checked_in_types_are_those_of_relays_schema(tmp_path):
@@ -53,7 +58,7 @@ def test_the_package_and_the_example_playwright_spec_type_check():
     run([*NPX, "tsc", "--noEmit", "-p", "tsconfig.json"])
 
 
-def test_node_test_runner_against_a_live_relay(built, processes, smtp_server, sink):
+def test_node_test_runner_against_a_live_relay(processes, smtp_server, sink):
     # Mail sent goes out through a worker and a mailer to an SMTP sink (waitForDelivery).
     processes.env["EMAIL_URL"] = f"smtp://127.0.0.1:{sink[1]}"
     processes.worker("sender")
@@ -71,22 +76,51 @@ def test_node_test_runner_against_a_live_relay(built, processes, smtp_server, si
     assert "# fail 0" in out or "ℹ fail 0" in out, out
 
 
-def test_npm_pack_installs_into_an_empty_folder_and_runs(built, tmp_path, processes):
-    base = processes.start_web()
-    _, key = account_create_with_key(login="packed", plan="pro")
-    tarball = run(["npm", "pack", "--silent", "--pack-destination", str(tmp_path)]).strip().splitlines()[-1]
-    consumer = tmp_path / "consumer"
-    consumer.mkdir()
-    (consumer / "package.json").write_text('{"name": "consumer", "private": true, "type": "module"}')
-    run(["npm", "install", "--no-audit", "--no-fund", "--loglevel=error", str(tmp_path / tarball)], cwd=consumer)
-    installed = sorted(path.name for path in (consumer / "node_modules").iterdir() if not path.name.startswith("."))
+def install_commands() -> list[str]:
+    """The console blocks of docs/client-typescript.md's Install section."""
+    text = (ROOT / "docs" / "client-typescript.md").read_text()
+    section = text[text.index("## Install"):text.index("\n## ", text.index("## Install") + 1)]
+    return re.findall(r"```console\n(.*?)```", section, re.S)
+
+
+def fresh_checkout(destination) -> None:
+    """The checkout's files as a clone has them: what git tracks (or would), nothing built
+    or installed here (node_modules, a tarball)."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard", "clients/typescript"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=60, check=True).stdout
+    for name in filter(None, listed.split("\0")):
+        if (ROOT / name).is_file():
+            (destination / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, destination / name)
+
+
+def test_the_docs_have_two_ways_to_install():
+    assert [block.count("npm ") for block in install_commands()] == [1, 2]
+
+
+@pytest.mark.parametrize("way", [0, 1], ids=["installed-from-the-checkout", "packed-then-installed"])
+def test_each_documented_install_works_as_written_in_an_empty_folder(way, tmp_path, processes):
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    fresh_checkout(tmp_path / "relay")
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "package.json").write_text('{"name": "project", "private": true, "type": "module"}')
+    # The doc's commands as written, from the project's folder, beside the checkout in ../relay.
+    run(["bash", "-euo", "pipefail", "-c", install_commands()[way]], cwd=project,
+        env={"npm_config_audit": "false", "npm_config_fund": "false", "npm_config_loglevel": "error"})
+    installed = sorted(path.name for path in (project / "node_modules").iterdir() if not path.name.startswith("."))
     assert installed == ["relay-client"], f"no runtime dependency, yet npm installed {installed}"
-    (consumer / "use.mjs").write_text(
+    assert not (project / "node_modules" / "relay-client").is_symlink()  # a copy: imports resolve from the project
+
+    base = processes.start_web()
+    _, key = account_create_with_key(login=f"installed-{way}", plan="pro")
+    (project / "use.mjs").write_text(
         'import { Relay, withMailbox } from "relay-client";\n'
         "const address = await withMailbox(async box => box.address);\n"
         "const gone = await new Relay().listMailboxes();\n"
         'console.log(JSON.stringify({address, left: gone.length}));\n')
-    answer = json.loads(run(["node", "use.mjs"], cwd=consumer, env={"RELAY_URL": base, "RELAY_API_KEY": key}))
+    answer = json.loads(run(["node", "use.mjs"], cwd=project, env={"RELAY_URL": base, "RELAY_API_KEY": key}))
     assert "@" in answer["address"] and answer["left"] == 0
-    types = (consumer / "node_modules" / "relay-client" / "dist" / "index.d.ts").read_text()
+    types = (project / "node_modules" / "relay-client" / "dist" / "index.d.ts").read_text()
     assert "waitForCode" in types and "checkMessage" in types
