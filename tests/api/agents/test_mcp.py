@@ -4,6 +4,9 @@ streamable HTTP against a real gunicorn web process, and over stdio against
 import asyncio
 import base64
 import functools
+import os
+import re
+import subprocess
 import sys
 import threading
 import time
@@ -169,6 +172,25 @@ def test_an_agent_creates_a_mailbox_waits_for_its_code_and_deletes_it(mcp_http, 
     assert renewed["expires_at"] > box["expires_at"]
     assert [m["id"] for m in found["messages"]] == [code["message_id"]]
     assert deleted == {"deleted": True} and gone.startswith("not_found: ")
+
+
+def test_the_python_snippet_of_docs_agents_runs_as_written(mcp_http, owner, smtp_server):
+    text = (ROOT / "docs" / "agents.md").read_text()
+    [snippet] = re.findall(r"```python\n(.*?)```", text, re.S)
+    # As written; only the port is this test's.
+    snippet = snippet.replace("http://127.0.0.1:8000/mcp", mcp_http.url)
+    agent = subprocess.Popen([sys.executable, "-c", snippet], env={**os.environ, "RELAY_API_KEY": owner},
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        address = agent.stdout.readline().strip()  # bounded: the snippet's own wait is 60 s
+        assert "@" in address, agent.communicate(timeout=30)
+        send_mail(smtp_server.port, address, "Verify", "Your code is 482913.")
+        out, err = agent.communicate(timeout=60)
+    finally:
+        agent.kill()
+    assert agent.returncode == 0, err
+    assert out.splitlines() == ["482913"]
+    assert not Mailbox.objects.filter(address=address, status="active").exists()  # deleted after
 
 
 def test_an_agent_answers_a_confirmation_mail_and_the_answer_to_it_joins_the_thread(mcp_http, owner, smtp_server):
