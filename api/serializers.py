@@ -195,7 +195,8 @@ class MessageSummarySerializer(RenderedOnce, serializers.Serializer):
     id = serializers.IntegerField()
     mailbox_id = serializers.UUIDField()
     # "from" is a Python keyword, so it is declared through the class namespace.
-    vars()["from"] = serializers.CharField(source="from_header")
+    # The From header, or the envelope sender when the mail has none (Message.sender).
+    vars()["from"] = serializers.CharField(source="sender")
     to = serializers.CharField(source="to_header")
     envelope_from = serializers.CharField()
     envelope_to = serializers.CharField()

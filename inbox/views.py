@@ -41,7 +41,7 @@ from mailboxes import lifecycle
 from mailboxes.errors import NotFound, RateLimited
 from mailboxes.mail_format import lineage_of
 from mailboxes.messages import message_mark_read
-from mailboxes.models import MailboxStatus
+from mailboxes.models import MailboxStatus, shown_sender
 from mailboxes.threads import thread_messages
 from relay import reading
 from relay.backends import get_backend
@@ -122,9 +122,10 @@ def _rows(mailbox, words: str = "", after: int = 0) -> list:
     rows = []
     with reading.messages_read(caller=None, mailbox=mailbox, search={"words": words}) as matching:
         found = list((matching.filter(id__gt=after) if after else matching).values_list(
-            "id", "from_header", "subject", "received_at", "is_read", "authenticated", "direction",
+            "id", "from_header", "envelope_from", "subject", "received_at", "is_read", "authenticated", "direction",
             "content__codes")[:LISTED])
-    for message_id, sender, subject, received_at, is_read, authenticated, direction, codes in found:
+    for message_id, from_header, envelope_from, subject, received_at, is_read, authenticated, direction, codes in found:
+        sender = shown_sender(from_header, envelope_from)
         badge, passed = sender_badge(direction=direction, authenticated=authenticated)
         code = escape((codes or [""])[0])
         chip = (f' <span class="chip"><code>{code}</code><button type="button" class="copy" data-copy="{code}" '

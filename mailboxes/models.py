@@ -259,3 +259,14 @@ class Message(models.Model):
                                 condition=Q(owner__isnull=False))]
         constraints = [models.UniqueConstraint(fields=["mailbox", "server_id"], condition=~Q(server_id=""),
                                                name="message_stored_once")]
+
+    @property
+    def sender(self) -> str:
+        """Who sent it, as every door shows it: the From header, or the envelope sender
+        when the mail has none (a bare `MAIL FROM` and `DATA` with no headers)."""
+        return shown_sender(self.from_header, self.envelope_from)
+
+
+def shown_sender(from_header: str, envelope_from: str) -> str:
+    """Message.sender for a page that reads the two columns without a model instance."""
+    return from_header or envelope_from

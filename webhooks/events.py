@@ -24,7 +24,7 @@ def _mailbox_data(mailbox: Mailbox) -> dict:
 
 
 def _message_data(message) -> dict:
-    return {"id": message.id, "mailbox_id": str(message.mailbox_id), "from": message.from_header,
+    return {"id": message.id, "mailbox_id": str(message.mailbox_id), "from": message.sender,
             "to": message.to_header, "envelope_from": message.envelope_from, "envelope_to": message.envelope_to,
             "subject": message.subject, "received_at": _iso(message.received_at or db_now()),
             "size": message.size, "has_attachments": message.has_attachments}

@@ -193,6 +193,21 @@ def test_the_python_snippet_of_docs_agents_runs_as_written(mcp_http, owner, smtp
     assert not Mailbox.objects.filter(address=address, status="active").exists()  # deleted after
 
 
+def test_a_mail_without_a_from_header_names_its_envelope_sender(mcp_http, owner, smtp_server):
+    async def scenario():
+        async with mcp_http.session(owner) as session:
+            box = await call(session, "create_mailbox", {"ttl_minutes": 10})
+            send(smtp_server.port, box["address"], b"Subject: Verify\r\n\r\nYour code is 482913.\r\n",
+                 sender="bounce@example.com")
+            code = await call(session, "wait_for_code", {"mailbox_id": box["id"], "timeout_seconds": 20})
+            listed = await call(session, "list_messages", {"mailbox_id": box["id"]})
+            return code, listed
+
+    code, listed = run(scenario())
+    assert code["code"] == "482913" and code["from"] == "bounce@example.com"
+    assert [item["from"] for item in listed["messages"]] == ["bounce@example.com"]
+
+
 def test_an_agent_answers_a_confirmation_mail_and_the_answer_to_it_joins_the_thread(mcp_http, owner, smtp_server):
     async def scenario():
         async with mcp_http.session(owner) as session:
