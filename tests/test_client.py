@@ -187,6 +187,19 @@ def test_an_error_names_each_bad_fields_reason_in_its_text(relay):
     assert str(refused.value).startswith("invalid_request: ") and "local_part: " in str(refused.value)
 
 
+def test_a_lifetime_refused_is_said_in_the_minutes_the_caller_gave(relay):
+    with pytest.raises(RelayError) as too_short:
+        relay.create_mailbox(ttl_minutes=1)
+    box = relay.create_mailbox(ttl_minutes=10)
+    with pytest.raises(RelayError) as too_long:
+        relay.renew_mailbox(box.id, ttl_minutes=2000)  # over pro's day
+    for refused in (too_short.value, too_long.value):
+        assert refused.code == "invalid_request" and list(refused.fields) == ["ttl_minutes"], refused.fields
+        assert "ttl_ms" not in str(refused) and "ttl_minutes: " in str(refused)
+    assert "greater than or equal to 5 minutes" in str(too_short.value) and "300000" not in str(too_short.value)
+    assert "between 5 and 1440 minutes on the pro plan" in str(too_long.value), str(too_long.value)
+
+
 def test_the_fixture_takes_its_mailboxs_lifetime_and_address_from_a_marker(live, tmp_path):
     base, key = live
     (tmp_path / "test_marked.py").write_text(textwrap.dedent("""

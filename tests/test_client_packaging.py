@@ -1,8 +1,11 @@
 """The Python client installs outside a checkout: a wheel and an sdist built by
 `python -m build`, and the documented `pip install "relay-client @ git+…#subdirectory=client"`,
 each into a fresh virtualenv that imports it and finds its pytest plugin."""
+import json
+import re
 import subprocess
 import sys
+import tomllib
 import tarfile
 import zipfile
 
@@ -56,3 +59,11 @@ def test_the_documented_git_recipe_installs_it(tmp_path):
     run(python, "-m", "pip", "install", "--quiet", "--upgrade", "pip")
     run(python, "-m", "pip", "install", "--quiet", f"relay-client @ git+file://{ROOT}#subdirectory=client")
     assert run(python, "-c", CHECK, cwd=tmp_path).strip() == "0.1.0 ['relay_client.pytest_plugin']"
+
+
+def test_the_docs_name_only_the_versions_the_packages_have():
+    python = tomllib.loads((ROOT / "client" / "pyproject.toml").read_text())["project"]["version"]
+    typescript = json.loads((ROOT / "clients" / "typescript" / "package.json").read_text())["version"]
+    for doc, version in (("client.md", python), ("client-typescript.md", typescript)):
+        named = set(re.findall(r"(?<![\d.])v?\d+\.\d+\.\d+(?![\d.])", (ROOT / "docs" / doc).read_text()))
+        assert named <= {version}, f"docs/{doc} names {named - {version}}; the package is {version}"

@@ -6,6 +6,7 @@ import base64
 import hashlib
 import hmac
 import os
+import re
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -15,6 +16,7 @@ import requests
 from relay_client.types import Domain, Event, Mailbox, Message, Sent, Thread, build
 
 WAIT_CHUNK_SECONDS = 60  # the API holds one wait for at most this long
+MINUTE_MS = 60_000
 MAX_RETRY_AFTER_SECONDS = 60.0
 
 
@@ -77,7 +79,9 @@ class Relay:
                        tags: list[str] | None = None, domain: str | None = None) -> Mailbox:
         body = {"ttl_ms": ttl_minutes * 60_000 if ttl_minutes is not None else None, "local_part": local_part,
                 "name": name, "tags": tags, "domain": domain}
-        return build(Mailbox, self._json("POST", "/mailboxes", json={k: v for k, v in body.items() if v is not None}))
+        with _in_minutes():
+            return build(Mailbox, self._json("POST", "/mailboxes",
+                                             json={k: v for k, v in body.items() if v is not None}))
 
     def list_mailboxes(self, include_expired: bool = False) -> list[Mailbox]:
         mailboxes, page = [], 1
@@ -94,7 +98,8 @@ class Relay:
 
     def renew_mailbox(self, mailbox_id: str, ttl_minutes: int | None = None) -> Mailbox:
         body = {"ttl_ms": ttl_minutes * 60_000} if ttl_minutes is not None else {}
-        return build(Mailbox, self._json("POST", f"/mailboxes/{mailbox_id}/renew", json=body))
+        with _in_minutes():
+            return build(Mailbox, self._json("POST", f"/mailboxes/{mailbox_id}/renew", json=body))
 
     def delete_mailbox(self, mailbox_id: str) -> bool:
         self._request("DELETE", f"/mailboxes/{mailbox_id}")
@@ -317,6 +322,34 @@ def _error(response: requests.Response) -> RelayError:
     body = body if isinstance(body, dict) else {}
     return RelayError(body.get("code", f"http_{response.status_code}"), body.get("message", response.reason or ""),
                       response.status_code, body.get("fields"))
+
+
+class _in_minutes:
+    """The API measures a lifetime in milliseconds (`ttl_ms`); a caller of this client gave
+    minutes (`ttl_minutes`), so a refusal of the lifetime is said in minutes too."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, error, traceback) -> None:
+        if isinstance(error, RelayError) and "ttl_ms" in error.fields:
+            fields = {("ttl_minutes" if name == "ttl_ms" else name): problems for name, problems in error.fields.items()}
+            fields["ttl_minutes"] = [_ms_said_in_minutes(str(problem)) for problem in
+                                     (fields["ttl_minutes"] if isinstance(fields["ttl_minutes"], list)
+                                      else [fields["ttl_minutes"]])]
+            raise RelayError(error.code, _ms_said_in_minutes(error.message), error.status, fields) from None
+
+
+def _ms_said_in_minutes(text: str) -> str:
+    """"between 300000 and 3600000 on the pro plan" -> "between 5 and 60 minutes on the pro
+    plan": every figure in a lifetime's reason is milliseconds."""
+    figures = list(re.finditer(r"\b\d+\b", text))
+    for index, figure in reversed(list(enumerate(figures))):
+        whole, part = divmod(int(figure.group()), MINUTE_MS)
+        minutes = (f"{whole}" if not part else f"{int(figure.group()) / MINUTE_MS:.2f}".rstrip("0")) + (
+            " minutes" if index == len(figures) - 1 else "")
+        text = text[:figure.start()] + minutes + text[figure.end():]
+    return re.sub(r"\bttl_ms\b", "ttl_minutes", text)
 
 
 def _parse_sse(lines: Iterator[str]) -> Iterator[Event]:
