@@ -1,5 +1,8 @@
 """Middleware both sync- and async-capable, so no request parks a thread: JSON errors for
 what Django answers before a view, and WhiteNoise's static files with an async path."""
+import functools
+from collections.abc import AsyncIterator, Iterator
+
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.http import JsonResponse
 from whitenoise.middleware import WhiteNoiseMiddleware
@@ -55,5 +58,21 @@ class StaticFilesMiddleware(WhiteNoiseMiddleware):
     async def __acall__(self, request):
         static_file = self.find_file(request.path_info) if self.autorefresh else self.files.get(request.path_info)
         if static_file is not None:
-            return await sync_to_async(self.serve, thread_sensitive=False)(static_file, request)
+            response = await sync_to_async(self.serve, thread_sensitive=False)(static_file, request)
+            if response.streaming and not response.is_async:
+                # Django would read a file's synchronous iterator whole in a thread anyway,
+                # warning on every file it serves so; the same, read off the event loop, in
+                # chunks and without the warning.
+                response.block_size = STATIC_CHUNK_BYTES
+                response.streaming_content = _read_in_a_thread(iter(response.streaming_content))
+            return response
         return await self.get_response(request)
+
+
+STATIC_CHUNK_BYTES = 256 * 1024
+
+
+async def _read_in_a_thread(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
+    read = sync_to_async(functools.partial(next, chunks, None), thread_sensitive=False)
+    while (chunk := await read()) is not None:
+        yield chunk

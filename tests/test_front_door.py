@@ -1,6 +1,7 @@
 """The front door as a newcomer meets it: `make run`'s script on its embedded defaults
 (SQLite, the filesystem broker), the README's commands run as written against it, a
 clean Ctrl-C, and a clear word when a port is taken."""
+import json
 import os
 import re
 import signal
@@ -97,7 +98,11 @@ def test_the_readme_commands_work_as_written_and_ctrl_c_stops_cleanly(stack):
     assert '"envelope_from":"me@example.com"' in out
     assert '"status":"queued"' in out  # a send
     assert '"subject":"Hello","participants":' in out and '"message_count":2' in out  # the reply's thread
-    assert re.search(r"}204\n", out) and '{"code":"not_found","message":"Not found."}' in out  # deleted
+    assert "\n204\n" in out and '{"code":"not_found","message":"Not found."}' in out  # deleted
+    # Each answer on a line of its own, as a person reads them.
+    for line in out.splitlines():
+        if line.startswith(("{", "[")):
+            json.loads(line)
     assert re.search(r"fail-demo@relay\.localhost\s+expired\s+attempts=1", out)  # the dead letter
     assert '"dead": 1' in out
     assert '"verdict": "none"' in out and '{"count":0,' in out  # nothing proves example.com sent it
@@ -113,6 +118,10 @@ def test_the_readme_commands_work_as_written_and_ctrl_c_stops_cleanly(stack):
     home = urllib.request.urlopen(f"http://127.0.0.1:{stack.web}/", timeout=5).read().decode()
     assert "Get an address" in home and 'href="/api/docs/"' in home  # the web inbox, linking the docs
     assert f"http://127.0.0.1:{stack.web}/ " in stack.output()  # the banner's inbox line
+    # The page's own files, as a browser fetches them after it, served whole.
+    for asset in re.findall(r'(?:href|src)="(/static/[^"]+)"', home):
+        served = urllib.request.urlopen(f"http://127.0.0.1:{stack.web}{asset}", timeout=5)
+        assert served.status == 200 and served.read(), asset
 
     output_before = stack.output()
     # Nothing went wrong along the way: the one error is the dead letter the README makes.
@@ -125,7 +134,18 @@ def test_the_readme_commands_work_as_written_and_ctrl_c_stops_cleanly(stack):
     # Every line of the processes is named, and the idle sweep stays quiet.
     assert re.search(r"^web   \| ", output_before, re.M) and re.search(r"^worker\| ", output_before, re.M)
     assert "No hostname was supplied" not in log
+    assert "StreamingHttpResponse must consume synchronous iterators" not in log
     assert "Task expiry.tasks.sweep" not in log and "Sending due task" not in log
+
+
+def test_the_quick_start_says_in_one_line_that_relay_is_not_running():
+    closed = free_port()  # nothing listens there
+    quick_start = readme_blocks("sh")[0].replace("127.0.0.1:8000", f"127.0.0.1:{closed}")
+    # As pasted into an interactive shell: no -e, every line that can run runs.
+    result = subprocess.run(["bash", "-c", quick_start], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0 and result.stdout == ""
+    [said] = result.stderr.splitlines() or [""]
+    assert said.startswith("curl: (7) Failed to connect to 127.0.0.1 port") and str(closed) in said, result.stderr
 
 
 def test_a_port_in_use_is_named_with_the_variable_that_moves_it(tmp_path):
