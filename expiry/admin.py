@@ -7,17 +7,17 @@ from django.urls import path, reverse
 
 from expiry.models import Cleanup
 from expiry.operators import cleanup_requeue
-from mailboxes.admin import ActionsOnlyAdmin, DeadLettersFirstAdmin, ReadOnlyAdmin, action_calling
+from mailboxes.admin import ActionsOnlyAdmin, DeadLettersFirstAdmin, ReadOnlyAdmin, action_calling, mailbox_links
 from mailboxes.lifecycle import mailboxes_force_expire
 from mailboxes.models import CLEANUPS
 from mailboxes.models import CleanupState, Mailbox, MailboxStatus
 
 
 retry_cleanup = action_calling(lambda ids: len(cleanup_requeue(mailbox_ids=ids)), name="retry_cleanup",
-                               description="Retry cleanup of dead letters",
-                               done="Queued cleanup again for {count} mailbox(es).")
+                               description="Retry cleanup of the selected dead letters",
+                               done="Queued cleanup again for {count} dead letter(s); rows not dead are left as they were.")
 expire_now = action_calling(lambda ids: len(mailboxes_force_expire(mailbox_ids=ids)), name="expire_now",
-                            description="Expire now (active mailboxes)",
+                            description="Expire the selected active mailboxes now",
                             done="Expired {count} mailbox(es); their cleanup is queued.")
 
 
@@ -58,7 +58,9 @@ class CleanupStateFilter(admin.SimpleListFilter):
 class CleanupAdmin(DeadLettersFirstAdmin):
     """Dead letters first; a row opens read-only with the buttons that apply to it."""
 
-    list_display = ["address", "status", "cleanup_state", "attempts", "short_error", "cleanup_queued_at"]
+    list_title = "Cleanups: dead letters first, then the newest"
+    owed_title = "Cleanup"
+    list_display = ["address", "status", "cleanup_state", "attempts", "short_error", "cleanup_queued_at", "its_mailbox"]
     list_filter = [CleanupStateFilter, "status"]
     search_fields = ["address", "cleanup_last_error"]
     actions = [retry_cleanup]
@@ -75,9 +77,16 @@ class CleanupAdmin(DeadLettersFirstAdmin):
     owed_work = CLEANUPS
     newest_first = F("cleanup_queued_at").desc(nulls_last=True)
 
+    def case_name(self, cleanup: Cleanup) -> str:
+        return cleanup.address
+
     @admin.display(description="last error")
     def short_error(self, cleanup: Cleanup) -> str:
         return cleanup.cleanup_last_error[:80]
+
+    @admin.display(description="mailbox")
+    def its_mailbox(self, cleanup: Cleanup) -> str:
+        return mailbox_links(cleanup.id, "mailbox")
 
     @admin.display(description="attempts", ordering="cleanup_attempts")
     def attempts(self, cleanup: Cleanup) -> int:

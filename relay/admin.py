@@ -15,6 +15,9 @@ requeue = action_calling(lambda ids: mails_requeue(mail_ids=ids), name="requeue"
 
 @admin.register(OutboxMail)
 class OutboxAdmin(DeadLettersFirstAdmin):
+    list_title = "Outbox: failed mails first, then the newest"
+    dead_title = "Failed mail"
+    owed_title = "Mail"
     list_display = ["id", "kind", "to_list", "subject", "status", "attempts", "last_error_short", "created_at",
                     "sent_at"]
     list_filter = ["status", "kind"]
@@ -28,6 +31,9 @@ class OutboxAdmin(DeadLettersFirstAdmin):
 
     def get_readonly_fields(self, request, obj=None):
         return [field.name for field in OutboxMail._meta.fields if field.name not in self.exclude]
+
+    def case_name(self, mail: OutboxMail) -> str:
+        return f"{mail.subject or mail.kind} to {', '.join(mail.to)[:80]}"
 
     @admin.display(description="to")
     def to_list(self, mail: OutboxMail) -> str:

@@ -31,6 +31,9 @@ redeliver = action_calling(_redeliver, name="redeliver",
 
 @admin.register(WebhookDelivery)
 class WebhookDeliveryAdmin(DeadLettersFirstAdmin):
+    list_title = "Webhook deliveries: failed ones first, then the newest"
+    dead_title = "Failed delivery"
+    owed_title = "Webhook delivery"
     list_display = ["id", "webhook", "event", "status", "attempts", "last_status_code", "last_error", "created_at"]
     list_filter = ["status", "event"]
     search_fields = ["message_id", "webhook__url"]
@@ -38,3 +41,6 @@ class WebhookDeliveryAdmin(DeadLettersFirstAdmin):
     actions = [redeliver]
     show_full_result_count = False
     owed_work = DELIVERIES
+
+    def case_name(self, delivery: WebhookDelivery) -> str:
+        return f"{delivery.event} to {delivery.webhook.url}"

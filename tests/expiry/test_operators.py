@@ -109,6 +109,13 @@ def test_the_outbox_and_the_deliveries_list_dead_letters_first_and_requeue_them(
                              ("/admin/webhooks/webhookdelivery/", failed_delivery, delivered)]:
         listed = list(admin_client.get(url).context["cl"].result_list)
         assert listed == [dead, newer], url
+    # Each opens under an operator's heading.
+    assert "<h1>Failed mail: s to a@example.com</h1>" in admin_client.get(
+        f"/admin/relay/outboxmail/{failed_mail.id}/change/").content.decode()
+    assert "<h1>Failed delivery: message.received to http://example.com/h</h1>" in admin_client.get(
+        f"/admin/webhooks/webhookdelivery/{failed_delivery.id}/change/").content.decode()
+    assert "<h1>Mail: s to b@example.com</h1>" in admin_client.get(
+        f"/admin/relay/outboxmail/{sent_mail.id}/change/").content.decode()
 
     response = admin_client.post("/admin/relay/outboxmail/", {"action": "requeue", "_selected_action": [failed_mail.id]})
     assert response.status_code == 302
@@ -195,6 +202,49 @@ def test_a_dead_letter_opens_as_a_read_only_case_file_with_retry(admin_client):
     stuck.refresh_from_db()
     assert (stuck.cleanup_state, stuck.cleanup_attempts) == ("pending", 0)
     assert admin_client.get(f"/admin/expiry/cleanup/{stuck.id}/retry/").status_code == 405  # a GET changes nothing
+
+
+def test_the_dead_letter_list_reads_as_an_operators_console(admin_client):
+    stuck = mailbox("stuck", status="expired", cleanup_state="dead", cleanup_attempts=4,
+                    cleanup_last_error="HTTP 503 from stalwart")
+    listing = admin_client.get("/admin/expiry/cleanup/?cleanup_state=dead")
+    html = listing.content.decode()
+    assert "to change" not in html and "Select cleanup" not in html
+    assert "<h1>Cleanups: dead letters first, then the newest</h1>" in html
+    row = html[html.index("stuck@"):html.index("</tr>", html.index("stuck@"))]
+    assert ">4<" in row and "HTTP 503 from stalwart" in row  # the attempts and the error, on the list
+    # From the dead letter to its mailbox and its messages.
+    assert f'href="/admin/mailboxes/mailbox/{stuck.id}/change/"' in row
+    messages = f"/admin/mailboxes/message/?mailbox__id__exact={stuck.id}"
+    assert f'href="{messages}"' in row and admin_client.get(messages).status_code == 200
+    actions = dict(listing.context["action_form"].fields["action"].choices)
+    assert actions["retry_cleanup"] == "Retry cleanup of the selected dead letters"
+
+    case = admin_client.get(f"/admin/expiry/cleanup/{stuck.id}/change/").content.decode()
+    assert f"<h1>Dead letter: stuck@relay.localhost</h1>" in case and "View cleanup" not in case
+    assert f'href="/admin/mailboxes/mailbox/{stuck.id}/change/">Its mailbox</a>' in case
+    done = mailbox("done", status="expired", cleanup_state="done")
+    assert "<h1>Cleanup: done@relay.localhost</h1>" in admin_client.get(
+        f"/admin/expiry/cleanup/{done.id}/change/").content.decode()
+
+
+def test_bulk_retry_requeues_every_selected_dead_letter_and_leaves_the_rest(admin_client):
+    dead = [mailbox(f"dead{n}", status="expired", cleanup_state="dead", cleanup_attempts=4) for n in range(3)]
+    settled = mailbox("settled", status="expired", cleanup_state="done")
+    response = admin_client.post("/admin/expiry/cleanup/", {"action": "retry_cleanup", "_selected_action": [
+        str(row.id) for row in [*dead, settled]]}, follow=True)
+    assert "Queued cleanup again for 3 dead letter(s)" in response.content.decode()
+    assert sorted(Mailbox.objects.filter(id__in=[row.id for row in dead]).values_list("cleanup_state", flat=True)) == [
+        "pending"] * 3
+    settled.refresh_from_db()
+    assert settled.cleanup_state == "done"
+
+
+def test_the_outbox_and_the_deliveries_are_titled_for_an_operator(admin_client):
+    for url, title in [("/admin/relay/outboxmail/", "Outbox: failed mails first, then the newest"),
+                       ("/admin/webhooks/webhookdelivery/", "Webhook deliveries: failed ones first, then the newest")]:
+        html = admin_client.get(url).content.decode()
+        assert f"<h1>{title}</h1>" in html and "to change" not in html
 
 
 def test_dead_letters_are_listed_first_and_the_filter_offers_real_states(admin_client):
