@@ -129,6 +129,40 @@ export class WaitTimeout extends Error {
   }
 }
 
+const MINUTE_MS = 60_000;
+
+/** The API measures a lifetime in milliseconds (`ttl_ms`); a caller of this client gave
+ * minutes (`ttlMinutes`), so a refusal of the lifetime is said in minutes too. */
+async function inMinutes<T>(answer: Promise<T>): Promise<T> {
+  try {
+    return await answer;
+  } catch (error) {
+    if (!(error instanceof RelayError) || !("ttl_ms" in error.fields)) {
+      throw error;
+    }
+    const fields: Record<string, string[]> = {};
+    for (const [name, problems] of Object.entries(error.fields)) {
+      fields[name === "ttl_ms" ? "ttl_minutes" : name] = name === "ttl_ms" ? problems.map(msSaidInMinutes) : problems;
+    }
+    const message = error.message.slice(error.code.length + 2).replace(/ \(.*\)$/s, "");
+    throw new RelayError(error.code, msSaidInMinutes(message), error.status, fields);
+  }
+}
+
+/** "between 300000 and 3600000 on the pro plan" -> "between 5 and 60 minutes on the pro
+ * plan": every figure in a lifetime's reason is milliseconds. */
+function msSaidInMinutes(text: string): string {
+  const figures = [...text.matchAll(/\b\d+\b/g)];
+  let said = text;
+  figures.reverse().forEach((figure, fromLast) => {
+    const ms = Number(figure[0]);
+    const minutes = ms % MINUTE_MS === 0 ? String(ms / MINUTE_MS) : (ms / MINUTE_MS).toFixed(2).replace(/0+$/, "");
+    const start = figure.index ?? 0;
+    said = said.slice(0, start) + minutes + (fromLast === 0 ? " minutes" : "") + said.slice(start + figure[0].length);
+  });
+  return said.replace(/\bttl_ms\b/g, "ttl_minutes");
+}
+
 const WAIT_CHUNK_SECONDS = 60; // the API holds one wait for at most this long
 const MAX_RETRY_AFTER_SECONDS = 60;
 const CHECKS: CheckName[] = ["html", "links", "spam", "headers"];
@@ -277,7 +311,7 @@ export class Relay {
       ttl_ms: options.ttlMinutes === undefined ? undefined : options.ttlMinutes * 60_000,
       local_part: options.localPart, name: options.name, tags: options.tags, domain: options.domain,
     });
-    return this.json("POST", "/mailboxes", { ...options, body });
+    return inMinutes(this.json("POST", "/mailboxes", { ...options, body }));
   }
 
   listMailboxes(options: CallOptions & { includeExpired?: boolean } = {}): Promise<Mailbox[]> {
@@ -290,7 +324,7 @@ export class Relay {
 
   renewMailbox(mailboxId: string, options: CallOptions & { ttlMinutes?: number } = {}): Promise<Mailbox> {
     const body = options.ttlMinutes === undefined ? {} : { ttl_ms: options.ttlMinutes * 60_000 };
-    return this.json("POST", `/mailboxes/${mailboxId}/renew`, { ...options, body });
+    return inMinutes(this.json("POST", `/mailboxes/${mailboxId}/renew`, { ...options, body }));
   }
 
   async deleteMailbox(mailboxId: string, options: CallOptions = {}): Promise<true> {

@@ -56,6 +56,16 @@ test("a mailbox is renewed and deleted, then not found", async () => {
     && error.code === "not_found");
 });
 
+test("a lifetime refused is said in the minutes the caller gave", async () => {
+  await assert.rejects(relay.createMailbox({ ttlMinutes: 1 }), error => error instanceof RelayError
+    && Object.keys(error.fields).join() === "ttl_minutes" && !error.message.includes("ttl_ms")
+    && error.message.includes("ttl_minutes: Ensure this value is greater than or equal to 5 minutes."));
+  const box = await relay.createMailbox({ ttlMinutes: 10 });
+  await assert.rejects(relay.renewMailbox(box.id, { ttlMinutes: 2000 }), error => error instanceof RelayError
+    && error.code === "invalid_request" && error.message.includes("between 5 and 1440 minutes on the pro plan"));
+  await relay.deleteMailbox(box.id);
+});
+
 test("a mail sent with an attachment is queued and kept in the mailbox", async () => {
   const box = await relay.createMailbox();
   const sent = await relay.sendMessage(box.id, { to: ["someone@example.com"], subject: "Report", text: "Attached.",
