@@ -10,12 +10,20 @@ import subprocess
 import sys
 
 
+def _interrupts_at_their_defaults() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+
+
 def main() -> int:
     terminal = sys.stdin.fileno()
     before = os.tcgetpgrp(terminal)
     # Changing the foreground group from outside it would stop us with SIGTTOU.
     signal.signal(signal.SIGTTOU, signal.SIG_IGN)
-    child = subprocess.Popen(sys.argv[1:], process_group=0)
+    # Ctrl-C at its defaults in the command, whatever this process inherited: a `make run`
+    # started from a job that ignores SIGINT would hand that on, and a shell cannot trap
+    # a signal ignored when it started, so run.sh would never hear the Ctrl-C it is for.
+    child = subprocess.Popen(sys.argv[1:], process_group=0, preexec_fn=_interrupts_at_their_defaults)
     try:
         os.tcsetpgrp(terminal, child.pid)
     except OSError:

@@ -164,7 +164,9 @@ def test_a_port_in_use_is_named_with_the_variable_that_moves_it(tmp_path):
 
 
 def test_ctrl_c_on_a_terminal_stops_make_run_with_exit_0(tmp_path):
-    """As a person sees it: `make run` on a terminal (a pty), then Ctrl-C typed."""
+    """As a person sees it: `make run` on a terminal (a pty), then Ctrl-C typed. The shell
+    starts with Ctrl-C ignored, as one started from a background job does: the terminal's
+    Ctrl-C must still reach run.sh (a terminal's defaults are the easier case)."""
     import pty
     import select
     import time
@@ -174,7 +176,8 @@ def test_ctrl_c_on_a_terminal_stops_make_run_with_exit_0(tmp_path):
     if pid == 0:  # the child: a shell on the pty, as a terminal runs it
         try:
             os.chdir(ROOT)
-            as_from_a_terminal()
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGQUIT, signal.SIG_IGN)
             os.execvpe("bash", ["bash", "-c", "make run; echo make-exit=$?"], {**stack.env, "TERM": "dumb"})
         finally:
             os._exit(127)  # never go on running the test suite in the forked child
