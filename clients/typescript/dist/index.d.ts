@@ -12,6 +12,14 @@ export type LinkCheck = Schemas["LinkCheck"];
 export type SpamCheck = Schemas["SpamCheck"];
 export type HeaderCheck = Schemas["HeaderCheck"];
 export type ErrorBody = Schemas["Error"];
+/** One recipient of a sent message, and what became of it (docs/delivery.md). */
+export type Delivery = Schemas["Delivery"];
+export type Suppression = Schemas["Suppression"];
+/** What waitForDelivery answers: every recipient's state, and whether all are final. */
+export interface DeliveryWaited {
+    delivery: Delivery[];
+    final: boolean;
+}
 export type { components, paths, operations } from "./schema.js";
 /** A check that could not run on this Relay: `"not_configured: …"`, `"backend_unavailable: …"`. */
 export interface CheckFailed {
@@ -142,6 +150,18 @@ export declare class Relay {
         to: string[];
         text?: string;
     }): Promise<Sent>;
+    /** What became of a message the mailbox sent (`messageId`: the `message_id` sendMessage,
+     * replyToMessage or forwardMessage gave), once every recipient is final (sent, failed,
+     * bounced, complained) or `timeoutSeconds` (default 30) pass: then `final` is false, not
+     * an error. Rejects with a not_found RelayError for a message the mailbox received. */
+    waitForDelivery(mailboxId: string, messageId: number, options?: {
+        timeoutSeconds?: number;
+        signal?: AbortSignal;
+    }): Promise<DeliveryWaited>;
+    /** Addresses the account's mail no longer goes to (they bounced or complained). */
+    listSuppressions(options?: CallOptions): Promise<Suppression[]>;
+    /** Send to `address` again. */
+    deleteSuppression(address: string, options?: CallOptions): Promise<true>;
     listThreads(mailboxId: string, options?: CallOptions): Promise<Thread[]>;
     getThread(mailboxId: string, threadId: number, options?: CallOptions): Promise<ThreadDetail>;
     /** Relay's checks of a message (docs/checks.md), each as the API answers it; a links

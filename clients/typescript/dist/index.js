@@ -60,6 +60,7 @@ function msSaidInMinutes(text) {
 const WAIT_CHUNK_SECONDS = 60; // the API holds one wait for at most this long
 const MAX_RETRY_AFTER_SECONDS = 60;
 const CHECKS = ["html", "links", "spam", "headers"];
+const FINAL_DELIVERY = new Set(["sent", "failed", "bounced", "complained"]);
 function environment(name) {
     const env = globalThis.process?.env;
     return env?.[name] || undefined;
@@ -301,6 +302,37 @@ export class Relay {
         return this.json("POST", `/mailboxes/${mailboxId}/messages/${messageId}/forward`, {
             ...options, body: given({ to: options.to, text: options.text }),
         });
+    }
+    /** What became of a message the mailbox sent (`messageId`: the `message_id` sendMessage,
+     * replyToMessage or forwardMessage gave), once every recipient is final (sent, failed,
+     * bounced, complained) or `timeoutSeconds` (default 30) pass: then `final` is false, not
+     * an error. Rejects with a not_found RelayError for a message the mailbox received. */
+    async waitForDelivery(mailboxId, messageId, options = {}) {
+        const deadline = Date.now() + (options.timeoutSeconds ?? 30) * 1000;
+        let pause = 200;
+        for (;;) {
+            const message = await this.getMessage(mailboxId, messageId, { signal: options.signal });
+            if (message.direction !== "out") {
+                throw new RelayError("not_found", "That message was received, not sent: only mail the mailbox sent has a "
+                    + "delivery.", 404);
+            }
+            const final = message.delivery.length > 0 && message.delivery.every((row) => FINAL_DELIVERY.has(row.status));
+            const left = deadline - Date.now();
+            if (final || left <= 0) {
+                return { delivery: [...message.delivery], final };
+            }
+            await sleep(Math.min(pause, left), options.signal);
+            pause = Math.min(pause * 2, 2000);
+        }
+    }
+    /** Addresses the account's mail no longer goes to (they bounced or complained). */
+    listSuppressions(options = {}) {
+        return this.allPages("/suppressions", {}, options);
+    }
+    /** Send to `address` again. */
+    async deleteSuppression(address, options = {}) {
+        await this.request("DELETE", `/suppressions/${encodeURIComponent(address)}`, options);
+        return true;
     }
     // --- conversations ------------------------------------------------------------------------
     listThreads(mailboxId, options = {}) {

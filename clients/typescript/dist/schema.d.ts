@@ -524,6 +524,40 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/suppressions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Addresses your mail no longer goes to, newest first */
+        get: operations["suppressions_list"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/suppressions/{address}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /** Send to this address again */
+        delete: operations["suppressions_delete"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/webhooks": {
         parameters: {
             query?: never;
@@ -699,6 +733,40 @@ export interface components {
             family: string;
             name: string;
         };
+        /** @description One recipient of a sent message, and what became of it (docs/delivery.md). */
+        Delivery: {
+            recipient: string;
+            /**
+             * @description queued; sent (the next hop answered 250); deferred (a 4xx, retried); failed (a 5xx, or retries spent); bounced or complained (a bounce or complaint came back). sent, failed, bounced and complained are final.
+             *
+             *     * `queued` - queued
+             *     * `sent` - sent
+             *     * `deferred` - deferred
+             *     * `failed` - failed
+             *     * `bounced` - bounced
+             *     * `complained` - complained
+             */
+            status: components["schemas"]["DeliveryStatusEnum"];
+            /** @description The last SMTP code heard for it, if any. */
+            smtp_code: number | null;
+            /** @description The last answer's text, or what a bounce said. */
+            detail: string;
+            /**
+             * Format: date-time
+             * @description When the state was last changed.
+             */
+            at: string;
+        };
+        /**
+         * @description * `queued` - queued
+         *     * `sent` - sent
+         *     * `deferred` - deferred
+         *     * `failed` - failed
+         *     * `bounced` - bounced
+         *     * `complained` - complained
+         * @enum {string}
+         */
+        DeliveryStatusEnum: "queued" | "sent" | "deferred" | "failed" | "bounced" | "complained";
         /**
          * @description * `in` - in
          *     * `out` - out
@@ -770,17 +838,27 @@ export interface components {
          *     * `mailbox.expired` - the mailbox reached its expires_at
          *     * `mailbox.deleted` - the mailbox was deleted
          *     * `cleanup.dead` - the mailbox's cleanup on the backend was given up
+         *     * `message.sent` - the next hop accepted a sent message for a recipient
+         *     * `message.deferred` - the next hop or a later one said to try again later
+         *     * `message.failed` - the next hop refused a recipient, or the retries were spent
+         *     * `message.bounced` - a bounce came back for a recipient
+         *     * `message.complained` - a recipient reported the message as spam
          * @enum {string}
          */
-        EventEnum: "message.received" | "mailbox.expired" | "mailbox.deleted" | "cleanup.dead";
+        EventEnum: "message.received" | "mailbox.expired" | "mailbox.deleted" | "cleanup.dead" | "message.sent" | "message.deferred" | "message.failed" | "message.bounced" | "message.complained";
         /**
          * @description * `message.received` - message.received
          *     * `mailbox.expired` - mailbox.expired
          *     * `mailbox.deleted` - mailbox.deleted
          *     * `cleanup.dead` - cleanup.dead
+         *     * `message.sent` - message.sent
+         *     * `message.deferred` - message.deferred
+         *     * `message.failed` - message.failed
+         *     * `message.bounced` - message.bounced
+         *     * `message.complained` - message.complained
          * @enum {string}
          */
-        EventsEnum: "message.received" | "mailbox.expired" | "mailbox.deleted" | "cleanup.dead";
+        EventsEnum: "message.received" | "mailbox.expired" | "mailbox.deleted" | "cleanup.dead" | "message.sent" | "message.deferred" | "message.failed" | "message.bounced" | "message.complained";
         Forward: {
             to: string[];
             /**
@@ -984,6 +1062,8 @@ export interface components {
             readonly outbox_id: number | null;
             /** @description Sent mail: queued, sending, sent, failed or skipped. */
             readonly outbox_status: (components["schemas"]["OutboxStatusEnum"] | components["schemas"]["NullEnum"]) | null;
+            /** @description Sent mail: each recipient and what became of it (docs/delivery.md); empty for mail received. */
+            readonly delivery: components["schemas"]["Delivery"][];
         };
         /**
          * @description For a serializer of plain values: `represent(instance)` renders from fields bound once
@@ -1091,6 +1171,14 @@ export interface components {
             previous: string | null;
             results: components["schemas"]["Outbound"][];
         };
+        PaginatedSuppressionList: {
+            count: number;
+            /** Format: uri */
+            next: string | null;
+            /** Format: uri */
+            previous: string | null;
+            results: components["schemas"]["Suppression"][];
+        };
         PaginatedThreadList: {
             count: number;
             /** Format: uri */
@@ -1132,6 +1220,12 @@ export interface components {
          * @enum {string}
          */
         PlanEnum: "free" | "pro" | "enterprise";
+        /**
+         * @description * `bounced` - bounced
+         *     * `complained` - complained
+         * @enum {string}
+         */
+        ReasonEnum: "bounced" | "complained";
         Recover: {
             email: string;
         };
@@ -1209,6 +1303,14 @@ export interface components {
             result: components["schemas"]["ResultEnum"];
             /** @description The envelope sender's domain, or the HELO name without one. */
             domain: string;
+        };
+        Suppression: {
+            address: string;
+            reason: components["schemas"]["ReasonEnum"];
+            /** Format: date-time */
+            at: string;
+            /** @description The sent message whose bounce or complaint added it. */
+            message_id: number | null;
         };
         Thread: {
             id: number;
@@ -1306,7 +1408,7 @@ export interface components {
         WebhookDeliveryStatusEnum: "pending" | "delivered" | "failed";
         Error: {
             /** @enum {string} */
-            code: "account_suspended" | "backend_unavailable" | "conflict" | "expired" | "forbidden" | "invalid_request" | "method_not_allowed" | "not_acceptable" | "not_configured" | "not_found" | "quota_exceeded" | "rate_limited" | "too_large" | "unauthorized" | "unsupported_media_type";
+            code: "account_suspended" | "backend_unavailable" | "conflict" | "expired" | "forbidden" | "invalid_request" | "method_not_allowed" | "not_acceptable" | "not_configured" | "not_found" | "quota_exceeded" | "rate_limited" | "suppressed" | "too_large" | "unauthorized" | "unsupported_media_type";
             message: string;
             /** @description For validation errors: the messages of each field or parameter. */
             fields?: {
@@ -5968,6 +6070,248 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["PaginatedMessageSummaryList"];
                 };
+            };
+            /** @description invalid_request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description not_found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description method_not_allowed */
+            405: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description not_acceptable */
+            406: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description expired */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description too_large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description URI too long (refused by the HTTP server, not JSON) */
+            414: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": string;
+                };
+            };
+            /** @description unsupported_media_type */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description rate_limited */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    suppressions_list: {
+        parameters: {
+            query?: {
+                /** @description Page number, from 1. */
+                page?: number;
+                /** @description Results per page (default 50). */
+                page_size?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PaginatedSuppressionList"];
+                };
+            };
+            /** @description invalid_request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description not_found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description method_not_allowed */
+            405: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description not_acceptable */
+            406: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description expired */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description too_large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description URI too long (refused by the HTTP server, not JSON) */
+            414: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": string;
+                };
+            };
+            /** @description unsupported_media_type */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description rate_limited */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    suppressions_delete: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                address: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Removed from the list. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description invalid_request */
             400: {
