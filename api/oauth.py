@@ -128,10 +128,10 @@ class ClientDocumentFetcher(SafeMetadataFetcher):
         _validate_client_id_url(client_id)
         limit = oauth2_settings.CIMD_MAX_DOCUMENT_SIZE
         try:
-            status, headers, body = get_document(client_id, max_bytes=limit,
-                                                 seconds=oauth2_settings.CIMD_FETCH_TIMEOUT_SECONDS)
+            answer = get_document(client_id, max_bytes=limit, seconds=oauth2_settings.CIMD_FETCH_TIMEOUT_SECONDS)
         except (PrivateAddress, DeliveryTimedOut, TransportFailed) as exc:
             raise CIMDError(f"could not fetch the client ID document: {exc}") from None
+        status, headers, body = answer.status, answer.headers, answer.body  # headers: any case
         media_type = headers.get("Content-Type", "").split(";")[0].strip().lower()
         if status != 200 or not (media_type == "application/json" or
                                  (media_type.startswith("application/") and media_type.endswith("+json"))):
