@@ -13,9 +13,10 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from checks import bounds
 from checks.models import LinkCheck
 from core import http, task_names
-from mailboxes.errors import NotFound
+from mailboxes.errors import NotFound, RateLimited
 from mailboxes.models import Message
 
 logger = logging.getLogger(__name__)
@@ -31,21 +32,40 @@ def lapse_seconds() -> int:
     return rounds * settings.RELAY_LINK_CHECK_TIMEOUT_SECONDS + 60
 
 
-def links_check_start(message: Message) -> LinkCheck:
+def links_check_start(message: Message, *, caller: str | None = None) -> LinkCheck:
     """Queue a fresh check of the message's links, replacing any earlier result; while one is
     under way, that one (asking again sends no more requests to the links' sites). Two
     requests at once queue one check: the row's insert, or its conditional update, is won
-    by one of them."""
+    by one of them. For a `caller` (checks.bounds.caller_of), a fresh check counts against
+    its bounds: RateLimited past them."""
     started_at = timezone.now()
+    under_way = Q(status=LinkCheck.Status.PENDING, started_at__gte=started_at - timedelta(seconds=lapse_seconds()))
+    if caller is not None:
+        current = LinkCheck.objects.filter(under_way, message=message).first()
+        if current is not None:
+            return current
+        _bounds_take(message, caller)
     fresh = {"status": LinkCheck.Status.PENDING, "links": [], "started_at": started_at, "finished_at": None}
     check, created = LinkCheck.objects.get_or_create(message=message, defaults=fresh)
     if not created:
-        under_way = Q(status=LinkCheck.Status.PENDING, started_at__gte=started_at - timedelta(seconds=lapse_seconds()))
         if not LinkCheck.objects.filter(message=message).exclude(under_way).update(**fresh):
             return LinkCheck.objects.get(message=message)
         check.refresh_from_db()
     transaction.on_commit(lambda: _queue(message.id, started_at))
     return check
+
+
+def _bounds_take(message: Message, caller: str) -> None:
+    """At most RELAY_LINK_CHECKS_AT_ONCE checks under way for the caller's account (or its
+    lone mailbox), and RELAY_LINK_CHECKS_PER_MINUTE started."""
+    mailbox = message.mailbox
+    mine = Q(message__mailbox__owner_id=mailbox.owner_id) if mailbox.owner_id else Q(message__mailbox_id=mailbox.id)
+    limit = settings.RELAY_LINK_CHECKS_AT_ONCE
+    lapse = timezone.now() - timedelta(seconds=lapse_seconds())
+    if LinkCheck.objects.filter(mine, status=LinkCheck.Status.PENDING, started_at__gte=lapse)[:limit].count() >= limit:
+        raise RateLimited(f"At most {limit} link checks at once per account; try again when one is done.",
+                          retry_after=10)
+    bounds.rate_take(kind="link", caller=caller, per_minute=settings.RELAY_LINK_CHECKS_PER_MINUTE)
 
 
 def _queue(message_id: int, started_at) -> None:

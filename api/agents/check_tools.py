@@ -3,6 +3,7 @@
 import asyncio
 import time
 import uuid
+from functools import partial
 from typing import Annotated, Literal
 
 from mcp_types import CallToolResult
@@ -11,9 +12,10 @@ from pydantic import Field
 from api.agents.declare import Checks, calling, result, tool
 from api.agents.tools import MailboxId, MessageId
 from api.errors import error_of
-from core.pools import in_pool
+from core.pools import SPAM_CHECKS, PoolFull, in_pool
 from checks import message_checks
 from mailboxes.errors import RelayError
+from mailboxes.models import Mailbox
 from relay import reading
 
 LINKS_WAIT_SECONDS = 30
@@ -21,14 +23,14 @@ LINKS_POLL_SECONDS = 0.25
 Check = Literal["html", "links", "spam", "headers"]
 
 
-def _failed(exc: RelayError) -> dict:
+def _failed(exc: RelayError | PoolFull) -> dict:
     _, body = error_of(exc)
     return {"error": f"{body['code']}: {body['message']}"}
 
 
-def _now(mailbox_id: uuid.UUID, message_id: int, checks: list[str]) -> tuple[dict, bytes | None]:
-    """The checks that need no waiting, the links' start, and the raw bytes (read once, for
-    the HTML check and spamd)."""
+def _now(mailbox_id: uuid.UUID, message_id: int, checks: list[str]) -> tuple[dict, Mailbox, bytes | None]:
+    """The checks that need no waiting, the links' start, the mailbox and the raw bytes
+    (read once, for the HTML check and spamd)."""
     mailbox = reading.mailbox_open(caller=calling(), mailbox_id=mailbox_id)
     found = {}
     raw = reading.message_raw(mailbox=mailbox, message_id=message_id) if {"html", "spam"} & set(checks) else None
@@ -39,7 +41,7 @@ def _now(mailbox_id: uuid.UUID, message_id: int, checks: list[str]) -> tuple[dic
         found["headers"] = message_checks.headers_check(mailbox=mailbox, message_id=message_id)
     if "links" in checks:
         found["links"] = message_checks.links_start(mailbox=mailbox, message_id=message_id)
-    return found, raw
+    return found, mailbox, raw
 
 
 def _links(mailbox_id: uuid.UUID, message_id: int) -> dict:
@@ -62,11 +64,11 @@ async def check_message(mailbox_id: MailboxId, message_id: MessageId,
     run here is {"error": "not_configured: …"} or {"error": "backend_unavailable: …"}.
     Errors: not_found, expired."""
     wanted = list(dict.fromkeys(checks or message_checks.KINDS))
-    found, raw = await in_pool(_now)(mailbox_id, message_id, wanted)
+    found, mailbox, raw = await in_pool(_now)(mailbox_id, message_id, wanted)
     if "spam" in wanted:
         try:
-            found["spam"] = await message_checks.spam_check(raw=raw)
-        except RelayError as exc:
+            found["spam"] = await in_pool(partial(message_checks.spam_check, mailbox=mailbox, raw=raw), SPAM_CHECKS)()
+        except (RelayError, PoolFull) as exc:
             found["spam"] = _failed(exc)
     if "links" in found:
         deadline = time.monotonic() + LINKS_WAIT_SECONDS

@@ -1,0 +1,107 @@
+"""How much of the checks that call outside one caller may ask for (docs/checks.md,
+"Bounds"): at most so many at once and so many a minute, per account (a mailbox without
+an owner counts alone), kept in the events Redis so that every web process counts the
+same, or in this process when there is none. A spam check holds spamd for up to its
+timeout and a link check sends up to a few hundred requests to sites the message names:
+without a bound per caller, one account's checks take the capacity everyone shares."""
+import logging
+import threading
+import time
+import uuid
+from collections import Counter
+from contextlib import contextmanager
+
+import redis
+
+from core.redis_clients import events_redis
+from mailboxes.errors import RateLimited
+from mailboxes.models import Mailbox
+
+logger = logging.getLogger(__name__)
+
+KEY_PREFIX = "relay:checks:"
+REDIS_TIMEOUT = 2
+
+_local_lock = threading.Lock()
+_local: Counter[str] = Counter()
+
+
+def caller_of(mailbox: Mailbox) -> str:
+    return f"account:{mailbox.owner_id}" if mailbox.owner_id else f"mailbox:{mailbox.id}"
+
+
+def _redis() -> redis.Redis | None:
+    return events_redis(timeout=REDIS_TIMEOUT)
+
+
+def rate_take(*, kind: str, caller: str, per_minute: int) -> None:
+    """Count one `kind` check for `caller` in this minute; RateLimited past `per_minute`."""
+    window = int(time.time() // 60)
+    key = f"{KEY_PREFIX}{kind}:rate:{caller}:{window}"
+    retry_after = 60 - int(time.time()) % 60
+    client = _redis()
+    if client is None:
+        with _local_lock:
+            _local[key] += 1
+            count = _local[key]
+            for stale in [name for name in _local if ":rate:" in name and not name.endswith(f":{window}")]:
+                del _local[stale]
+    else:
+        try:
+            with client.pipeline(transaction=True) as pipe:
+                pipe.incr(key)
+                pipe.expire(key, 120)
+                count, _ = pipe.execute()
+        except redis.RedisError as exc:
+            logger.warning("could not count %s checks in Redis (%s); letting this one through", kind, exc)
+            return
+    if count > per_minute:
+        raise RateLimited(f"At most {per_minute} {kind} checks a minute per account; try again in {retry_after} s.",
+                          retry_after=retry_after)
+
+
+@contextmanager
+def at_once(*, kind: str, caller: str, limit: int, lease: int):
+    """Hold one of `caller`'s `limit` places for a `kind` check for the block (RateLimited
+    when all are taken). A place a killed process never gave back lapses after `lease`
+    seconds, longer than a check may take."""
+    key = f"{KEY_PREFIX}{kind}:open:{caller}"
+    client = _redis()
+    if client is None:
+        with _local_lock:
+            if _local[key] >= limit:
+                raise _busy(kind, limit, lease)
+            _local[key] += 1
+        try:
+            yield
+        finally:
+            with _local_lock:
+                _local[key] -= 1
+        return
+    member = uuid.uuid4().hex
+    try:
+        now = float(client.time()[0])
+        with client.pipeline(transaction=True) as pipe:
+            pipe.zremrangebyscore(key, "-inf", now)
+            pipe.zadd(key, {member: now + lease})
+            pipe.zcard(key)
+            pipe.expire(key, lease)
+            _, _, open_now, _ = pipe.execute()
+    except redis.RedisError as exc:
+        logger.warning("could not count open %s checks in Redis (%s); letting this one through", kind, exc)
+        yield
+        return
+    try:
+        if open_now > limit:
+            raise _busy(kind, limit, lease)
+        yield
+    finally:
+        try:
+            client.zrem(key, member)
+        except redis.RedisError:
+            pass  # lapses after the lease
+
+
+def _busy(kind: str, limit: int, lease: int) -> RateLimited:
+    return RateLimited(f"At most {limit} {kind} checks at once per account; try again when one is done.",
+                       retry_after=min(lease, 10))
