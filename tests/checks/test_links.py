@@ -200,10 +200,11 @@ def test_a_check_whose_task_was_lost_is_queued_again(client_pro, box, received, 
     assert answer["status"] == "pending" and renewed > long_ago and queued == [(message_id, renewed)]
 
 
-def test_a_worker_checks_the_links_end_to_end(processes, site):
-    """POST → 202, a real Celery worker's task, GET → done: over a live web process."""
+def test_a_worker_of_the_links_queue_checks_the_links_end_to_end(processes, site):
+    """POST → 202, a real Celery worker's task, GET → done: over a live web process. The
+    worker takes the `links` queue alone: link checks wait behind nothing else's tasks."""
     processes.env["RELAY_LINK_CHECK_ALLOW_PRIVATE"] = "true"
-    processes.worker("worker")
+    processes.worker("links", queues="links")
     base = processes.start_web()
     _, key = account_create_with_key(login="linker", plan="pro")
     http = requests.Session()
