@@ -28,17 +28,18 @@ class PoolFull(Exception):
 
 
 class BoundedPool:
-    """The threads of one kind of outside call: at most `size` calls at once and none
-    waiting for a thread. A call past them is refused (PoolFull) at once: queued, it would
-    wait behind the slow ones, and its caller's connection with it."""
+    """The threads of one kind of outside call: at most `size` calls at once and `waiting`
+    more waiting for a thread (none by default). A call past them is refused (PoolFull) at
+    once: queued without end, it would wait behind the slow ones, and its caller's
+    connection with it."""
 
-    def __init__(self, kind: str, size: int, *, retry_after: int) -> None:
+    def __init__(self, kind: str, size: int, *, retry_after: int, waiting: int = 0) -> None:
         self.kind, self.size, self.retry_after = kind, size, retry_after
         self.executor = ThreadPoolExecutor(max_workers=size, thread_name_prefix=kind.replace(" ", "-"))
-        self._free = threading.BoundedSemaphore(size)
+        self._free = threading.BoundedSemaphore(size + waiting)
 
     def bind(self, function):
-        """`function` as a coroutine on this pool's threads (PoolFull when all are busy)."""
+        """`function` as a coroutine on this pool's threads (PoolFull when it is full)."""
         async def bound(*args, **kwargs):
             if not self._free.acquire(blocking=False):
                 raise PoolFull(self.kind, self.retry_after)
@@ -77,7 +78,9 @@ class _Place:
 # A domain's verification waits on DNS a caller published; a spam check on spamd (up to
 # RELAY_SPAMD_TIMEOUT_SECONDS); an OAuth consent page for an agent whose client ID is a
 # URL on its client ID document, from a server the agent chose (up to 5 s).
-DNS_CHECKS = BoundedPool("domain checks", 4, retry_after=5)
+# A verification is bounded by RELAY_DNS_TIMEOUT_SECONDS and by its account's verifies a
+# minute, so a few may wait their turn (a burst from one account meets its own 429).
+DNS_CHECKS = BoundedPool("domain checks", 4, retry_after=5, waiting=28)
 SPAM_CHECKS = BoundedPool("spam checks", settings.RELAY_SPAMD_THREADS, retry_after=settings.RELAY_SPAMD_TIMEOUT_SECONDS)
 CLIENT_DOCUMENTS = BoundedPool("client ID document fetches", settings.RELAY_CLIENT_DOCUMENT_THREADS, retry_after=5)
 
