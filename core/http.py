@@ -1,7 +1,8 @@
-"""Relay's calls to addresses a client named (SECURITY.md, "Webhooks"): a webhook delivery,
-an agent's client ID document, a link check's request. Only public addresses, the checked
-one pinned, one wall-clock deadline for the whole exchange, no redirect followed, no proxy,
-no more of the body read than the caller asks for."""
+"""Relay's calls to addresses a client named (SECURITY.md, "Webhooks" and "Outside calls
+that hold Relay's threads"): a webhook delivery, an agent's client ID document, a link
+check's request, each through `exchange`. Only public addresses, the checked one pinned,
+one wall-clock deadline for the whole exchange, no redirect followed, no proxy, no more of
+the body read than the caller asks for."""
 import ipaddress
 import os
 import socket
@@ -113,14 +114,18 @@ class Deadline:
         self.seconds = seconds
         self.passed = False
         self._held: list[socket.socket] = []
+        self._descriptors: set[int] = set()  # those held: a TLS socket keeps its TCP one's
         self._lock = threading.Lock()
         self._timer = threading.Timer(max(0.0, seconds), self._cut_off)
         self._timer.daemon = True
 
     def hold(self, sock: socket.socket) -> None:
         """Put `sock` (plain or TLS) under the deadline; one past it is cut off at once."""
-        held = socket.socket(sock.family, sock.type, sock.proto, fileno=os.dup(sock.fileno()))
         with self._lock:
+            if sock.fileno() in self._descriptors:
+                return
+            self._descriptors.add(sock.fileno())
+            held = socket.socket(sock.family, sock.type, sock.proto, fileno=os.dup(sock.fileno()))
             self._held.append(held)
             if self.passed:
                 _shut(held)
@@ -143,6 +148,7 @@ class Deadline:
             for held in self._held:
                 held.close()  # the duplicate only: the pool may keep the connection itself
             self._held.clear()
+            self._descriptors.clear()
 
 
 def _shut(sock: socket.socket) -> None:
@@ -170,8 +176,7 @@ class _Watched:
         return sock
 
     def request(self, *args, **kwargs):
-        if self.sock is not None and getattr(_watched, "deadline", None) is not None:
-            _hold(self.sock)  # kept from an earlier call: not yet under this deadline
+        _hold(self.sock)  # one kept from an earlier call is not yet under this deadline
         return super().request(*args, **kwargs)
 
 

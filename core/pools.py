@@ -77,9 +77,9 @@ class _Place:
 
 # A domain's verification waits on DNS a caller published; a spam check on spamd (up to
 # RELAY_SPAMD_TIMEOUT_SECONDS); an OAuth consent page for an agent whose client ID is a
-# URL on its client ID document, from a server the agent chose (up to 5 s).
-# A verification is bounded by RELAY_DNS_TIMEOUT_SECONDS and by its account's verifies a
-# minute, so a few may wait their turn (a burst from one account meets its own 429).
+# URL on its client ID document, from a server the agent chose (up to 5 s). A verification
+# is bounded by RELAY_DNS_TIMEOUT_SECONDS and by its account's verifies a minute, so a few
+# may wait their turn (a burst from one account meets its own 429).
 DNS_CHECKS = BoundedPool("domain checks", 4, retry_after=5, waiting=28)
 SPAM_CHECKS = BoundedPool("spam checks", settings.RELAY_SPAMD_THREADS, retry_after=settings.RELAY_SPAMD_TIMEOUT_SECONDS)
 CLIENT_DOCUMENTS = BoundedPool("client ID document fetches", settings.RELAY_CLIENT_DOCUMENT_THREADS, retry_after=5)
