@@ -14,7 +14,7 @@ from api.agents.tools import MailboxId, MessageId
 from api.errors import error_of
 from core.pools import SPAM_CHECKS, PoolFull, in_pool
 from checks import message_checks
-from mailboxes.errors import RelayError
+from mailboxes.errors import RateLimited, RelayError
 from mailboxes.models import Mailbox
 from relay import reading
 
@@ -40,7 +40,10 @@ def _now(mailbox_id: uuid.UUID, message_id: int, checks: list[str]) -> tuple[dic
     if "headers" in checks:
         found["headers"] = message_checks.headers_check(mailbox=mailbox, message_id=message_id)
     if "links" in checks:
-        found["links"] = message_checks.links_start(mailbox=mailbox, message_id=message_id)
+        try:
+            found["links"] = message_checks.links_start(mailbox=mailbox, message_id=message_id)
+        except RateLimited as exc:  # the account's bound on link checks: this check alone
+            found["links"] = _failed(exc)
     return found, mailbox, raw
 
 
@@ -61,7 +64,8 @@ async def check_message(mailbox_id: MailboxId, message_id: MessageId,
     per client family), "links" (each link's HTTP answer, after redirects; waits up to 30 s),
     "spam" (SpamAssassin's score and rules) and "headers" (one-click unsubscribe, Message-ID,
     Date, DKIM aligned with From). Returns one entry per check asked; a check that cannot
-    run here is {"error": "not_configured: …"} or {"error": "backend_unavailable: …"}.
+    run here is {"error": "not_configured: …"} or {"error": "backend_unavailable: …"}, and
+    one past the account's bounds on spam and link checks {"error": "rate_limited: …"}.
     Errors: not_found, expired."""
     wanted = list(dict.fromkeys(checks or message_checks.KINDS))
     found, mailbox, raw = await in_pool(_now)(mailbox_id, message_id, wanted)
@@ -70,7 +74,7 @@ async def check_message(mailbox_id: MailboxId, message_id: MessageId,
             found["spam"] = await in_pool(partial(message_checks.spam_check, mailbox=mailbox, raw=raw), SPAM_CHECKS)()
         except (RelayError, PoolFull) as exc:
             found["spam"] = _failed(exc)
-    if "links" in found:
+    if "links" in found and "error" not in found["links"]:
         deadline = time.monotonic() + LINKS_WAIT_SECONDS
         while found["links"]["status"] != "done" and time.monotonic() < deadline:
             await asyncio.sleep(LINKS_POLL_SECONDS)

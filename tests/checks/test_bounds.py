@@ -101,3 +101,4 @@ def test_an_account_starts_so_many_spam_checks_a_minute(received, checks_of, sil
     assert checks_of(message_id, "spam").status_code == 503  # spamd's silence
     refused = checks_of(message_id, "spam")
     assert refused.status_code == 429 and refused.json()["code"] == "rate_limited"
+
