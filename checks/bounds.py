@@ -1,18 +1,19 @@
 """How much of the checks that call outside one caller may ask for (docs/checks.md,
 "Bounds"): at most so many at once and so many a minute, per account (a mailbox without
-an owner counts alone), kept in the events Redis so that every web process counts the
-same, or in this process when there is none. A spam check holds spamd for up to its
-timeout and a link check sends up to a few hundred requests to sites the message names:
-without a bound per caller, one account's checks take the capacity everyone shares."""
+an owner counts alone). Those at once are kept in the events Redis so that every web
+process counts the same (in this process when there is none); those a minute are
+core.rate_limits' windows. A spam check holds spamd for up to its timeout and a link
+check sends up to a few hundred requests to sites the message names: without a bound per
+caller, one account's checks take the capacity everyone shares."""
 import logging
 import threading
-import time
 import uuid
 from collections import Counter
 from contextlib import contextmanager
 
 import redis
 
+from core.rate_limits import rate_limit_take
 from core.redis_clients import events_redis
 from mailboxes.errors import RateLimited
 from mailboxes.models import Mailbox
@@ -35,27 +36,10 @@ def _redis() -> redis.Redis | None:
 
 
 def rate_take(*, kind: str, caller: str, per_minute: int) -> None:
-    """Count one `kind` check for `caller` in this minute; RateLimited past `per_minute`."""
-    window = int(time.time() // 60)
-    key = f"{KEY_PREFIX}{kind}:rate:{caller}:{window}"
-    retry_after = 60 - int(time.time()) % 60
-    client = _redis()
-    if client is None:
-        with _local_lock:
-            _local[key] += 1
-            count = _local[key]
-            for stale in [name for name in _local if ":rate:" in name and not name.endswith(f":{window}")]:
-                del _local[stale]
-    else:
-        try:
-            with client.pipeline(transaction=True) as pipe:
-                pipe.incr(key)
-                pipe.expire(key, 120)
-                count, _ = pipe.execute()
-        except redis.RedisError as exc:
-            logger.warning("could not count %s checks in Redis (%s); letting this one through", kind, exc)
-            return
-    if count > per_minute:
+    """Count one `kind` check for `caller` (core.rate_limits: a window of a minute from its
+    first); RateLimited past `per_minute`."""
+    retry_after = rate_limit_take(scope=f"checks-{kind}", ident=caller, rate=f"{per_minute}/min")
+    if retry_after:
         raise RateLimited(f"At most {per_minute} {kind} checks a minute per account; try again in {retry_after} s.",
                           retry_after=retry_after)
 

@@ -1,7 +1,7 @@
 """No outside server holds the web tier (SECURITY.md, "Outside calls"), against a live ASGI
 web process: while one account keeps agents' client ID documents dripping and a silent
-spamd busy, another account's reads answer at once; past a kind's threads the answer is
-503 with Retry-After, at once."""
+spamd busy (and checks the HTML of a mail shaped to be slow to parse), another account's
+reads answer at once; past a kind's threads the answer is 503 with Retry-After, at once."""
 import time
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlencode
@@ -68,6 +68,12 @@ def test_another_accounts_read_answers_at_once_while_documents_drip_and_spamd_is
     as_mallory, as_olga = {"Authorization": f"Bearer {mallory}"}, {"Authorization": f"Bearer {olga}"}
     box = requests.post(base + "/api/v1/mailboxes", json={}, headers=as_mallory, timeout=10).json()
     [message_id] = deliver(mail_corpus.plain(box["address"]), box["address"])
+    # HTML shaped to take time squared in a parser that compares each attribute with the
+    # element's others: its check is linear, and runs beside the rest like any read.
+    attributes = " ".join(f"a{index}=1" for index in range(40_000))
+    [shaped_id] = deliver(mail_corpus.mail(box["address"], "Shaped", "plain part",
+                                           html=f'<div style="display:flex">x</div><p {attributes}>y</p>'),
+                          box["address"])
     olgas = requests.post(base + "/api/v1/mailboxes", json={}, headers=as_olga, timeout=10).json()
     browser = signed_in(base, mallory)
     spam_url = f"{base}/api/v1/mailboxes/{box['id']}/messages/{message_id}/checks/spam"
@@ -77,7 +83,7 @@ def test_another_accounts_read_answers_at_once_while_documents_drip_and_spamd_is
         answer = call(*args, timeout=60, **kwargs)
         return answer, time.monotonic() - started
 
-    with ThreadPoolExecutor(max_workers=2 * CALLS) as pool:
+    with ThreadPoolExecutor(max_workers=2 * CALLS + 1) as pool:
         consents = [pool.submit(timed, browser.get, consent_url(base, f"https://localhost:{drip.port}/agent/{index}"),
                                 allow_redirects=False) for index in range(CALLS)]
         spams = [pool.submit(timed, requests.get, spam_url, headers=as_mallory) for _ in range(CALLS)]
@@ -85,8 +91,13 @@ def test_another_accounts_read_answers_at_once_while_documents_drip_and_spamd_is
         # these calls run there.
         wait_until(lambda: drip.connections + len(spamd.held) >= CALLS, timeout=15,
                    message="the documents' fetches and the spam checks to be under way")
+        html_check = pool.submit(timed, requests.get, f"{base}/api/v1/mailboxes/{box['id']}/messages/{shaped_id}"
+                                 "/checks/html", headers=as_mallory)
         read, elapsed = timed(requests.get, f"{base}/api/v1/mailboxes/{olgas['id']}", headers=as_olga)
         assert read.status_code == 200 and elapsed < 1, elapsed
+        checked, seconds = html_check.result()
+        assert checked.status_code == 200 and seconds < 5, (checked.status_code, seconds)
+        assert "css-display-flex" in {feature["slug"] for feature in checked.json()["features"]}
         consents = [future.result() for future in consents]
         spams = [future.result() for future in spams]
 
