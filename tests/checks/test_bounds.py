@@ -3,10 +3,8 @@ many link checks under way and started a minute, so many spam checks at once and
 minute; past them 429 with Retry-After, and another account unaffected."""
 import threading
 import time
-from datetime import UTC, datetime, timedelta
 
 import pytest
-import time_machine
 
 from accounts.services import account_create_with_key
 from checks import message_checks
@@ -22,13 +20,6 @@ def links_of(*paths: str):
 
 def start(client, box, message_id: int):
     return client.post(f"/api/v1/mailboxes/{box['id']}/messages/{message_id}/checks/links")
-
-
-@pytest.fixture
-def mid_minute():
-    """A clock five seconds into a minute: a test's calls stay within one minute's count."""
-    with time_machine.travel(datetime.now(UTC).replace(second=5, microsecond=0) + timedelta(minutes=1), tick=True):
-        yield
 
 
 @pytest.fixture
@@ -56,7 +47,7 @@ def test_an_account_has_at_most_so_many_link_checks_under_way(client_pro, box, r
     assert start(other, other_box, theirs).status_code == 202
 
 
-def test_an_account_starts_so_many_link_checks_a_minute(client_pro, box, received, settings, mid_minute):
+def test_an_account_starts_so_many_link_checks_a_minute(client_pro, box, received, settings):
     from checks.models import LinkCheck
 
     settings.RELAY_LINK_CHECKS_PER_MINUTE = 2
@@ -94,7 +85,7 @@ def test_an_account_has_at_most_so_many_spam_checks_at_once(transactional_db, si
     assert sorted(outcomes) == ["SpamdUnavailable", "SpamdUnavailable", "refused"]
 
 
-def test_an_account_starts_so_many_spam_checks_a_minute(received, checks_of, silent_spamd, settings, mid_minute):
+def test_an_account_starts_so_many_spam_checks_a_minute(received, checks_of, silent_spamd, settings):
     settings.RELAY_SPAM_CHECKS_PER_MINUTE = 1
     settings.RELAY_SPAMD_TIMEOUT_SECONDS = 1
     message_id = received(mail_corpus.plain)
