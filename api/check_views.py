@@ -1,6 +1,5 @@
 """Message checks (docs/checks.md): a message's HTML against the email clients, its links,
 its spam score and its headers, each through checks.message_checks."""
-from asgiref.sync import async_to_sync
 from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.response import Response
@@ -40,7 +39,7 @@ class SpamCheckView(APIView):
     def get(self, request, mailbox_id, message_id):
         mailbox = reading.mailbox_open(caller=request.user, mailbox_id=mailbox_id)
         raw = reading.message_raw(mailbox=mailbox, message_id=message_id)
-        return Response(async_to_sync(message_checks.spam_check)(raw=raw))
+        return Response(message_checks.spam_check(mailbox=mailbox, raw=raw))
 
 
 class HeaderCheckView(APIView):

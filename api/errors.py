@@ -12,6 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from api.authentication import InsufficientScope, insufficient_scope
+from core.pools import PoolFull
 from mailboxes import errors as domain
 
 # The code of every status Relay answers with, whoever raised it.
@@ -91,7 +92,7 @@ def _domain_error(exc: domain.RelayError) -> tuple[int, dict]:
 def _domain_response(exc: domain.RelayError) -> Response:
     status_code, body = _domain_error(exc)
     response = Response(body, status=status_code)
-    if isinstance(exc, (domain.QuotaExceeded, domain.RateLimited)):
+    if getattr(exc, "retry_after", None):  # a quota, a rate, a kind of outside call's full pool
         response["Retry-After"] = str(exc.retry_after)
     return response
 
@@ -102,12 +103,14 @@ def _validation_body(exc: exceptions.ValidationError) -> dict:
                       fields={name: _messages(messages) for name, messages in detail.items()})
 
 
-def error_of(exc: domain.RelayError | exceptions.APIException) -> tuple[int, dict]:
+def error_of(exc: domain.RelayError | exceptions.APIException | PoolFull) -> tuple[int, dict]:
     """The status and body of an error a caller caused, whatever door it came by: a
-    domain error, a serializer's validation error, or DRF's refusal of credentials. The
-    MCP tools word their tool errors from the same body."""
+    domain error, a serializer's validation error, DRF's refusal of credentials, or a
+    kind of outside call's full pool. The MCP tools word their tool errors from the same body."""
     if isinstance(exc, domain.RelayError):
         return _domain_error(exc)
+    if isinstance(exc, PoolFull):
+        return 503, error_body(503, exc.message)
     if isinstance(exc, exceptions.ValidationError):
         return 400, _validation_body(exc)
     message = MESSAGES.get(exc.status_code) or _first_message(exc.detail)
@@ -119,7 +122,7 @@ def json_error_response(exc) -> JsonResponse:
     or a DRF validation error as a plain JsonResponse."""
     status_code, body = error_of(exc)
     response = JsonResponse(body, status=status_code)
-    if isinstance(exc, (domain.QuotaExceeded, domain.RateLimited)):
+    if getattr(exc, "retry_after", None):
         response["Retry-After"] = str(exc.retry_after)
     return response
 

@@ -7,7 +7,8 @@ from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_asy
 from django.http import JsonResponse
 from whitenoise.middleware import WhiteNoiseMiddleware
 
-from api.errors import MESSAGES, error_body
+from api.errors import MESSAGES, error_body, json_error_response
+from core.pools import PoolFull
 
 # Pages for people, which keep their own HTML: the admin, the web inbox (its home is "/"),
 # the pages the links in activation and recovery mails open, and the OAuth consent page
@@ -31,6 +32,14 @@ class JsonErrorsMiddleware:
 
     async def __acall__(self, request):
         return self.as_json(request, await self.get_response(request))
+
+    @staticmethod
+    def process_exception(request, exception):
+        """A kind of outside call's threads all busy (core.pools): 503 with Retry-After, for
+        the API and the pages alike."""
+        if isinstance(exception, PoolFull):
+            return json_error_response(exception)
+        return None
 
     @staticmethod
     def as_json(request, response):

@@ -13,11 +13,13 @@ from django.conf import settings
 from django.http import JsonResponse
 from django.urls import path
 from oauth2_provider import views
-from oauth2_provider.cimd import CIMDError, SafeMetadataFetcher, _effective_max_age, _validate_client_id_url
+from oauth2_provider.cimd import (CIMDError, SafeMetadataFetcher, _effective_max_age, _validate_client_id_url,
+                                  is_cimd_client_id)
 from oauth2_provider.settings import oauth2_settings
 
 from api.authentication import AccountRouteThrottle
 from core.http import DeliveryTimedOut, PrivateAddress, TransportFailed, get_document
+from core.pools import CLIENT_DOCUMENTS
 
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
@@ -128,10 +130,10 @@ class ClientDocumentFetcher(SafeMetadataFetcher):
         _validate_client_id_url(client_id)
         limit = oauth2_settings.CIMD_MAX_DOCUMENT_SIZE
         try:
-            status, headers, body = get_document(client_id, max_bytes=limit,
-                                                 seconds=oauth2_settings.CIMD_FETCH_TIMEOUT_SECONDS)
+            answer = get_document(client_id, max_bytes=limit, seconds=oauth2_settings.CIMD_FETCH_TIMEOUT_SECONDS)
         except (PrivateAddress, DeliveryTimedOut, TransportFailed) as exc:
             raise CIMDError(f"could not fetch the client ID document: {exc}") from None
+        status, headers, body = answer.status, answer.headers, answer.body  # headers: any case
         media_type = headers.get("Content-Type", "").split(";")[0].strip().lower()
         if status != 200 or not (media_type == "application/json" or
                                  (media_type.startswith("application/") and media_type.endswith("+json"))):
@@ -145,6 +147,13 @@ class ClientDocumentFetcher(SafeMetadataFetcher):
         if not isinstance(document, dict):
             raise CIMDError("the client ID document is not a JSON object")
         return document, _effective_max_age(headers.get("Cache-Control"))
+
+
+def consent_pool(request, kwargs):
+    """The consent page of an agent whose client ID is a URL may fetch its document from a
+    server the agent chose: in the client documents' own threads, never the shared ones."""
+    client_id = request.GET.get("client_id") or (request.POST.get("client_id") if request.method == "POST" else "")
+    return CLIENT_DOCUMENTS if client_id and is_cimd_client_id(client_id) else None
 
 
 class ProtectedResource(views.OAuthProtectedResourceMetadataView):

@@ -2,7 +2,7 @@ from django.urls import path, register_converter
 from django.views.decorators.csrf import csrf_exempt
 
 from api import account_views, check_views, domain_views, suppression_views, views, waiting, webhook_views
-from core.pools import DNS_CHECKS, in_pool, pooled
+from core.pools import DNS_CHECKS, SPAM_CHECKS, in_pool, pooled
 
 
 class RowIdConverter:
@@ -74,7 +74,7 @@ urlpatterns = [
     path("mailboxes/<uuid:mailbox_id>/messages/<rowid:message_id>/checks/links",
          pooled(check_views.LinkCheckView.as_view()), name="check-links"),
     path("mailboxes/<uuid:mailbox_id>/messages/<rowid:message_id>/checks/spam",
-         pooled(check_views.SpamCheckView.as_view()), name="check-spam"),
+         pooled(check_views.SpamCheckView.as_view(), SPAM_CHECKS), name="check-spam"),
     path("mailboxes/<uuid:mailbox_id>/messages/<rowid:message_id>/checks/headers",
          pooled(check_views.HeaderCheckView.as_view()), name="check-headers"),
     path("mailboxes/<uuid:mailbox_id>/threads", pooled(views.ThreadCollectionView.as_view()),

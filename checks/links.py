@@ -2,23 +2,22 @@
 task (checks.tasks.check_links), each request under the webhooks' address rule."""
 import logging
 import math
+import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from urllib.parse import urljoin
 
-import requests
-import urllib3
 from celery import current_app
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from checks import bounds
 from checks.models import LinkCheck
-from mailboxes.errors import NotFound
+from core import http, task_names
+from mailboxes.errors import NotFound, RateLimited
 from mailboxes.models import Message
-from core import task_names
-from core import http
 
 logger = logging.getLogger(__name__)
 
@@ -33,21 +32,40 @@ def lapse_seconds() -> int:
     return rounds * settings.RELAY_LINK_CHECK_TIMEOUT_SECONDS + 60
 
 
-def links_check_start(message: Message) -> LinkCheck:
+def links_check_start(message: Message, *, caller: str | None = None) -> LinkCheck:
     """Queue a fresh check of the message's links, replacing any earlier result; while one is
     under way, that one (asking again sends no more requests to the links' sites). Two
     requests at once queue one check: the row's insert, or its conditional update, is won
-    by one of them."""
+    by one of them. For a `caller` (checks.bounds.caller_of), a fresh check counts against
+    its bounds: RateLimited past them."""
     started_at = timezone.now()
+    under_way = Q(status=LinkCheck.Status.PENDING, started_at__gte=started_at - timedelta(seconds=lapse_seconds()))
+    if caller is not None:
+        current = LinkCheck.objects.filter(under_way, message=message).first()
+        if current is not None:
+            return current
+        _bounds_take(message, caller)
     fresh = {"status": LinkCheck.Status.PENDING, "links": [], "started_at": started_at, "finished_at": None}
     check, created = LinkCheck.objects.get_or_create(message=message, defaults=fresh)
     if not created:
-        under_way = Q(status=LinkCheck.Status.PENDING, started_at__gte=started_at - timedelta(seconds=lapse_seconds()))
         if not LinkCheck.objects.filter(message=message).exclude(under_way).update(**fresh):
             return LinkCheck.objects.get(message=message)
         check.refresh_from_db()
     transaction.on_commit(lambda: _queue(message.id, started_at))
     return check
+
+
+def _bounds_take(message: Message, caller: str) -> None:
+    """At most RELAY_LINK_CHECKS_AT_ONCE checks under way for the caller's account (or its
+    lone mailbox), and RELAY_LINK_CHECKS_PER_MINUTE started."""
+    mailbox = message.mailbox
+    mine = Q(message__mailbox__owner_id=mailbox.owner_id) if mailbox.owner_id else Q(message__mailbox_id=mailbox.id)
+    limit = settings.RELAY_LINK_CHECKS_AT_ONCE
+    lapse = timezone.now() - timedelta(seconds=lapse_seconds())
+    if LinkCheck.objects.filter(mine, status=LinkCheck.Status.PENDING, started_at__gte=lapse)[:limit].count() >= limit:
+        raise RateLimited(f"At most {limit} link checks at once per account; try again when one is done.",
+                          retry_after=10)
+    bounds.rate_take(kind="link", caller=caller, per_minute=settings.RELAY_LINK_CHECKS_PER_MINUTE)
 
 
 def _queue(message_id: int, started_at) -> None:
@@ -74,44 +92,50 @@ def links_of(message_id: int) -> list[str]:
     return [link["url"] for link in links[:MAX_LINKS]]
 
 
-def link_check(session: requests.Session, url: str) -> dict:
+def _probe(url: str, method: str, *, until: float) -> tuple[int, str]:
+    """One HEAD or GET of `url` within what is left of the link's time, no byte of the body
+    read: (status, Location or "")."""
+    answer = http.exchange(method, url, seconds=until - time.monotonic(),
+                                headers={"User-Agent": "Relay link check", "Accept": "*/*"},
+                                allow_private=settings.RELAY_LINK_CHECK_ALLOW_PRIVATE)
+    return answer.status, answer.headers.get("Location", "")
+
+
+def link_check(url: str) -> dict:
     """One link: HEAD (then GET when HEAD is refused), up to MAX_REDIRECTS redirects each
     judged again, all within RELAY_LINK_CHECK_TIMEOUT_SECONDS."""
     seconds = settings.RELAY_LINK_CHECK_TIMEOUT_SECONDS
-    allow_private = settings.RELAY_LINK_CHECK_ALLOW_PRIVATE
+    until = time.monotonic() + seconds
     result = {"url": url, "status_code": None, "final_url": url, "redirects": 0, "error": None, "ok": False}
     current = url
-    with http.Deadline(seconds) as deadline:
-        try:
-            while True:
-                status, location = http.probe(session, current, "HEAD", allow_private=allow_private,
-                                                   seconds=seconds)
-                if status >= 400 and status not in (404, 410):  # refused: a GET is what a reader's browser sends
-                    status, location = http.probe(session, current, "GET", allow_private=allow_private,
-                                                       seconds=seconds)
-                result.update(status_code=status, final_url=current)
-                if status not in REDIRECTS or not location:
-                    break
-                if result["redirects"] == MAX_REDIRECTS:
-                    result["error"] = f"more than {MAX_REDIRECTS} redirects"
-                    break
-                current = urljoin(current, location)
-                result["redirects"] += 1
-                result["final_url"] = current
-        except http.PrivateAddress as exc:
-            result["error"] = str(exc)
-        except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
-            result["error"] = (f"no answer within {seconds} s" if deadline.passed
-                               else f"{type(exc).__name__}: {exc}"[:300])
+    try:
+        while True:
+            status, location = _probe(current, "HEAD", until=until)
+            if status >= 400 and status not in (404, 410):  # refused: a GET is what a reader's browser sends
+                status, location = _probe(current, "GET", until=until)
+            result.update(status_code=status, final_url=current)
+            if status not in REDIRECTS or not location:
+                break
+            if result["redirects"] == MAX_REDIRECTS:
+                result["error"] = f"more than {MAX_REDIRECTS} redirects"
+                break
+            current = urljoin(current, location)
+            result["redirects"] += 1
+            result["final_url"] = current
+    except http.PrivateAddress as exc:
+        result["error"] = str(exc)
+    except http.DeliveryTimedOut:
+        result["error"] = f"no answer within {seconds} s"
+    except http.TransportFailed as exc:
+        result["error"] = str(exc)
     result["ok"] = result["error"] is None and result["status_code"] is not None and 200 <= result["status_code"] < 300
     return result
 
 
 def links_check_urls(urls: list[str]) -> list[dict]:
     """Each URL's result, in order, RELAY_LINK_CHECK_CONCURRENCY at once."""
-    session = http.pinned_session()
     with ThreadPoolExecutor(max_workers=settings.RELAY_LINK_CHECK_CONCURRENCY) as pool:
-        return list(pool.map(lambda url: link_check(session, url), urls))
+        return list(pool.map(link_check, urls))
 
 
 def links_check_run(message_id: int, started_at: str) -> int:

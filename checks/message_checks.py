@@ -2,10 +2,11 @@
 mailbox the caller has opened (relay.reading.mailbox_open)."""
 from collections.abc import Callable
 
+from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.core.cache import cache
 
-from checks import links
+from checks import bounds, links
 from checks.headers import headers_report
 from checks.html_support import data, html_report
 from checks.spam import spam_report
@@ -40,13 +41,22 @@ def headers_check(*, mailbox: Mailbox, message_id: int) -> dict:
     return headers_report(content.headers, content.authentication or {})
 
 
-async def spam_check(*, raw: bytes) -> dict:
-    """The score of a message's bytes (reading.message_raw): spamd is called on the event loop."""
-    return await spam_report(raw)
+def spam_check(*, mailbox: Mailbox, raw: bytes) -> dict:
+    """The score of a message's bytes (reading.message_raw), within the caller's bounds
+    (checks.bounds). The calling thread waits for spamd (up to RELAY_SPAMD_TIMEOUT_SECONDS):
+    a door calls this in a pool of its own, never in one other callers need."""
+    caller = bounds.caller_of(mailbox)
+    bounds.rate_take(kind="spam", caller=caller, per_minute=settings.RELAY_SPAM_CHECKS_PER_MINUTE)
+    with bounds.at_once(kind="spam", caller=caller, limit=settings.RELAY_SPAM_CHECKS_AT_ONCE,
+                        lease=settings.RELAY_SPAMD_TIMEOUT_SECONDS + 5):
+        return async_to_sync(spam_report)(raw)
 
 
 def links_start(*, mailbox: Mailbox, message_id: int) -> dict:
-    return links.check_answer(links.links_check_start(reading.message_get(mailbox=mailbox, message_id=message_id)))
+    """Start a link check (or find the one under way), within the caller's bounds: at most
+    RELAY_LINK_CHECKS_AT_ONCE under way for its account, RELAY_LINK_CHECKS_PER_MINUTE started."""
+    message = reading.message_get(mailbox=mailbox, message_id=message_id)
+    return links.check_answer(links.links_check_start(message, caller=bounds.caller_of(mailbox)))
 
 
 def links_result(*, mailbox: Mailbox, message_id: int) -> dict:

@@ -582,6 +582,17 @@ RELAY_LINK_CHECK_CONCURRENCY = _int("RELAY_LINK_CHECK_CONCURRENCY", 5, minimum=1
 # Links to loopback, private and link-local addresses are refused unless this is set (tests,
 # or a staging Relay behind a firewall checking its own site).
 RELAY_LINK_CHECK_ALLOW_PRIVATE = _bool("RELAY_LINK_CHECK_ALLOW_PRIVATE", False)
+# Per account (a mailbox without an owner alone), in every web process together
+# (checks/bounds.py): a spam check holds spamd, a link check sends up to hundreds of requests.
+RELAY_SPAM_CHECKS_AT_ONCE = _int("RELAY_SPAM_CHECKS_AT_ONCE", 2, minimum=1)
+RELAY_SPAM_CHECKS_PER_MINUTE = _int("RELAY_SPAM_CHECKS_PER_MINUTE", 20, minimum=1)
+RELAY_LINK_CHECKS_AT_ONCE = _int("RELAY_LINK_CHECKS_AT_ONCE", 2, minimum=1)
+RELAY_LINK_CHECKS_PER_MINUTE = _int("RELAY_LINK_CHECKS_PER_MINUTE", 5, minimum=1)
+# Threads of a web process for each kind of call that waits on a server someone else
+# chose (core/pools.py): spamd's checks, agents' client ID documents. A call past them
+# is 503 with Retry-After, so that neither kind holds the threads every route shares.
+RELAY_SPAMD_THREADS = _int("RELAY_SPAMD_THREADS", 4, minimum=1)
+RELAY_CLIENT_DOCUMENT_THREADS = _int("RELAY_CLIENT_DOCUMENT_THREADS", 4, minimum=1)
 
 # --- Accounts and the mailer (docs/api.md) -------------------------------------------------
 RELAY_PUBLIC_URL = env.str("RELAY_PUBLIC_URL", default="http://127.0.0.1:8000").rstrip("/")
@@ -641,6 +652,8 @@ OAUTH2_PROVIDER = {
     "CIMD_METADATA_FETCHER": "api.oauth.ClientDocumentFetcher",
     "CIMD_FETCH_TIMEOUT_SECONDS": 5,
     "CIMD_MAX_DOCUMENT_SIZE": 16 * 1024,
+    # The toolkit's own cap on fetches at once, the same as the threads that run them.
+    "CIMD_MAX_CONCURRENT_FETCHES": RELAY_CLIENT_DOCUMENT_THREADS,
 }
 
 
@@ -717,11 +730,18 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # The sweep has a queue of its own: behind a backlog of thousands of expire tasks it
 # would wait its turn (and expire), while workers take from both queues in rotation. The
 # mail server's poll shares it, for the same reason.
-CELERY_TASK_QUEUES = [Queue("celery", Exchange(""), routing_key="celery"), Queue("sweep", Exchange(""), routing_key="sweep")]
+#
+# Link checks have a queue of their own too: a check takes up to minutes of requests to
+# sites a message names, and no account's checks may delay expiry, the outbox or webhook
+# deliveries behind them. A worker started without -Q takes every queue here; the
+# processes Relay ships run one worker for `links` alone and the others without it
+# (docs/checks.md, "The link-check queue").
+CELERY_TASK_QUEUES = [Queue("celery", Exchange(""), routing_key="celery"), Queue("sweep", Exchange(""), routing_key="sweep"),
+                      Queue("links", Exchange(""), routing_key="links")]
 CELERY_TASK_DEFAULT_QUEUE = "celery"
 CELERY_TASK_ROUTES = {name: {"queue": "sweep"} for name in (
     task_names.SWEEP, task_names.PURGE_RETAINED, task_names.RECONCILE_REPORT, task_names.READ_MAIL_SERVER,
-    task_names.SWEEP_WEBHOOK_DELIVERIES)}
+    task_names.SWEEP_WEBHOOK_DELIVERIES)} | {task_names.CHECK_LINKS: {"queue": "links"}}
 # Relay keeps every outcome in its own tables; Celery results would only pile up.
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_RESULT_BACKEND = None

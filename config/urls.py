@@ -15,7 +15,8 @@ urlpatterns = [
     path("api/", RedirectView.as_view(pattern_name="docs")),
     # OAuth for hosted agents: the metadata documents at the root, the endpoints under /oauth/.
     path("", include((
-        [*oauth.urlpatterns, path("oauth/authorize", pooled_page(inbox.Consent.as_view()), name="authorize")],
+        [*oauth.urlpatterns, path("oauth/authorize", pooled_page(inbox.Consent.as_view(), oauth.consent_pool),
+                                name="authorize")],
         oauth.app_name))),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),

@@ -1,19 +1,27 @@
-"""Relay's calls to addresses a client named (SECURITY.md, "Webhooks"): a webhook delivery,
-an agent's client ID document, a link check's request. Only public addresses, the checked
-one pinned, one deadline, no redirect followed, no proxy, no kept body."""
+"""Relay's calls to addresses a client named (SECURITY.md, "Webhooks" and "Outside calls
+that hold Relay's threads"): a webhook delivery, an agent's client ID document, a link
+check's request, each through `exchange`. Only public addresses, the checked one pinned,
+one wall-clock deadline for the whole exchange, no redirect followed, no proxy, no more of
+the body read than the caller asks for."""
 import ipaddress
+import os
 import socket
 import threading
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import requests
 import urllib3
 from django.conf import settings
 from requests.adapters import HTTPAdapter
+from requests.structures import CaseInsensitiveDict
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 MAX_BODY = 4096
+# Connecting gives up sooner than the whole call may take: an address that does not answer
+# at all is known soon enough.
+CONNECT_SECONDS = 5
 # IPv6 ranges whose last 32 bits are an IPv4 address a router may reach.
 CARRIES_IPV4_LOW_BITS = [ipaddress.ip_network(net) for net in
                          ("::/96", "::ffff:0:0/96", "::ffff:0:0:0/96", "64:ff9b::/96")]
@@ -89,31 +97,44 @@ def check_url(url: str) -> None:
     resolve_checked(url)
 
 
-# --- one deadline for the whole call ------------------------------------------------------------
+# --- one deadline for the whole exchange ---------------------------------------------------------
 _watched = threading.local()
 
 
 class Deadline:
-    """Cut the connections off when `seconds` pass: a socket timeout bounds only each read."""
+    """Cuts a call's connections off when `seconds` pass, from the TCP connection's first
+    byte to the body's last. A socket timeout bounds each read alone, so a server sending a
+    byte a second would hold the call for as long as it likes. http.client drops its
+    connection's socket once the headers of an answer without Content-Length are read
+    (the answer keeps reading it), so the deadline holds a duplicate of each socket's
+    descriptor, which stays valid whoever forgets the original: shutting it down ends
+    the TCP connection under a TLS handshake, the headers or the body alike."""
 
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
-        self.connections: list[HTTPConnection] = []
         self.passed = False
-        self._timer = threading.Timer(seconds, self._cut_off)
+        self._held: list[socket.socket] = []
+        self._descriptors: set[int] = set()  # those held: a TLS socket keeps its TCP one's
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(max(0.0, seconds), self._cut_off)
         self._timer.daemon = True
 
+    def hold(self, sock: socket.socket) -> None:
+        """Put `sock` (plain or TLS) under the deadline; one past it is cut off at once."""
+        with self._lock:
+            if sock.fileno() in self._descriptors:
+                return
+            self._descriptors.add(sock.fileno())
+            held = socket.socket(sock.family, sock.type, sock.proto, fileno=os.dup(sock.fileno()))
+            self._held.append(held)
+            if self.passed:
+                _shut(held)
+
     def _cut_off(self) -> None:
-        self.passed = True
-        for connection in self.connections:
-            sock = connection.sock
-            if sock is not None:
-                try:
-                    # The plain socket's shutdown, also under TLS: the reader blocked in
-                    # recv gets end-of-file at once.
-                    socket.socket.shutdown(sock, socket.SHUT_RDWR)
-                except OSError:
-                    pass
+        with self._lock:
+            self.passed = True
+            for held in self._held:
+                _shut(held)
 
     def __enter__(self) -> "Deadline":
         _watched.deadline = self
@@ -123,23 +144,39 @@ class Deadline:
     def __exit__(self, *exc_info) -> None:
         self._timer.cancel()
         _watched.deadline = None
+        with self._lock:
+            for held in self._held:
+                held.close()  # the duplicate only: the pool may keep the connection itself
+            self._held.clear()
+            self._descriptors.clear()
 
 
-def _watch(connection: HTTPConnection) -> None:
+def _shut(sock: socket.socket) -> None:
+    try:
+        # A reader blocked in recv (also TLS's, which reads the same TCP connection) gets
+        # end-of-file at once.
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
+def _hold(sock: socket.socket | None) -> None:
     deadline = getattr(_watched, "deadline", None)
-    if deadline is not None and connection not in deadline.connections:
-        deadline.connections.append(connection)
+    if deadline is not None and sock is not None:
+        deadline.hold(sock)
 
 
 class _Watched:
-    """Puts a connection under the current Deadline whenever it connects or sends."""
+    """Puts a connection's socket under the current Deadline when it is made (before any
+    TLS handshake) or, for a connection the pool kept, when a request is sent on it."""
 
-    def connect(self):
-        _watch(self)
-        return super().connect()
+    def _new_conn(self):
+        sock = super()._new_conn()
+        _hold(sock)
+        return sock
 
     def request(self, *args, **kwargs):
-        _watch(self)
+        _hold(self.sock)  # one kept from an earlier call is not yet under this deadline
         return super().request(*args, **kwargs)
 
 
@@ -178,9 +215,6 @@ class PinnedAdapter(HTTPAdapter):
         return host_params, pool_kwargs
 
 
-_session: requests.Session | None = None
-
-
 def pinned_session() -> requests.Session:
     """A session that connects only to the address each request carries, with no proxy."""
     session = requests.Session()
@@ -191,70 +225,82 @@ def pinned_session() -> requests.Session:
     return session
 
 
+_sessions = threading.local()
+
+
 def _http() -> requests.Session:
-    """One session per worker process, so connections to a receiver's address are reused."""
-    global _session
-    if _session is None:
-        _session = pinned_session()
-    return _session
+    """One session per thread (a requests session is not safe to share between threads), so
+    connections to a receiver's address are reused by the next call."""
+    session = getattr(_sessions, "session", None)
+    if session is None:
+        session = _sessions.session = pinned_session()
+    return session
+
+
+# --- the one client ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    headers: CaseInsensitiveDict  # looked up in any case, as HTTP's field names are
+    body: bytes  # at most the `read` bytes asked for; none by default
+    complete: bool  # False: the deadline cut the body short
+
+
+def exchange(method: str, url: str, *, seconds: float, headers: dict | None = None, body: bytes | None = None,
+             read: int = 0, allow_private: bool | None = None) -> Answer:
+    """One HTTP request to `url` and its answer, under every guard above: the address checked
+    and pinned, no proxy, no redirect followed, and all of it (connecting, TLS, the
+    headers, `read` bytes of the body at most) within `seconds` of wall-clock time,
+    whatever the server sends and however slowly. `allow_private` defaults to the webhooks'
+    setting. Raises PrivateAddress, DeliveryTimedOut (no headers in time) or TransportFailed."""
+    if seconds <= 0:
+        raise DeliveryTimedOut("no time left for the call")
+    address = resolve_checked(url, allow_private=allow_private)
+    netloc = urlsplit(url).netloc.rpartition("@")[2]
+    session = _http()
+    request = session.prepare_request(requests.Request(method, url, data=body, headers={**(headers or {}),
+                                                                                         "Host": netloc}))
+    request.relay_address = address
+    with Deadline(seconds) as deadline:
+        try:
+            response = session.send(request, allow_redirects=False, stream=True,
+                                    timeout=(min(CONNECT_SECONDS, seconds), seconds),
+                                    verify=settings.RELAY_WEBHOOK_CA_FILE or True)
+            with response:
+                status, answer_headers = response.status_code, CaseInsensitiveDict(response.headers)
+                try:
+                    content = response.raw.read(read) if read else b""
+                except (requests.RequestException, urllib3.exceptions.HTTPError, OSError):
+                    if not deadline.passed:
+                        raise
+                    content = b""
+        except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
+            if deadline.passed:
+                raise DeliveryTimedOut(f"no complete answer within {seconds:g} s") from None
+            raise TransportFailed(f"{type(exc).__name__}: {exc}"[:300]) from None
+    # A body cut off by the deadline ends like a complete one without Content-Length: only
+    # the deadline tells them apart.
+    return Answer(status=status, headers=answer_headers, body=content, complete=not (read and deadline.passed))
 
 
 def post(url: str, body: bytes, headers: dict) -> int:
-    """POST `body` to `url` under every guard above; the receiver's status code. Raises
-    PrivateAddress, DeliveryTimedOut or TransportFailed."""
-    address = resolve_checked(url)
-    netloc = urlsplit(url).netloc.rpartition("@")[2]
-    session = _http()
-    request = session.prepare_request(requests.Request("POST", url, data=body, headers={**headers, "Host": netloc}))
-    request.relay_address = address
+    """A webhook delivery: POST `body` to `url` within RELAY_WEBHOOK_TIMEOUT_SECONDS; the
+    receiver's status code (a 2xx counts even when the rest of its answer came too late).
+    The answer's body is drained up to a bound, never kept. Raises PrivateAddress,
+    DeliveryTimedOut or TransportFailed."""
     seconds = settings.RELAY_WEBHOOK_TIMEOUT_SECONDS
-    with Deadline(seconds) as deadline:
-        try:
-            response = session.send(request, allow_redirects=False, stream=True, timeout=(min(5, seconds), seconds))
-            with response:
-                status_code = response.status_code
-                response.raw.read(MAX_BODY)  # drained up to a bound, never kept
-        except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
-            if deadline.passed:
-                raise DeliveryTimedOut(f"no complete answer within {seconds} s") from None
-            raise TransportFailed(f"{type(exc).__name__}: {exc}"[:300]) from None
-    if deadline.passed and not 200 <= status_code < 300:
+    answer = exchange("POST", url, seconds=seconds, headers=headers, body=body, read=MAX_BODY)
+    if not answer.complete and not 200 <= answer.status < 300:
         raise DeliveryTimedOut(f"no complete answer within {seconds} s")
-    return status_code
+    return answer.status
 
 
-def get_document(url: str, *, max_bytes: int, seconds: float) -> tuple[int, dict, bytes]:
-    """GET `url` under the same guards as a delivery (its address checked and pinned, one
-    deadline, no redirect, no proxy): (status, headers, at most `max_bytes` + 1 bytes of
-    body). Raises PrivateAddress, DeliveryTimedOut or TransportFailed."""
-    address = resolve_checked(url)
-    netloc = urlsplit(url).netloc.rpartition("@")[2]
-    session = _http()
-    request = session.prepare_request(requests.Request("GET", url, headers={
-        "Host": netloc, "Accept": "application/json, application/*+json"}))
-    request.relay_address = address
-    with Deadline(seconds) as deadline:
-        try:
-            response = session.send(request, allow_redirects=False, stream=True, timeout=(min(5, seconds), seconds),
-                                    verify=settings.RELAY_WEBHOOK_CA_FILE or True)
-            with response:
-                return response.status_code, dict(response.headers), response.raw.read(max_bytes + 1)
-        except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
-            if deadline.passed:
-                raise DeliveryTimedOut(f"no complete answer within {seconds} s") from None
-            raise TransportFailed(f"{type(exc).__name__}: {exc}"[:300]) from None
-
-
-def probe(session: requests.Session, url: str, method: str, *, allow_private: bool, seconds: float) -> tuple[int, str]:
-    """One HEAD or GET of `url`, its address checked and pinned, no redirect followed and
-    no byte of the body read: (status, Location or ""). Raises PrivateAddress, or what
-    requests raises; the caller holds the Deadline."""
-    address = resolve_checked(url, allow_private=allow_private)
-    netloc = urlsplit(url).netloc.rpartition("@")[2]
-    request = session.prepare_request(requests.Request(method, url, headers={
-        "Host": netloc, "User-Agent": "Relay link check", "Accept": "*/*"}))
-    request.relay_address = address
-    response = session.send(request, allow_redirects=False, stream=True, timeout=(min(5, seconds), seconds),
-                            verify=settings.RELAY_WEBHOOK_CA_FILE or True)
-    with response:
-        return response.status_code, response.headers.get("Location", "")
+def get_document(url: str, *, max_bytes: int, seconds: float) -> Answer:
+    """GET a JSON document (an agent's client ID metadata document), its body whole or up to
+    `max_bytes` + 1 bytes, so that the caller sees one that is too large. Raises
+    PrivateAddress, DeliveryTimedOut (also for a body not whole in time) or TransportFailed."""
+    answer = exchange("GET", url, seconds=seconds, read=max_bytes + 1,
+                      headers={"Accept": "application/json, application/*+json"})
+    if not answer.complete:
+        raise DeliveryTimedOut(f"no complete answer within {seconds:g} s")
+    return answer

@@ -1,10 +1,14 @@
 """Sync (DRF) views under ASGI in the loop's shared thread pool, whose threads keep their
-database connections, instead of a new thread and connection per request."""
+database connections, instead of a new thread and connection per request; and the pools
+of the calls that wait on a server someone else chose, each bounded (SECURITY.md,
+"Outside calls"), so that no such call holds a thread the other routes need."""
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from functools import wraps
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.db import connections
 from django.views.decorators.csrf import csrf_exempt
 
@@ -12,8 +16,73 @@ from django.views.decorators.csrf import csrf_exempt
 # whose connection may hold the caller's transaction.
 SERVING_ASGI = os.environ.get("RELAY_SERVING_ASGI") == "1"
 
-# A domain's verification waits on DNS a caller published: threads of its own.
-DNS_CHECKS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="dns-checks")
+
+class PoolFull(Exception):
+    """Every thread of a kind of outside call is busy: the API's 503 backend_unavailable
+    with Retry-After (api/errors.py), from any door."""
+
+    def __init__(self, kind: str, retry_after: int) -> None:
+        self.message = f"Too many {kind} are under way on this server; try again in {retry_after} s."
+        self.retry_after = retry_after
+        super().__init__(self.message)
+
+
+class BoundedPool:
+    """The threads of one kind of outside call: at most `size` calls at once and `waiting`
+    more waiting for a thread (none by default). A call past them is refused (PoolFull) at
+    once: queued without end, it would wait behind the slow ones, and its caller's
+    connection with it."""
+
+    def __init__(self, kind: str, size: int, *, retry_after: int, waiting: int = 0) -> None:
+        self.kind, self.size, self.retry_after = kind, size, retry_after
+        self.executor = ThreadPoolExecutor(max_workers=size, thread_name_prefix=kind.replace(" ", "-"))
+        self._free = threading.BoundedSemaphore(size + waiting)
+
+    def bind(self, function):
+        """`function` as a coroutine on this pool's threads (PoolFull when it is full)."""
+        async def bound(*args, **kwargs):
+            if not self._free.acquire(blocking=False):
+                raise PoolFull(self.kind, self.retry_after)
+            place = _Place(self._free)
+
+            def call():
+                place.started = True
+                try:
+                    usable_connections()
+                    return function(*args, **kwargs)
+                finally:
+                    place.give_back()
+
+            try:
+                return await sync_to_async(call, thread_sensitive=False, executor=self.executor)()
+            finally:
+                # A caller that went away before a thread took the call (the call never
+                # runs): its place back. One that runs gives it back when it ends.
+                if not place.started:
+                    place.give_back()
+
+        return bound
+
+
+class _Place:
+    def __init__(self, free: threading.BoundedSemaphore) -> None:
+        self._free, self._lock, self._given_back, self.started = free, threading.Lock(), False, False
+
+    def give_back(self) -> None:
+        with self._lock:
+            if not self._given_back:
+                self._given_back = True
+                self._free.release()
+
+
+# A domain's verification waits on DNS a caller published; a spam check on spamd (up to
+# RELAY_SPAMD_TIMEOUT_SECONDS); an OAuth consent page for an agent whose client ID is a
+# URL on its client ID document, from a server the agent chose (up to 5 s). A verification
+# is bounded by RELAY_DNS_TIMEOUT_SECONDS and by its account's verifies a minute, so a few
+# may wait their turn (a burst from one account meets its own 429).
+DNS_CHECKS = BoundedPool("domain checks", 4, retry_after=5, waiting=28)
+SPAM_CHECKS = BoundedPool("spam checks", settings.RELAY_SPAMD_THREADS, retry_after=settings.RELAY_SPAMD_TIMEOUT_SECONDS)
+CLIENT_DOCUMENTS = BoundedPool("client ID document fetches", settings.RELAY_CLIENT_DOCUMENT_THREADS, retry_after=5)
 
 
 def usable_connections() -> None:
@@ -26,25 +95,43 @@ def usable_connections() -> None:
         connection.errors_occurred = False
 
 
-def in_pool(function, executor: ThreadPoolExecutor | None = None):
-    """`function` as a coroutine running in the shared thread pool (or `executor`), with
-    usable connections."""
-    if not SERVING_ASGI and executor is None:
+def in_pool(function, executor: BoundedPool | None = None):
+    """`function` as a coroutine running in the shared thread pool (or a bounded pool of its
+    kind), with usable connections."""
+    if executor is not None:
+        return executor.bind(function)
+    if not SERVING_ASGI:
         return sync_to_async(function)
 
     def call(*args, **kwargs):
         usable_connections()
         return function(*args, **kwargs)
 
-    return sync_to_async(call, thread_sensitive=False, executor=executor)
+    return sync_to_async(call, thread_sensitive=False)
 
 
-def pooled(view, executor: ThreadPoolExecutor | None = None):
-    """An async view running the sync `view` in the shared pool (or `executor`);
+def _pooled(view, pool):
+    """The coroutine running `view`: in the shared pool, or in `pool`'s threads (a
+    BoundedPool, or a function of the request and the route's arguments choosing one or
+    None); PoolFull when that one is full (api.middleware answers it)."""
+    shared = in_pool(view)
+    choose = pool if callable(pool) and not isinstance(pool, BoundedPool) else (lambda request, kwargs: pool)
+
+    async def run(request, *args, **kwargs):
+        chosen = choose(request, kwargs)
+        if chosen is None:
+            return await shared(request, *args, **kwargs)
+        return await chosen.bind(view)(request, *args, **kwargs)
+
+    return run
+
+
+def pooled(view, pool=None):
+    """An async view running the sync `view` in the shared pool (or `pool`, see _pooled);
     drf-spectacular still documents the DRF view behind it."""
     if not SERVING_ASGI:
         return view
-    run = in_pool(view, executor)
+    run = _pooled(view, pool)
 
     @csrf_exempt
     @wraps(view)
@@ -55,12 +142,12 @@ def pooled(view, executor: ThreadPoolExecutor | None = None):
     return pooled_view
 
 
-def pooled_page(view):
+def pooled_page(view, pool=None):
     """A plain Django view (a web inbox page) run as `pooled` runs the API's: in the shared
-    pool, its CSRF protection kept."""
+    pool (or `pool`), its CSRF protection kept."""
     if not SERVING_ASGI:
         return view
-    run = in_pool(view)
+    run = _pooled(view, pool)
 
     @wraps(view)
     async def pooled_view(request, *args, **kwargs):

@@ -5,7 +5,6 @@ import functools
 import logging
 import uuid
 
-from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.db.models import Q
 from django.http import Http404, HttpResponse, HttpResponseRedirect, JsonResponse, QueryDict
@@ -423,7 +422,7 @@ def _checks(mailbox, message, *, now: set) -> dict:
              **_link_check(mailbox, message)}
     if now:
         raw = reading.message_raw(mailbox=mailbox, message_id=message.id)  # read once, for both
-        found |= (_render(raw, message) if "render" in now else {}) | (_spam(raw) if "spam" in now else {})
+        found |= (_render(raw, message) if "render" in now else {}) | (_spam(mailbox, raw) if "spam" in now else {})
     return found
 
 
@@ -445,9 +444,9 @@ def _render(raw, message) -> dict:
     return found
 
 
-def _spam(raw: bytes) -> dict:
+def _spam(mailbox, raw: bytes) -> dict:
     try:
-        return {"spam": async_to_sync(message_checks.spam_check)(raw=raw)}
+        return {"spam": message_checks.spam_check(mailbox=mailbox, raw=raw)}
     except RelayError as exc:
         return {"spam_error": error_of(exc)[1]}
 
@@ -472,7 +471,7 @@ def message_check_section(request, mailbox_id: uuid.UUID, message_id: int, secti
     elif section == "render":
         found = _render(lambda: reading.message_raw(mailbox=mailbox, message_id=message.id), message)
     else:
-        found = _spam(reading.message_raw(mailbox=mailbox, message_id=message.id))
+        found = _spam(mailbox, reading.message_raw(mailbox=mailbox, message_id=message.id))
     return render(request, f"inbox/check_{section}.html", {"mailbox": mailbox, "message": message, **found})
 
 

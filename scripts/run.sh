@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Starts Relay's processes (web, worker, beat, smtp, mailer) in the foreground, each line of
+# Starts Relay's processes (web, worker, links, beat, smtp, mailer) in the foreground, each line of
 # output prefixed with the process's name; Ctrl-C stops them all and exits 0.
 # Defaults: SQLite at var/relay.sqlite3, the filesystem broker under var/broker.
 # Set DATABASE_URL / CELERY_BROKER_URL to use PostgreSQL and Redis instead.
@@ -89,7 +89,10 @@ start() {
 # on a connection at the instant the server closes it gets an error it cannot retry safely.
 # The lifespan runs /mcp's session manager for as long as the process (config/asgi.py).
 start web    $BIN/uvicorn config.asgi:application --host 127.0.0.1 --port "$WEB_PORT" --lifespan on --timeout-keep-alive 65
-start worker $BIN/celery -A config worker --loglevel=INFO --concurrency=2 --hostname "worker@%h"
+start worker $BIN/celery -A config worker -Q celery,sweep --loglevel=INFO --concurrency=2 --hostname "worker@%h"
+# Link checks on a worker of their own (docs/checks.md, "The link-check queue"): a message's
+# links take minutes at worst, and expiry, the outbox and webhooks never wait behind them.
+start links  $BIN/celery -A config worker -Q links --loglevel=INFO --concurrency=1 --hostname "links@%h"
 # Beat at WARNING: at INFO it logs every tick of every schedule ("Sending due task"); what
 # a sweep found to do is the worker's to log.
 start beat   $BIN/celery -A config beat --loglevel=WARNING
@@ -109,7 +112,7 @@ Relay is starting:
   SMTP       127.0.0.1:$SMTP_PORT
   API key    .venv/bin/python manage.py createapikey NAME   (or sign up: POST /api/v1/accounts)
   Mail out   printed in the worker's log (set EMAIL_URL=smtp://host:port to really send)
-Logs: every line below names its process (web, worker, beat, smtp, mailer). Press Ctrl-C to stop.
+Logs: every line below names its process (web, worker, links, beat, smtp, mailer). Press Ctrl-C to stop.
 
 MSG
 # If any process dies on its own, stop the others rather than run half a service.

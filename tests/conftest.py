@@ -396,9 +396,11 @@ class Processes:
         """Any command, followed like the others (tests/test_hosts.py: a process on a host)."""
         return self._spawn(name, command, ready_text, env=env)
 
-    def worker(self, name: str, concurrency: int = 1) -> subprocess.Popen:
+    def worker(self, name: str, concurrency: int = 1, queues: str | None = None) -> subprocess.Popen:
+        """A Celery worker taking every queue (as one started without -Q does), or `queues`."""
         return self._spawn(name, [*CELERY, "worker", "-P", "prefork", "-c", str(concurrency), "-n", f"{name}@%h",
-                                  "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "INFO"],
+                                  "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "INFO",
+                                  *(["-Q", queues] if queues else [])],
                            ready_text=" ready.")
 
     def beat(self, name: str) -> subprocess.Popen:

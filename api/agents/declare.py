@@ -26,7 +26,7 @@ from rest_framework import exceptions
 from accounts import identity
 from api.authentication import Principal
 from api.errors import error_of
-from core.pools import in_pool
+from core.pools import PoolFull, in_pool
 from mailboxes.errors import Forbidden, RelayError, TtlOutOfRange
 
 # What every tool that returns mail says to the model that reads it.
@@ -238,7 +238,7 @@ def _in_minutes(exc: TtlOutOfRange) -> str:
     return f"ttl_minutes: must be between {low} and {cap} minutes on the {exc.plan} plan."
 
 
-def failure_of(exc: RelayError | exceptions.APIException) -> CallToolResult:
+def failure_of(exc: RelayError | exceptions.APIException | PoolFull) -> CallToolResult:
     """The tool error for what the route would answer with an error: its code, and its
     message with each argument's reason."""
     if isinstance(exc, TtlOutOfRange):
@@ -339,7 +339,7 @@ def tool(*, output: type[Result], read_only: bool = False, destructive: bool = F
                 arguments["from_"] = arguments.pop("from")
             try:
                 return await call(**arguments)
-            except (RelayError, exceptions.APIException) as exc:
+            except (RelayError, exceptions.APIException, PoolFull) as exc:
                 return failure_of(exc)
             except ClientGone:  # nobody will read it; the wait was cancelled
                 return failure("cancelled", "The client went away.")

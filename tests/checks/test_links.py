@@ -1,10 +1,12 @@
 """The link check: a Celery task's HEAD (then GET) of each link, redirects judged again,
 10 s a link, a few at once, against a loopback HTTP server with routes of each kind."""
+import re
 import threading
 import time
 
 import pytest
 import requests
+import yaml
 from django.db import connection, transaction
 
 from accounts.services import account_create_with_key
@@ -12,7 +14,7 @@ from checks import links
 from checks.models import LinkCheck
 from mailboxes.models import Message
 from tests import mail_corpus
-from tests.helpers import deliver, wait_until
+from tests.helpers import ROOT, deliver, wait_until
 from tests.link_site import Site
 
 
@@ -200,10 +202,11 @@ def test_a_check_whose_task_was_lost_is_queued_again(client_pro, box, received, 
     assert answer["status"] == "pending" and renewed > long_ago and queued == [(message_id, renewed)]
 
 
-def test_a_worker_checks_the_links_end_to_end(processes, site):
-    """POST → 202, a real Celery worker's task, GET → done: over a live web process."""
+def test_a_worker_of_the_links_queue_checks_the_links_end_to_end(processes, site):
+    """POST → 202, a real Celery worker's task, GET → done: over a live web process. The
+    worker takes the `links` queue alone: link checks wait behind nothing else's tasks."""
     processes.env["RELAY_LINK_CHECK_ALLOW_PRIVATE"] = "true"
-    processes.worker("worker")
+    processes.worker("links", queues="links")
     base = processes.start_web()
     _, key = account_create_with_key(login="linker", plan="pro")
     http = requests.Session()
@@ -217,3 +220,21 @@ def test_a_worker_checks_the_links_end_to_end(processes, site):
                       timeout=30, message="the worker's link check")
     assert [(link["url"], link["ok"]) for link in done["links"]] == [(f"{site.url}/ok", True),
                                                                      (f"{site.url}/missing", False)]
+
+
+def test_the_shipped_processes_take_the_link_check_queue_on_a_worker_of_its_own():
+    """docker-compose.yml and scripts/run.sh: one worker for `links` alone, the others for
+    the rest; a worker started without -Q (the suite's) takes every queue, links too."""
+    from django.conf import settings
+
+    from core import task_names
+
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    workers = {name: service["command"] for name, service in compose.items()
+               if service.get("command", [])[:4] == ["celery", "-A", "config", "worker"]}
+    assert {name: command[command.index("-Q") + 1] for name, command in workers.items()} == {
+        "worker": "celery,sweep", "links": "links"}
+    run = (ROOT / "scripts" / "run.sh").read_text()
+    assert re.findall(r"celery -A config worker -Q (\S+)", run) == ["celery,sweep", "links"]
+    assert {queue.name for queue in settings.CELERY_TASK_QUEUES} == {"celery", "sweep", "links"}
+    assert settings.CELERY_TASK_ROUTES[task_names.CHECK_LINKS] == {"queue": "links"}
