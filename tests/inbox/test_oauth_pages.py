@@ -70,10 +70,11 @@ def test_the_list_judges_a_tokens_expiry_by_the_databases_clock(db):
         assert listed(browser) == [], "a dead token was listed by the web process's clock"
 
 
-def test_revoking_what_is_not_an_app_id_is_a_404_page(db):
+def test_revoking_what_is_not_an_app_id_is_a_400_page(db):
     browser, _ = signed_in()
+    # A number is read by the one rule for numbers a client sends (accounts/inputs.py): 400.
     refused = browser.post("/inbox/apps", {"application": "abc"})
-    assert refused.status_code == 404 and b"<!doctype html>" in refused.content
+    assert refused.status_code == 400 and b"<!doctype html>" in refused.content
 
 
 def test_a_consent_that_cannot_go_back_to_its_client_is_a_page_for_a_person_and_json_for_a_program(db):
