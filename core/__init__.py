@@ -1,6 +1,7 @@
 """The ground floor: what every app uses and no domain owns (docs/architecture.md).
 
-The database's clock (`core.clock`), prepared statements (`core.storage`), Redis clients
+The database's clock (`core.clock`), the storage seam: every difference between PostgreSQL
+and SQLite, prepared statements among them (`core.storage`), Redis clients
 (`core.redis_clients`), the DNS resolver (`core.dns`), the address-guarded HTTP client
 (`core.http`), the web process's thread pools (`core.pools`), a client's address
 (`core.client_address`), the names of tasks sent by name (`core.task_names`) and every

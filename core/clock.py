@@ -1,16 +1,7 @@
 """The one clock (docs/architecture.md, "One clock"): what two processes could disagree on
-(due, leases, token expiry) is decided by the database's clock."""
-from datetime import datetime
+(due, leases, token expiry) is decided by the database's clock. Reading it is one of the
+differences between PostgreSQL and SQLite, so it is written in the storage seam
+(core/storage.py); the apps ask for it here by its name."""
+from core.storage import clock_read, clock_sql, db_now
 
-from django.db import connection
-from django.utils import timezone
-
-
-def db_now() -> datetime:
-    """PostgreSQL's clock_timestamp(); on SQLite, which is one file on one host, that
-    host's clock."""
-    if connection.vendor != "postgresql":
-        return timezone.now()
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT clock_timestamp()")
-        return cursor.fetchone()[0]
+__all__ = ["clock_read", "clock_sql", "db_now"]

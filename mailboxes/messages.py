@@ -18,8 +18,7 @@ from mailboxes.mail_format import Lineage, text_of_html, topic
 from mailboxes.models import Direction, Mailbox, MailboxStatus, Message, MessageContent, Plan, Thread, ThreadKey
 from mailboxes.signals import event_happened
 from mailboxes.threads import threads_assign, threads_merge
-from core.clock import db_now
-from core.storage import execute_prepared
+from core.storage import clock_sql, execute_prepared, keeps_search_words, written_out
 
 logger = logging.getLogger(__name__)
 
@@ -66,12 +65,9 @@ def recipient_by_address(address: str) -> Recipient | None:
     if not at or not local_part or not domain or len(address) > 320:
         return None
     with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            execute_prepared(cursor, "relay_recipient_at", _BY_ADDRESS.format(now="clock_timestamp()"),
-                             [address, MailboxStatus.ACTIVE])
-        else:  # SQLite: the one host's clock is the database's
-            cursor.execute(_BY_ADDRESS.format(now="%s"),
-                           [connection.ops.adapt_datetimefield_value(db_now()), address, MailboxStatus.ACTIVE])
+        now_sql, now_params = clock_sql()
+        execute_prepared(cursor, "relay_recipient_at", _BY_ADDRESS.format(now=now_sql),
+                         [*now_params, address, MailboxStatus.ACTIVE])
         row = cursor.fetchone()
     if row is None:
         return None
@@ -107,7 +103,7 @@ def message_store(*, content: MessageContent, envelope_from: str, from_header: s
     ]
     try:
         with transaction.atomic():
-            store = _store_in_two_statements if connection.vendor == "postgresql" else _store_step_by_step
+            store = written_out(postgresql=_store_in_two_statements, portable=_store_step_by_step)
             messages = store(content, messages, recipients, lineage=lineage, subject=subject, joining=joining)
             if direction == Direction.IN:
                 event_happened.send(sender=Message, event="message.received", messages=messages)
@@ -196,7 +192,7 @@ def _placeholders(values: list, cast: str = "") -> str:
 
 def _store_step_by_step(content: MessageContent, messages: list[Message], recipients: list[Recipient], *,
                         lineage: Lineage, subject: str, joining: int | None) -> list[Message]:
-    """Other databases (SQLite): count the message against each quota, insert the
+    """The portable path (SQLite): count the message against each quota, insert the
     content, file the message in its threads (mailboxes/threads.py), insert the messages."""
     live = _count_one_more_message(recipients, len(content.raw))
     if not live:
@@ -311,7 +307,7 @@ def contents_index_words(*, messages: QuerySet | None = None, skip_locked: bool 
     """Write MessageContent.words for up to `limit` contents that owe them (those of
     `messages`, or any); returns how many. Each content is locked while written: a search
     waits for a worker holding its rows, a worker (`skip_locked`) passes over them."""
-    if connection.vendor != "postgresql":
+    if not keeps_search_words():
         return 0
     owed = MessageContent.objects.filter(words__isnull=True)
     if messages is not None:
@@ -346,6 +342,8 @@ _ANY_WORDS_OWED = f"SELECT 1 FROM {MessageContent._meta.db_table} WHERE words IS
 def contents_index_all_words(*, messages: QuerySet) -> int:
     """contents_index_words for every content of `messages` that owes its words, batch by
     batch: what a word search calls first (one read of the owed index when none are owed)."""
+    if not keeps_search_words():
+        return 0
     with connection.cursor() as cursor:
         cursor.execute(_ANY_WORDS_OWED)
         if cursor.fetchone() is None:

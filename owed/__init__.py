@@ -12,6 +12,8 @@ from django.db import connection, transaction
 from django.db.models import F, Model, Q
 
 from core.clock import db_now
+from core.storage import clock_sql, for_update_skip_locked
+
 
 ERROR_MAX_CHARS = 2000
 
@@ -120,14 +122,8 @@ class OwedWork:
         column = lambda name: connection.ops.quote_name(fields[name].column)  # noqa: E731
         value = lambda name, v: fields[name].get_db_prep_value(v, connection)  # noqa: E731
         state, lease = column(self.state), column(self.lease_until)
-        if connection.vendor == "postgresql":
-            # The database's clock, read by the statement itself: no round trip for it.
-            now_sql, now_params = "clock_timestamp()", []
-            lease_sql, lease_params = "clock_timestamp() + make_interval(secs => %s)", [self.lease_seconds()]
-        else:
-            now = db_now()
-            now_sql, now_params = "%s", [value(self.lease_until, now)]
-            lease_sql, lease_params = "%s", [value(self.lease_until, self.lease(now))]
+        now_sql, now_params = clock_sql()
+        lease_sql, lease_params = clock_sql(seconds_later=self.lease_seconds())
         if self.running == self.owed:
             where = f"{state} = %s AND ({column(self.claim)} IS NULL OR {lease} <= {now_sql})"
             where_params = [self.owed, *now_params]
@@ -154,9 +150,7 @@ class OwedWork:
         SKIP LOCKED (SQLite) the conditional UPDATE guards against a second taker."""
         claim, now = uuid.uuid4(), db_now()
         with transaction.atomic(durable=True):
-            if connection.features.has_select_for_update_skip_locked:
-                owed_rows = owed_rows.select_for_update(skip_locked=True)
-            ids = list(owed_rows.values_list("pk", flat=True)[:limit])
+            ids = list(for_update_skip_locked(owed_rows).values_list("pk", flat=True)[:limit])
             if ids:
                 taken = self.model.objects.filter(self.free_to_take(now), pk__in=ids).update(
                     **self._take_fields(claim, now), **changes)

@@ -18,6 +18,7 @@ from mailboxes.mail_format import header, lineage_of, parse_message, text_of_htm
 from mailboxes.messages import Recipient, message_store
 from mailboxes.models import Direction, MessageContent
 from core import task_names
+from core.storage import keeps_search_words
 from relay.authentication import authenticate, spf_of_mail_server
 
 logger = logging.getLogger(__name__)
@@ -59,7 +60,7 @@ def words_owed() -> None:
     """Ask a worker to write the words of the messages just stored, at most once per
     WORDS_DELAY_SECONDS; what a lost task leaves is beat's or the next search's."""
     global _words_next_publish
-    if connection.vendor != "postgresql":
+    if not keeps_search_words():
         return
     with _words_lock:
         now = time.monotonic()

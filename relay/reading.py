@@ -7,9 +7,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 
-from django.contrib.postgres.search import SearchQuery
 from django.core.exceptions import ValidationError
-from django.db import connection, transaction
+from django.db import connection
 from django.db.models import Count, Q, QuerySet
 
 from accounts.identity import Caller
@@ -19,6 +18,7 @@ from mailboxes.mail_format import NOT_ONE_LINE, breaks_line
 from mailboxes.messages import contents_index_all_words
 from mailboxes.models import Mailbox, MailboxStatus, Message, MessageContent
 from core.clock import db_now
+from core.storage import clock_read, clock_sql, json_list_has, keeps_search_words, words_match, words_plan
 from relay import mailserver
 
 # --- the entry ------------------------------------------------------------------------------------
@@ -94,7 +94,7 @@ def message_search(*, caller: Caller | None, mailbox: Mailbox | None = None, wor
     """Messages in `mailbox` or all the caller's matching every filter, newest first, the
     words they owe written first."""
     messages = messages_in_scope(caller=caller, mailbox=mailbox)
-    if words and connection.vendor == "postgresql":
+    if words:
         contents_index_all_words(messages=messages.filter(id__gt=after) if after else messages)
     return messages_matching(messages, words=words, after=after, **filters)
 
@@ -104,7 +104,7 @@ def _message_search_pages(*, caller: Caller | None, mailbox: Mailbox | None = No
     """What a client pages through: message_search's rows, or an owner's words-alone search
     as an OwnerWordSearch, the owed words written first."""
     if (words and mailbox is None and after is None and caller is not None and caller.owner is not None
-            and not any(filters.values()) and connection.vendor == "postgresql"):
+            and not any(filters.values()) and keeps_search_words()):
         contents_index_all_words(messages=messages_in_scope(caller=caller))
         return OwnerWordSearch(owner_id=caller.owner.id, words=words)
     return message_search(caller=caller, mailbox=mailbox, words=words, after=after, **filters)
@@ -194,11 +194,7 @@ def mailboxes_filtered(visible: QuerySet, *, include_expired: bool = False, stat
 
 
 def _has_tag(tag: str) -> Q:
-    if connection.vendor == "postgresql":
-        return Q(tags__contains=[tag])
-    # SQLite has no JSON containment. Tags are [a-z0-9_-] only, so the quoted tag appears
-    # in the stored JSON list exactly when it is one of its elements.
-    return Q(tags__icontains=f'"{tag}"')
+    return json_list_has("tags", tag)  # tags are [a-z0-9_-] only, as json_list_has asks
 
 
 # Written out (the ORM's building was much of a GET's time); reads the database's clock
@@ -215,11 +211,10 @@ def mailbox_find(*, caller: Caller, mailbox_id) -> Mailbox:
         key = Mailbox._meta.pk.get_db_prep_value(Mailbox._meta.pk.to_python(mailbox_id), connection)
     except ValidationError:
         raise NotFound() from None
-    postgresql = connection.vendor == "postgresql"
-    now = "clock_timestamp()" if postgresql else "NULL"
-    mailbox = next(iter(Mailbox.objects.raw(_MAILBOX_BY_ID.format(now=now), [key])), None)
-    if mailbox is not None and not postgresql:  # SQLite: the one host's clock is the database's
-        mailbox.read_at = db_now()
+    now_sql, now_params = clock_sql()
+    mailbox = next(iter(Mailbox.objects.raw(_MAILBOX_BY_ID.format(now=now_sql), [*now_params, key])), None)
+    if mailbox is not None:
+        mailbox.read_at = clock_read(mailbox.read_at)
     if mailbox is None or mailbox.status not in _VISIBLE or not _sees(caller, mailbox):
         raise NotFound()
     return mailbox
@@ -238,15 +233,12 @@ def message_list(*, mailbox: Mailbox) -> QuerySet:
 
 @contextmanager
 def words_search_plan(words: str):
-    """Run a word search inside this: on PostgreSQL, bitmap scans only (so the GIN index is
-    used; the planner ignores TOAST's cost) and no parallel workers."""
-    if not words or connection.vendor != "postgresql":
+    """Run a word search inside this: the plan that reads the words' index
+    (core.storage.words_plan)."""
+    if not words:
         yield
         return
-    with transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute("SET LOCAL enable_seqscan = off; SET LOCAL enable_indexscan = off;"
-                           " SET LOCAL max_parallel_workers_per_gather = 0")
+    with words_plan():
         yield
 
 
@@ -260,11 +252,7 @@ def messages_matching(messages: QuerySet, *, words: str = "", sender: str = "", 
         # Ids grow with each message stored, so "after" in ids is "received after".
         messages = messages.filter(id__gt=after)
     if words:
-        if connection.vendor == "postgresql":
-            # websearch syntax: any text is a valid query ("quoted phrase", or, -word).
-            messages = messages.filter(content__words=SearchQuery(words, config="simple", search_type="websearch"))
-        else:
-            messages = messages.filter(Q(subject__icontains=words) | Q(content__text__icontains=words))
+        messages = messages.filter(words_match(words, vector="content__words", texts=("subject", "content__text")))
     if sender:
         messages = messages.filter(Q(from_header__icontains=sender) | Q(envelope_from__icontains=sender))
     messages = messages.filter(**_given(subject__icontains=subject, received_at__gte=since, received_at__lt=until))
@@ -334,7 +322,7 @@ def message_raw(*, mailbox: Mailbox, message_id: int) -> bytes:
 
 def contents_words_owed() -> int:
     """How many contents still owe their search words (0 on SQLite, which keeps none)."""
-    if connection.vendor != "postgresql":
+    if not keeps_search_words():
         return 0
     return MessageContent.objects.filter(words__isnull=True).count()
 

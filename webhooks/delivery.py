@@ -7,13 +7,14 @@ import uuid
 
 from celery import current_app
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Count
 from django.db.models.functions import Now
 
-from core.clock import db_now
-from owed import OwedWork
 from core import task_names
+from core.clock import db_now
+from core.storage import commit_unflushed
+from owed import OwedWork
 from webhooks import signing
 from webhooks.models import DeliveryStatus, Webhook, WebhookDelivery
 from core.http import DeliveryTimedOut, PrivateAddress, TransportFailed, post
@@ -85,9 +86,7 @@ def deliver_many(*, delivery_ids: list[int]) -> dict[str, int]:
         delivered.setdefault(status_code, []).append(delivery)
     if delivered:
         with transaction.atomic():
-            if connection.vendor == "postgresql":
-                with connection.cursor() as cursor:
-                    cursor.execute("SET LOCAL synchronous_commit TO OFF")
+            commit_unflushed()  # a lost outcome lapses and is sent again
             for status_code, deliveries in delivered.items():
                 counted["delivered"] += DELIVERIES.settle(
                     [d.id for d in deliveries], claim, state=DeliveryStatus.DELIVERED, delivered_at=Now(),

@@ -7,9 +7,9 @@ from datetime import timedelta
 from django.conf import settings
 from django.db import connection, transaction
 
+from core.clock import db_now
 from core.storage import execute_prepared
 from mailboxes.models import Mailbox
-from core.clock import db_now
 from webhooks.models import Webhook, WebhookDelivery, WebhookEvent
 
 

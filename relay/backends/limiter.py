@@ -7,10 +7,10 @@ from datetime import timedelta
 
 import redis
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 
 from core.redis_clients import redis_client
-from core.clock import db_now
+from core.storage import serialized_now
 from relay import metrics
 from relay.backends import NoBackendSlot
 from relay.models import BackendCallSlot
@@ -103,8 +103,6 @@ class RedisLimiter(Limiter):
             pass  # the hold expires by itself
 
 
-# Any constant unlikely to clash with another advisory lock on the same database.
-ADVISORY_LOCK_KEY = 0x52656C6179  # "Relay"
 WINDOW = timedelta(milliseconds=WINDOW_MS)
 
 
@@ -114,16 +112,9 @@ class DatabaseLimiter(Limiter):
 
     def try_take(self, token: str) -> tuple[bool, int]:
         with transaction.atomic():
-            if connection.vendor == "postgresql":
-                # The lock, then the database's clock, in one round trip: every worker
-                # waits on this lock, so the time inside it is everyone's.
-                with connection.cursor() as cursor:
-                    cursor.execute("SELECT pg_advisory_xact_lock(%s), clock_timestamp()", [ADVISORY_LOCK_KEY])
-                    now = cursor.fetchone()[1]
-            else:
-                now = db_now()
-            # On SQLite this write, first thing, takes the database's one write lock, so
-            # the counts below cannot change before the insert.
+            # Every worker waits on this lock, so the time inside it is everyone's. The
+            # delete comes first: on SQLite that write is what takes the lock.
+            now = serialized_now()
             BackendCallSlot.objects.filter(started_at__lte=now - WINDOW).exclude(hold_until__gt=now).delete()
             if BackendCallSlot.objects.filter(hold_until__gt=now).count() >= self.max_concurrent:
                 return False, self.BUSY_WAIT_MS

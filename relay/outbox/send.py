@@ -24,9 +24,10 @@ from django.db.models.functions import Now
 
 from accounts.models import TokenAction
 from accounts.services import token_usable
-from core.clock import db_now
-from owed import ERROR_MAX_CHARS, OwedWork
 from core import task_names
+from core.clock import db_now
+from core.storage import commit_unflushed, notifies
+from owed import ERROR_MAX_CHARS, OwedWork
 from relay.models import DeliveryStatus, OutboxKind, OutboxMail, OutboxStatus
 from relay.outbox.delivery import Answer, bounce_address, deliveries_pending, deliveries_record
 
@@ -110,14 +111,6 @@ def _take_send_slot() -> None:
 SENT_GROUP = 10
 
 
-def _quick_commit() -> None:
-    """Outcome writes need not wait for the WAL flush: a lost one leaves the row `sending`,
-    and its lease hands it out again."""
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SET LOCAL synchronous_commit = off")
-
-
 def _record_sent(claim: uuid.UUID, mail_ids: list[int]) -> None:
     """Mark mails sent if this batch still holds them. The wire bytes go (a send's copy is
     in its mailbox); a token mail's text too, since its link is a credential."""
@@ -128,7 +121,8 @@ def _record_sent(claim: uuid.UUID, mail_ids: list[int]) -> None:
         return Case(When(token__isnull=False, then=Value("")), default=F(field), output_field=TextField())
 
     with transaction.atomic():
-        _quick_commit()
+        # A lost outcome leaves the row `sending`, and its lease hands it out again.
+        commit_unflushed()
         OUTBOX.settle(mail_ids, claim, state=OutboxStatus.SENT, sent_at=Now(), error="",
                       text=drop_if_token("text"), html=drop_if_token("html"), message=b"")
     mail_ids.clear()
@@ -402,7 +396,7 @@ class Mailer:
     def run(self) -> None:
         signal.signal(signal.SIGTERM, self.stop)
         signal.signal(signal.SIGINT, self.stop)
-        listening = connection.vendor == "postgresql"
+        listening = notifies()
         logger.info("mailer ready: %s (batch limit %d, timeout %d ms)",
                     f"listening on {CHANNEL}" if listening else "polling (no LISTEN on this database)",
                     self.limit, self.timeout * 1000)

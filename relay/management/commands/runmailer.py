@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand
-from django.db import connection
 
+from core.storage import connection_named
 from relay.outbox.send import Mailer
 
 
@@ -17,7 +17,5 @@ class Command(BaseCommand):
             if value is not None and value < 1:
                 self.stderr.write(f"{name} must be at least 1")
                 raise SystemExit(2)
-        if connection.vendor == "postgresql":
-            # Named in pg_stat_activity, so an operator sees which connections are mailers'.
-            connection.settings_dict.setdefault("OPTIONS", {})["application_name"] = "relay-mailer"
+        connection_named("relay-mailer")
         Mailer(limit=batch_limit, timeout_ms=batch_timeout_ms).run()
