@@ -1,8 +1,9 @@
 """Turning what happened into owed deliveries, inside the transaction that made it
 happen (mailboxes.signals.event_happened), and queueing each delivery's
 task once that transaction commits."""
+import json
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -17,17 +18,42 @@ def _iso(value) -> str | None:
     return value.isoformat().replace("+00:00", "Z") if value else None
 
 
+# What a delivery's data holds: the API's shapes of a mailbox and of a message list item
+# (api/serializers.py: MailboxSerializer, MessageSummarySerializer), field by field, as
+# (wire name, how it is read from the row). webhooks/ sits below api/, so the shapes are
+# named here; tests/webhooks/test_payload_shape.py fails when they and the serializers part.
+MAILBOX_FIELDS = (
+    ("id", "id"), ("address", "address"), ("status", "status"), ("created_at", "created_at"),
+    ("expires_at", "expires_at"), ("expired_at", "expired_at"), ("message_count", "message_count"),
+    ("name", "name"), ("tags", "tags"), ("metadata", lambda mailbox: json.loads(mailbox.metadata)),
+    ("deleted_at", "deleted_at"),  # a webhook's own: an ended mailbox says when it was deleted
+)
+MESSAGE_FIELDS = (
+    ("id", "id"), ("mailbox_id", "mailbox_id"), ("from", "sender"), ("to", "to_header"),
+    ("envelope_from", "envelope_from"), ("envelope_to", "envelope_to"), ("subject", "subject"),
+    ("received_at", "received_at"), ("size", "size"), ("is_read", "is_read"),
+    ("has_attachments", "has_attachments"), ("authenticated", "authenticated"), ("direction", "direction"),
+    ("thread_id", "thread_id"),
+)
+
+
+def rendered(row, fields) -> dict:
+    """`row` as JSON's values, field by field (`fields`: MAILBOX_FIELDS, MESSAGE_FIELDS)."""
+    data = {}
+    for name, read in fields:
+        value = read(row) if callable(read) else getattr(row, read)
+        data[name] = str(value) if isinstance(value, uuid.UUID) else _iso(value) if isinstance(value, datetime) else value
+    return data
+
+
 def _mailbox_data(mailbox: Mailbox) -> dict:
-    return {"id": str(mailbox.id), "address": mailbox.address, "status": mailbox.status,
-            "created_at": _iso(mailbox.created_at), "expires_at": _iso(mailbox.expires_at),
-            "expired_at": _iso(mailbox.expired_at), "deleted_at": _iso(mailbox.deleted_at)}
+    return rendered(mailbox, MAILBOX_FIELDS)
 
 
 def _message_data(message) -> dict:
-    return {"id": message.id, "mailbox_id": str(message.mailbox_id), "from": message.sender,
-            "to": message.to_header, "envelope_from": message.envelope_from, "envelope_to": message.envelope_to,
-            "subject": message.subject, "received_at": _iso(message.received_at or db_now()),
-            "size": message.size, "has_attachments": message.has_attachments}
+    if message.received_at is None:  # not read back from the database where it was stored
+        message.received_at = db_now()
+    return rendered(message, MESSAGE_FIELDS)
 
 
 # Written out: it runs for every message stored, and building the ORM's query anew each

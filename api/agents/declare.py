@@ -13,19 +13,24 @@ import asyncio
 import contextlib
 import inspect
 import json
+import keyword
 import math
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from django.conf import settings
+from drf_spectacular.drainage import get_override
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
-from pydantic import BaseModel, ConfigDict, Field
-from rest_framework import exceptions
+from pydantic import BaseModel, ConfigDict, Field, create_model
+from rest_framework import exceptions, serializers
 
 from accounts import identity
 from api.authentication import Principal
+from api.conversation_serializers import SendAcceptedSerializer, ThreadDetailSerializer, ThreadSerializer
+from api.domain_serializers import DomainSerializer
 from api.errors import error_of
+from api.serializers import DeliverySerializer, MailboxSerializer, MessageDetailSerializer, MessageSummarySerializer
 from core.pools import PoolFull, in_pool
 from mailboxes.errors import Forbidden, RelayError, TtlOutOfRange
 
@@ -43,17 +48,68 @@ class Result(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
-class MailboxOut(Result):
-    id: str
-    address: str
-    status: str
-    created_at: str
-    expires_at: str
-    expired_at: str | None = None
-    message_count: int
-    name: str
-    tags: list[str]
-    metadata: dict[str, Any]
+# The results that are a resource's shape are the API's serializers' shapes (docs/agents.md):
+# derived here, never written again, so a field the API adds is in the tool's outputSchema too.
+def shaped(serializer: type[serializers.Serializer], name: str) -> type[Result]:
+    """The result model of what `serializer` renders: its fields by their wire names, each
+    of the type the OpenAPI schema gives it, required as there (what is rendered, unless
+    declared `required=False`), nullable where the field allows null."""
+    found = _SHAPES.get(serializer)
+    if found is not None:
+        return found
+    fields = {}
+    for wire_name, field in serializer().fields.items():
+        if field.write_only:
+            continue
+        annotation = _type_of(field)
+        # DRF makes every read-only field "not required"; the schema, like this, counts only
+        # a field declared so (a token shown once) as one an answer may leave out.
+        optional = not field.read_only and field._kwargs.get("required") is False
+        default = None if optional else ...
+        python_name = wire_name + "_" if keyword.iskeyword(wire_name) else wire_name
+        fields[python_name] = (annotation, Field(default, alias=wire_name) if python_name != wire_name else default)
+    model = _SHAPES[serializer] = create_model(name, __base__=Result, **fields)
+    return model
+
+
+_SHAPES: dict[type, type[Result]] = {}
+
+
+def _type_of(field: serializers.Field) -> Any:
+    """A serializer field's Python type, as drf-spectacular types it in the OpenAPI schema."""
+    if isinstance(field, serializers.SerializerMethodField):
+        method = getattr(type(field.parent), field.method_name)
+        declared = get_override(method, "field")
+        if declared is None:
+            return inspect.signature(method).return_annotation
+        field = declared() if isinstance(declared, type) else declared
+    if isinstance(field, serializers.ListSerializer):
+        found = list[shaped(type(field.child), type(field.child).__name__.removesuffix("Serializer"))]
+    elif isinstance(field, serializers.Serializer):
+        found = shaped(type(field), type(field).__name__.removesuffix("Serializer"))
+    elif isinstance(field, serializers.ListField):
+        found = list[_type_of(field.child)]
+    elif isinstance(field, serializers.BooleanField):
+        found = bool
+    elif isinstance(field, serializers.IntegerField):
+        found = int
+    elif isinstance(field, serializers.FloatField):
+        found = float
+    elif isinstance(field, (serializers.JSONField, serializers.DictField)):
+        found = dict[str, Any]
+    else:  # text, choices, UUIDs and timestamps are strings on the wire
+        found = str
+    return found | None if field.allow_null else found
+
+
+MailboxOut = shaped(MailboxSerializer, "MailboxOut")
+MessageSummary = shaped(MessageSummarySerializer, "MessageSummary")
+MessageOut = shaped(MessageDetailSerializer, "MessageOut")
+DeliveryOut = shaped(DeliverySerializer, "DeliveryOut")
+DomainOut = shaped(DomainSerializer, "DomainOut")
+Queued = shaped(SendAcceptedSerializer, "Queued")
+ThreadOut = shaped(ThreadSerializer, "ThreadOut")
+ThreadWhole = shaped(ThreadDetailSerializer, "ThreadWhole")
 
 
 class MailboxList(Result):
@@ -64,62 +120,8 @@ class Deleted(Result):
     deleted: bool
 
 
-class MessageSummary(Result):
-    id: int
-    mailbox_id: str
-    from_: str | None = Field(alias="from")
-    to: str | None
-    subject: str | None
-    received_at: str
-    size: int
-    is_read: bool
-    has_attachments: bool
-    authenticated: bool
-    direction: str
-    thread_id: int | None
-
-
 class MessageList(Result):
     messages: list[MessageSummary]
-
-
-class AttachmentOut(Result):
-    id: int
-    download_url: str
-    filename: str | None
-    content_type: str
-    size: int
-
-
-class Link(Result):
-    url: str
-    text: str | None
-
-
-class DeliveryOut(Result):
-    recipient: str
-    status: str
-    smtp_code: int | None
-    detail: str
-    at: str
-
-
-class MessageOut(MessageSummary):
-    text: str | None
-    html: str | None
-    headers: list[list[str]]
-    attachments: list[AttachmentOut]
-    codes: list[str]
-    links: list[Link]
-    authentication: dict[str, Any]
-    message_id: str | None
-    in_reply_to: str | None
-    references: list[str]
-    cc: str
-    reply_to: str
-    outbox_id: int | None
-    outbox_status: str | None
-    delivery: list[DeliveryOut]
 
 
 class Waited(Result):
@@ -174,47 +176,12 @@ class Code(Result):
     subject: str | None = None
 
 
-class DomainRecord(Result):
-    type: str
-    name: str
-    value: str
-    status: str
-
-
-class DomainOut(Result):
-    id: str
-    name: str
-    status: str
-    created_at: str
-    verified_at: str | None = None
-    records: list[DomainRecord]
-
-
 class DomainList(Result):
     domains: list[DomainOut]
 
 
-class Queued(Result):
-    id: int
-    status: str
-    message_id: int
-
-
-class ThreadOut(Result):
-    id: int
-    subject: str
-    participants: list[str]
-    message_count: int
-    unread_count: int
-    last_message_at: str
-
-
 class ThreadList(Result):
     threads: list[ThreadOut]
-
-
-class ThreadWhole(ThreadOut):
-    messages: list[MessageSummary]
 
 
 class Attachment(Result):

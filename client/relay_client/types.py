@@ -1,26 +1,32 @@
 """What Relay's API answers, as typed objects with the API's field names as attributes
 (`from` is `from_`: a Python keyword), its timestamps as timezone-aware datetimes. Fields
-the API adds later are kept in `.raw`, as the API sent them."""
+the API adds later are kept in `.raw`, as the API sent them.
+
+Generated from Relay's OpenAPI schema by scripts/python-types.sh: do not edit by hand."""
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 T = TypeVar("T")
 
 
 def build(cls: type[T], data: dict[str, Any]) -> T:
-    """An instance of the dataclass `cls` from the API's JSON `data`."""
+    """An instance of the dataclass `cls` from the API's JSON `data`, with what nests in it."""
     names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    values = {("from_" if key == "from" else key): _timestamp(value) if key in TIMESTAMPS else value
-              for key, value in data.items()}
+    nested = getattr(cls, "NESTED", {})
+    values = {}
+    for key, value in data.items():
+        name = "from_" if key == "from" else key
+        if name in nested and isinstance(value, list):
+            value = [build(globals()[nested[name]], item) for item in value]
+        elif name in TIMESTAMPS:
+            value = _timestamp(value)
+        values[name] = value
     known = {key: value for key, value in values.items() if key in names and key != "raw"}
     return cls(**known, raw=data)  # type: ignore[call-arg]
-
-
-TIMESTAMPS = frozenset({"created_at", "expires_at", "expired_at", "received_at", "verified_at", "last_message_at"})
 
 
 def _timestamp(value: Any) -> datetime | None:
@@ -31,7 +37,23 @@ def _timestamp(value: Any) -> datetime | None:
 class ApiObject:
     """What every result keeps: the API's JSON as it came (`raw`)."""
 
+    NESTED: ClassVar[dict[str, str]] = {}
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_api(cls: type[T], data: dict[str, Any]) -> T:
+        return build(cls, data)
+
+
+@dataclass(frozen=True)
+class Event:
+    """One event of a mailbox's stream: `message` (data: a list item, id: its id) or
+    `expired` (data: the mailbox; the stream ends after it)."""
+
+    event: str
+    data: dict[str, Any]
+    id: str | None = None
+
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,12 +63,12 @@ class Mailbox(ApiObject):
     status: str
     created_at: datetime
     expires_at: datetime
-    expired_at: datetime | None = None
-    message_count: int = 0
-    name: str = ""
-    tags: list[str] = field(default_factory=list)
-    metadata: dict[str, Any] = field(default_factory=dict)
-    token: str | None = None  # only when created anonymously
+    expired_at: datetime | None
+    message_count: int
+    name: str
+    tags: list[str]
+    metadata: dict[str, Any]
+    token: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,7 +78,7 @@ class Attachment(ApiObject):
     filename: str | None
     content_type: str
     size: int
-    content_id: str | None = None
+    content_id: str | None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,45 +89,39 @@ class Link(ApiObject):
 
 @dataclass(frozen=True, kw_only=True)
 class Message(ApiObject):
-    """A list item, or (from get_message and the waits) a message whole: then `text`,
-    `html`, `headers`, `attachments`, `codes` and `links` are filled in."""
+    """A list item, or (from get_message and the waits) a message whole: then the fields of a
+    message whole are filled in."""
 
+    NESTED: ClassVar[dict[str, str]] = {"attachments": "Attachment", "links": "Link"}
     id: int
     mailbox_id: str
     from_: str
     to: str
+    envelope_from: str
+    envelope_to: str
     subject: str
     received_at: datetime
-    envelope_from: str = ""
-    envelope_to: str = ""
-    size: int = 0
-    is_read: bool = False
-    has_attachments: bool = False
-    authenticated: bool = False
-    authentication: dict[str, Any] | None = None  # the verdict's parts, on a message whole
+    size: int
+    is_read: bool
+    has_attachments: bool
+    authenticated: bool
+    direction: str
+    thread_id: int | None
     text: str | None = None
     html: str | None = None
     headers: list[list[str]] = field(default_factory=list)
     attachments: list[Attachment] = field(default_factory=list)
     codes: list[str] = field(default_factory=list)
     links: list[Link] = field(default_factory=list)
-    direction: str = "in"  # "out": sent from the mailbox
-    thread_id: int | None = None
-    # On a message whole: its place in the conversation, and a sent one's outbox status.
+    authentication: dict[str, Any] | None = None
     message_id: str | None = None
+    header_message_id: str | None = None
     in_reply_to: str | None = None
     references: list[str] = field(default_factory=list)
-    cc: str = ""
-    reply_to: str = ""
+    cc: str | None = None
+    reply_to: str | None = None
     outbox_id: int | None = None
     outbox_status: str | None = None
-
-    @classmethod
-    def from_api(cls, data: dict[str, Any]) -> Message:
-        message = build(cls, data)
-        return dataclasses.replace(
-            message, attachments=[build(Attachment, item) for item in data.get("attachments", [])],
-            links=[build(Link, item) for item in data.get("links", [])])
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,17 +134,13 @@ class DomainRecord(ApiObject):
 
 @dataclass(frozen=True, kw_only=True)
 class Domain(ApiObject):
+    NESTED: ClassVar[dict[str, str]] = {"records": "DomainRecord"}
     id: str
     name: str
     status: str
     created_at: datetime
-    verified_at: datetime | None = None
-    records: list[DomainRecord] = field(default_factory=list)
-
-    @classmethod
-    def from_api(cls, data: dict[str, Any]) -> Domain:
-        return dataclasses.replace(build(cls, data), records=[build(DomainRecord, item)
-                                                              for item in data.get("records", [])])
+    verified_at: datetime | None
+    records: list[DomainRecord]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -137,13 +149,14 @@ class Sent(ApiObject):
 
     id: int
     status: str
-    message_id: int | None = None
+    message_id: int
 
 
 @dataclass(frozen=True, kw_only=True)
 class Thread(ApiObject):
     """A conversation; `messages` (oldest first) only from get_thread."""
 
+    NESTED: ClassVar[dict[str, str]] = {"messages": "Message"}
     id: int
     subject: str
     participants: list[str]
@@ -152,17 +165,5 @@ class Thread(ApiObject):
     last_message_at: datetime
     messages: list[Message] = field(default_factory=list)
 
-    @classmethod
-    def from_api(cls, data: dict[str, Any]) -> Thread:
-        return dataclasses.replace(build(cls, data), messages=[Message.from_api(item)
-                                                               for item in data.get("messages", [])])
 
-
-@dataclass(frozen=True)
-class Event:
-    """One event of a mailbox's stream: `message` (data: a list item, id: its id) or
-    `expired` (data: the mailbox; the stream ends after it)."""
-
-    event: str
-    data: dict[str, Any]
-    id: str | None = None
+TIMESTAMPS = frozenset({'created_at', 'expired_at', 'expires_at', 'last_message_at', 'received_at', 'verified_at'})
