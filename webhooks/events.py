@@ -21,7 +21,7 @@ def _iso(value) -> str | None:
 # What a delivery's data holds: the API's shapes of a mailbox and of a message list item
 # (api/serializers.py: MailboxSerializer, MessageSummarySerializer), field by field, as
 # (wire name, how it is read from the row). webhooks/ sits below api/, so the shapes are
-# named here; tests/webhooks/test_payload_shape.py fails when they and the serializers part.
+# named here; tests/test_shapes.py fails when they and the serializers part.
 MAILBOX_FIELDS = (
     ("id", "id"), ("address", "address"), ("status", "status"), ("created_at", "created_at"),
     ("expires_at", "expires_at"), ("expired_at", "expired_at"), ("message_count", "message_count"),
