@@ -14,7 +14,6 @@ from django.db.models import F, Model, Q
 from core.clock import db_now
 from core.storage import clock_sql, for_update_skip_locked
 
-
 ERROR_MAX_CHARS = 2000
 
 
