@@ -17,7 +17,9 @@ CLASSES = {
     "Mailbox": (("Mailbox", "MailboxCreated"), {}, ""),
     "Attachment": (("Attachment",), {}, ""),
     "Link": (("Link",), {}, ""),
-    "Message": (("MessageSummary", "MessageDetail"), {"attachments": "Attachment", "links": "Link"},
+    "Delivery": (("Delivery",), {}, "One recipient of a sent message, and what became of it."),
+    "Message": (("MessageSummary", "MessageDetail"),
+                {"attachments": "Attachment", "links": "Link", "delivery": "Delivery"},
                 "A list item, or (from get_message and the waits) a message whole: then the fields of a\n"
                 "    message whole are filled in."),
     "DomainRecord": (("DomainRecord",), {}, ""),

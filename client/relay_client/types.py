@@ -88,11 +88,22 @@ class Link(ApiObject):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Delivery(ApiObject):
+    """One recipient of a sent message, and what became of it."""
+
+    recipient: str
+    status: str
+    smtp_code: int | None
+    detail: str
+    at: datetime
+
+
+@dataclass(frozen=True, kw_only=True)
 class Message(ApiObject):
     """A list item, or (from get_message and the waits) a message whole: then the fields of a
     message whole are filled in."""
 
-    NESTED: ClassVar[dict[str, str]] = {"attachments": "Attachment", "links": "Link"}
+    NESTED: ClassVar[dict[str, str]] = {"attachments": "Attachment", "links": "Link", "delivery": "Delivery"}
     id: int
     mailbox_id: str
     from_: str
@@ -122,6 +133,7 @@ class Message(ApiObject):
     reply_to: str | None = None
     outbox_id: int | None = None
     outbox_status: str | None = None
+    delivery: list[Delivery] = field(default_factory=list)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -166,4 +178,4 @@ class Thread(ApiObject):
     messages: list[Message] = field(default_factory=list)
 
 
-TIMESTAMPS = frozenset({'created_at', 'expired_at', 'expires_at', 'last_message_at', 'received_at', 'verified_at'})
+TIMESTAMPS = frozenset({'at', 'created_at', 'expired_at', 'expires_at', 'last_message_at', 'received_at', 'verified_at'})
