@@ -117,6 +117,26 @@ def test_sending_is_queued(relay):
     assert sent.status == "queued" and sent.id > 0
 
 
+def test_wait_for_delivery_ends_when_every_recipient_is_final(processes, sink, smtp_server):
+    processes.env["EMAIL_URL"] = f"smtp://127.0.0.1:{sink[1]}"
+    processes.worker("sender")
+    processes.mailer("mailer")
+    base = processes.start_web()
+    _, key = account_create_with_key(login="deliverer", plan="pro")
+    relay = Relay(base, key)
+    box = relay.create_mailbox()
+    sent = relay.send_message(box.id, to=["ana@example.com", "bo@example.com"], subject="Hello", text="Hi")
+    report = relay.wait_for_delivery(box.id, sent.message_id, timeout_seconds=30)
+    assert report.final is True
+    assert [(row.recipient, row.status, row.smtp_code) for row in report.delivery] == [
+        ("ana@example.com", "sent", 250), ("bo@example.com", "sent", 250)]
+    send_mail(smtp_server.port, box.address, "Hi", "hello")
+    received = relay.wait_for_message(box.id, timeout_seconds=10)
+    with pytest.raises(RelayError) as refused:
+        relay.wait_for_delivery(box.id, received.id, timeout_seconds=1)
+    assert refused.value.code == "not_found"
+
+
 def test_a_conversation_replied_forwarded_and_read_as_a_thread(relay, smtp_server):
     box = relay.create_mailbox()
     send_mail(smtp_server.port, box.address, "Invoice", "Please confirm.")

@@ -8,14 +8,17 @@ import hmac
 import os
 import re
 import time
+from dataclasses import dataclass
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 import requests
 
-from relay_client.types import Domain, Event, Mailbox, Message, Sent, Thread, build
+from relay_client.types import Delivery, Domain, Event, Mailbox, Message, Sent, Thread, build
 
 WAIT_CHUNK_SECONDS = 60  # the API holds one wait for at most this long
+# A recipient's states that nothing but a later bounce or complaint changes (docs/delivery.md).
+FINAL_DELIVERY = frozenset({"sent", "failed", "bounced", "complained"})
 MINUTE_MS = 60_000
 MAX_RETRY_AFTER_SECONDS = 60.0
 
@@ -34,6 +37,14 @@ class RelayError(Exception):
 
 class WaitTimeout(TimeoutError):
     """A wait ran out before what it waited for arrived."""
+
+
+@dataclass(frozen=True)
+class DeliveryReport:
+    """What wait_for_delivery answers: each recipient's state, and whether all are final."""
+
+    delivery: list[Delivery]
+    final: bool
 
 
 class Relay:
@@ -217,6 +228,26 @@ class Relay:
         """Forward a message ("Fwd: …"), the original attached exactly as received."""
         return build(Sent, self._json("POST", f"/mailboxes/{mailbox_id}/messages/{message_id}/forward",
                                       json=_given({"to": to, "text": text})))
+
+    def wait_for_delivery(self, mailbox_id: str, message_id: int, timeout_seconds: float = 30) -> DeliveryReport:
+        """What became of a message the mailbox sent (`message_id`: the `message_id` that
+        send_message, reply_to_message or forward_message gave), once every recipient is
+        final (sent, failed, bounced, complained) or `timeout_seconds` pass: then `.final` is
+        False, not an error. A message the mailbox received is a not_found RelayError."""
+        deadline = time.monotonic() + timeout_seconds
+        pause = 0.2
+        while True:
+            message = self.get_message(mailbox_id, message_id)
+            if message.direction != "out":
+                raise RelayError("not_found", "That message was received, not sent: only mail the mailbox sent has "
+                                              "a delivery.", 404)
+            delivery = list(message.delivery or [])
+            final = bool(delivery) and all(row.status in FINAL_DELIVERY for row in delivery)
+            left = deadline - time.monotonic()
+            if final or left <= 0:
+                return DeliveryReport(delivery=delivery, final=final)
+            time.sleep(min(pause, left))
+            pause = min(pause * 2, 2.0)
 
     def list_threads(self, mailbox_id: str) -> list[Thread]:
         """The mailbox's conversations, newest activity first."""

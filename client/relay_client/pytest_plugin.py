@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from relay_client.client import Relay, RelayError
+from relay_client.client import DeliveryReport, Relay, RelayError
 from relay_client.types import Mailbox, Message
 
 
@@ -25,6 +25,9 @@ class BoundMailbox:
     def wait_for_message(self, timeout_seconds: float = 30, from_: str | None = None, subject: str | None = None,
                          after: int | None = None) -> Message | None:
         return self.relay.wait_for_message(self.id, timeout_seconds, from_=from_, subject=subject, after=after)
+
+    def wait_for_delivery(self, message_id: int, timeout_seconds: float = 30) -> DeliveryReport:
+        return self.relay.wait_for_delivery(self.id, message_id, timeout_seconds)
 
     def messages(self, query: str | None = None, unread: bool = False) -> list[Message]:
         return self.relay.list_messages(self.id, query=query, unread=unread)
