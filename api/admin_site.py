@@ -4,7 +4,7 @@ app's `@admin.register` lands here."""
 from django.contrib import admin
 from django.urls import reverse
 
-from api.operations import operations_state
+from api.gauges import operations_state
 
 # The chart's drawing box, in SVG units (it scales to the page's width).
 CHART_WIDTH, CHART_HEIGHT, CHART_TOP = 600, 120, 8

@@ -2,7 +2,7 @@
 
 Two kinds of figures: the counters every process keeps (relay/metrics.py: backend calls,
 limiter waits, task runs), summed over the host's processes in multiprocess mode; and
-gauges of what the database holds (api/operations.py), read from the shared cache."""
+gauges of what the database holds (api/gauges.py), read from the shared cache."""
 import hmac
 import os
 
@@ -14,7 +14,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, generate_latest, mult
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from api.operations import operations_state
+from api.gauges import operations_state
 
 
 class StateCollector:

@@ -26,7 +26,7 @@ from mailboxes.lifecycle import METADATA_MAX_BYTES, NAME_MAX, TAG_PATTERN, TAGS_
 from mailboxes.mail_format import ONE_LINE_PATTERN, header, lineage_of
 from mailboxes.models import Direction, MailboxStatus
 from relay.inbound.attachments import without_format_characters
-from relay.authentication import RESULTS, nothing_known
+from relay.verdicts import RESULTS, nothing_known
 from relay.models import DeliveryStatus, OutboxMail, OutboxStatus, Suppression, SuppressionReason
 from relay.outbox.delivery import delivery_of
 from relay.reading import MAILBOX_ORDERINGS

@@ -66,7 +66,7 @@ def fill(count: int) -> None:
 def timed(get, loads: int, *, cold: bool) -> list[float]:
     from django.core.cache import cache
 
-    from api.operations import CACHE_KEY
+    from api.gauges import CACHE_KEY
 
     times = []
     for _ in range(loads):

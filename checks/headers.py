@@ -4,7 +4,7 @@ import re
 from email.utils import getaddresses, parsedate_to_datetime
 
 from mailboxes.mail_format import header
-from relay.authentication import organizational_domain
+from relay.verdicts import organizational_domain
 
 URI = re.compile(r"<([^<>]*)>")
 MESSAGE_ID = re.compile(r"^\s*<[^<>@\s]+@[^<>@\s]+>\s*$")

@@ -11,7 +11,7 @@ PURGE_TASK_NAME = "relay: retention purge"
 RECONCILE_TASK_NAME = "relay: reconcile report"
 WORDS_TASK_NAME = "relay: owed search words"
 MAILSERVER_TASK_NAME = "relay: read the mail server"
-# The backstop for search words whose task was lost (relay.ingest.words_owed asks for one
+# The backstop for search words whose task was lost (relay.ingest.words_index_request asks for one
 # as messages arrive): a search never waits on it, it only bounds the owed backlog.
 WORDS_BACKSTOP_SECONDS = 60
 

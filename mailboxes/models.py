@@ -181,7 +181,7 @@ class MessageContent(models.Model):
     links = models.JSONField(default=list, db_default=[], blank=True)
     # False when parsing stopped at a cap: the raw bytes are whole.
     parsed_fully = models.BooleanField(default=True)
-    # SPF, DKIM and DMARC as found when it was stored (relay/authentication.py).
+    # SPF, DKIM and DMARC as found when it was stored (relay/verdicts.py).
     authentication = models.JSONField(default=dict, db_default={}, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     # Words of the subject and text for `q`, shared by every recipient of the content.

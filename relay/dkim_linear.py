@@ -1,5 +1,6 @@
 """dkimpy's relaxed body canonicalization in linear time (its regex tried every position of a
-whitespace run); imported by every module that calls dkimpy, before any check or signature."""
+whitespace run): `install()` puts it in dkimpy's place, which relay's AppConfig.ready does in
+every process before any check or signature."""
 import re
 
 import dkim.canonicalization
@@ -11,4 +12,5 @@ def strip_trailing_whitespace(content: bytes) -> bytes:
     return _TRAILING_WHITESPACE.sub(b"\r\n", content)
 
 
-dkim.canonicalization.strip_trailing_whitespace = strip_trailing_whitespace
+def install() -> None:
+    dkim.canonicalization.strip_trailing_whitespace = strip_trailing_whitespace

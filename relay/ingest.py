@@ -19,7 +19,7 @@ from mailboxes.messages import Recipient, message_store
 from mailboxes.models import Direction, MessageContent
 from core import task_names
 from core.storage import keeps_search_words
-from relay.authentication import authenticate, spf_of_mail_server
+from relay.verdicts import authenticate, spf_of_mail_server
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ def message_ingest(*, raw: bytes, mail_from: str, recipients: list[Recipient], s
                            recipients=recipients, server_id=server_id, lineage=lineage_of(parsed.headers),
                            direction=direction, joining=joining)
     if stored:
-        words_owed()
+        words_index_request()
     return stored
 
 
@@ -56,7 +56,7 @@ _words_lock = threading.Lock()
 _words_next_publish = 0.0
 
 
-def words_owed() -> None:
+def words_index_request() -> None:
     """Ask a worker to write the words of the messages just stored, at most once per
     WORDS_DELAY_SECONDS; what a lost task leaves is beat's or the next search's."""
     global _words_next_publish

@@ -20,7 +20,7 @@ from django.db import close_old_connections, connections
 from accounts.inputs import whole_number_or_none
 from core import dns
 from mailboxes.messages import MailboxFull, recipient_by_address
-from relay.authentication import TEMPERROR, authenticate, nothing_known
+from relay.verdicts import TEMPERROR, authenticate, nothing_known
 from core.client_address import client_group
 from relay.ingest import message_ingest
 from relay.outbox.delivery import bounce_receive, is_bounce_address

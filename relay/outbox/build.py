@@ -17,7 +17,6 @@ from domains.keys import KeyUnreadable
 from domains.services import signing_key
 from mailboxes.errors import InvalidRequest
 from mailboxes.mail_format import breaks_line
-from relay import dkim_linear  # noqa: F401 (dkimpy's body canonicalization made linear)
 from relay.models import KIND_PRIORITY, OutboxMail
 
 logger = logging.getLogger(__name__)

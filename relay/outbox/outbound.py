@@ -173,13 +173,13 @@ def outbound_queue(*, mailbox: Mailbox, to: list[str], subject: str, text: str, 
                           verbatim=verbatim)
         if len(mail.message) > settings.RELAY_MAX_MESSAGE_BYTES:
             raise MessageTooLarge()
-        mail.kept_as_id = _keep(mailbox, bytes(mail.message), joining)
+        mail.kept_as_id = _keep_sent_copy(mailbox, bytes(mail.message), joining)
         mail.save(force_insert=True)
         deliveries_start(mail)
     return mail
 
 
-def _keep(mailbox: Mailbox, raw: bytes, joining: int | None) -> int:
+def _keep_sent_copy(mailbox: Mailbox, raw: bytes, joining: int | None) -> int:
     """Store what is sent in the mailbox it is sent from; its bytes count toward the
     mailbox's storage like mail received."""
     recipient = recipient_by_id(mailbox.id)

@@ -13,7 +13,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.rsa import RSAPublicNumbers
 
-from relay import authentication
+from relay import verdicts
 from tests import dkim_keys
 from tests.helpers import wait_until
 from tests.mail_corpus import mail, send
@@ -101,10 +101,10 @@ def test_a_key_of_a_usual_size_with_an_unusual_exponent_is_refused():
     der = numbers.public_key().public_bytes(serialization.Encoding.DER,
                                             serialization.PublicFormat.SubjectPublicKeyInfo)
     record = f"v=DKIM1; p={base64.b64encode(der).decode()}".encode()
-    assert "exponent" in authentication.key_refusal(record)
+    assert "exponent" in verdicts.key_refusal(record)
     usual = RSAPublicNumbers(65537, numbers.n).public_key().public_bytes(
         serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
-    assert authentication.key_refusal(f"v=DKIM1; p={base64.b64encode(usual).decode()}".encode()) is None
+    assert verdicts.key_refusal(f"v=DKIM1; p={base64.b64encode(usual).decode()}".encode()) is None
 
 
 def test_a_mail_of_2000_signatures_checks_the_first_few_and_no_session_waits(smtp_server, client_pro, box, senders):
@@ -119,7 +119,7 @@ def test_a_mail_of_2000_signatures_checks_the_first_few_and_no_session_waits(smt
     assert max(delays) < PROMPT_SECONDS, f"another session's NOOP took {max(delays):.2f} s"
     assert took < 2.5, f"the 250 came {took:.2f} s after DATA"
     found = verdict_of(client_pro, box)
-    assert len(found["dkim"]) == authentication.MAX_SIGNATURES
+    assert len(found["dkim"]) == verdicts.MAX_SIGNATURES
     assert [result["domain"] for result in found["dkim"]] == [f"s{n}.chosen.test" for n in range(5)]
 
 

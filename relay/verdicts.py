@@ -16,7 +16,6 @@ from django.conf import settings
 from publicsuffix2 import PublicSuffixList
 
 from core import dns
-from relay import dkim_linear  # noqa: F401 (dkimpy's body canonicalization made linear)
 
 logger = logging.getLogger(__name__)
 
