@@ -206,7 +206,7 @@ def main() -> None:
         assert "482913" in answer, answer
         # The wait's subscription ends once nobody waits (at its next read, within a
         # second): it is the MCP flow's tail, and must not be counted in the reply's.
-        from api.waiting import hub
+        from relay.live import hub
         if hub.listener is not None:
             await asyncio.wait_for(hub.listener, timeout=10)
 
