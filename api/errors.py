@@ -1,66 +1,25 @@
 """Relay's error format: {"code", "message"} plus "fields" for validation errors.
 
 One vocabulary for every error a client can meet: the domain's exceptions, DRF's and
-Django's. Each domain exception has its status and code in DOMAIN_ERRORS; everything
-else is known by its HTTP status in STATUS_CODES (the DRF exception handler here, and
-api.middleware for what Django answers before any view runs). So no request ever sees
-an HTML page or a 500 for bad input."""
+Django's. Each domain exception has its status and code in relay.error_table, the one
+table every door reads; everything else is known by its HTTP status, by the same table's
+STATUS_CODES (the DRF exception handler here, and api.middleware for what Django answers
+before any view runs). So no request ever sees an HTML page or a 500 for bad input."""
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.http import Http404, JsonResponse
-from rest_framework import exceptions, status
+from rest_framework import exceptions
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from api.authentication import InsufficientScope, insufficient_scope
 from core.pools import PoolFull
 from mailboxes import errors as domain
-
-# The code of every status Relay answers with, whoever raised it.
-STATUS_CODES = {
-    400: "invalid_request",
-    401: "unauthorized",
-    403: "forbidden",
-    404: "not_found",
-    405: "method_not_allowed",
-    406: "not_acceptable",
-    409: "conflict",
-    410: "expired",
-    413: "too_large",
-    415: "unsupported_media_type",
-    422: "suppressed",
-    429: "rate_limited",
-    503: "backend_unavailable",
-}
-
-# The domain's exceptions, each with its status; the code follows from the status.
-DOMAIN_ERRORS = {
-    domain.InvalidRequest: status.HTTP_400_BAD_REQUEST,
-    domain.NotFound: status.HTTP_404_NOT_FOUND,
-    domain.Conflict: status.HTTP_409_CONFLICT,
-    domain.Gone: status.HTTP_410_GONE,
-    domain.BackendUnavailable: status.HTTP_503_SERVICE_UNAVAILABLE,
-    domain.Forbidden: status.HTTP_403_FORBIDDEN,
-    domain.QuotaExceeded: status.HTTP_429_TOO_MANY_REQUESTS,
-    domain.RateLimited: status.HTTP_429_TOO_MANY_REQUESTS,
-    domain.MessageTooLarge: status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
-    domain.Suppressed: status.HTTP_422_UNPROCESSABLE_ENTITY,
-}
-# Where a status has more than one code (docs/api.md: 429 is rate_limited or quota_exceeded;
-# 403 is forbidden or account_suspended; 404 is not_found or not_configured).
-DOMAIN_CODES = {domain.QuotaExceeded: "quota_exceeded", domain.AccountSuspended: "account_suspended",
-                domain.NotConfigured: "not_configured"}
+from relay.error_table import domain_error, error_body
 
 MESSAGES = {
     404: "Not found.",
     413: "The request body is too large.",
 }
-
-
-def error_body(status_code: int, message: str, *, code: str | None = None, fields: dict | None = None) -> dict:
-    body = {"code": code or STATUS_CODES.get(status_code, "invalid_request"), "message": message}
-    if fields:
-        body["fields"] = fields
-    return body
 
 
 def _first_message(detail) -> str:
@@ -82,15 +41,8 @@ def _messages(value) -> list[str]:
     return [str(value)]
 
 
-def _domain_error(exc: domain.RelayError) -> tuple[int, dict]:
-    status_code = next((code for cls, code in DOMAIN_ERRORS.items() if isinstance(exc, cls)), 400)
-    fields = {exc.field: [exc.message]} if isinstance(exc, domain.InvalidRequest) and exc.field else None
-    code = next((code for cls, code in DOMAIN_CODES.items() if isinstance(exc, cls)), None)
-    return status_code, error_body(status_code, exc.message, code=code, fields=fields)
-
-
 def _domain_response(exc: domain.RelayError) -> Response:
-    status_code, body = _domain_error(exc)
+    status_code, body = domain_error(exc)
     response = Response(body, status=status_code)
     if getattr(exc, "retry_after", None):  # a quota, a rate, a kind of outside call's full pool
         response["Retry-After"] = str(exc.retry_after)
@@ -108,7 +60,7 @@ def error_of(exc: domain.RelayError | exceptions.APIException | PoolFull) -> tup
     domain error, a serializer's validation error, DRF's refusal of credentials, or a
     kind of outside call's full pool. The MCP tools word their tool errors from the same body."""
     if isinstance(exc, domain.RelayError):
-        return _domain_error(exc)
+        return domain_error(exc)
     if isinstance(exc, PoolFull):
         return 503, error_body(503, exc.message)
     if isinstance(exc, exceptions.ValidationError):

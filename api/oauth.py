@@ -3,11 +3,10 @@
 grant with PKCE S256, dynamic registration (RFC 7591) and its updates (RFC 7592) under one
 rule, client ID metadata documents, token and revocation (RFC 7009) endpoints. The
 authorization endpoint, a consent page, is the web inbox's (config/urls.py mounts it in this
-namespace); the sources its policy lets the consent's answer go to are built here."""
+namespace); the sources its policy lets the consent's answer go to are built by
+accounts.oauth.consent_form_action, from the redirect URIs' rule this registration checks."""
 import json
-import re
 from types import SimpleNamespace
-from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.http import JsonResponse
@@ -17,30 +16,16 @@ from oauth2_provider.cimd import (CIMDError, SafeMetadataFetcher, _effective_max
                                   is_cimd_client_id)
 from oauth2_provider.settings import oauth2_settings
 
+from accounts.oauth import redirect_uri_allowed
 from api.authentication import AccountRouteThrottle
 from core.http import DeliveryTimedOut, PrivateAddress, TransportFailed, get_document
 from core.pools import CLIENT_DOCUMENTS
 
 
-LOOPBACK = {"127.0.0.1", "localhost", "::1"}
-# The loopback addresses whose callback may name any port at the time of the request (RFC
-# 8252 §7.3, as the toolkit matches them); "localhost" keeps the port it registered.
-ANY_PORT_LOOPBACK = {"127.0.0.1"}
-# What a host may be to stand in a policy: a name or an IPv4 address, nothing CSP would read
-# as a separator or a keyword.
-POLICY_HOST = re.compile(r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?")
 # What the authorization server offers (its metadata says the same): the code grant with
 # refresh tokens, answered with a code.
 GRANT_TYPES = {"authorization_code", "refresh_token"}
 RESPONSE_TYPES = {"code"}
-
-
-def redirect_uri_allowed(uri: object) -> bool:
-    """HTTPS, or http on a loopback host (a native agent's callback, RFC 8252)."""
-    if not isinstance(uri, str):
-        return False
-    parts = urlsplit(uri)
-    return parts.scheme == "https" or (parts.scheme == "http" and parts.hostname in LOOPBACK)
 
 
 def client_metadata_problem(data: object) -> tuple[str, str] | None:
@@ -93,32 +78,6 @@ class RegistrationManagement(views.DynamicClientRegistrationManagementView):
 
     def put(self, request, *args, **kwargs):
         return _metadata_refused(request) or super().put(request, *args, **kwargs)
-
-
-def consent_form_action(redirect_uris: str) -> str:
-    """The sources a consent page's `form-action` adds to 'self': the origins of the client's
-    registered redirect URIs that meet the registration rule (a browser applies form-action
-    to the redirect that answers the form). Never the request's: its redirect URI is only
-    one of these once the toolkit matched it, and a host in a policy must be a plain name."""
-    sources = []
-    for uri in redirect_uris.split():
-        if not redirect_uri_allowed(uri):
-            continue
-        parts = urlsplit(uri)
-        try:
-            port = parts.port
-        except ValueError:
-            continue
-        host = (parts.hostname or "").lower()
-        if not POLICY_HOST.fullmatch(host):
-            continue  # an IPv6 literal has no CSP spelling; anything else odd is left out
-        if parts.scheme == "http" and host in ANY_PORT_LOOPBACK:
-            source = f"http://{host}:*"
-        else:
-            source = f"{parts.scheme}://{host}" + (f":{port}" if port is not None else "")
-        if source not in sources:
-            sources.append(source)
-    return " ".join(sources)
 
 
 class ClientDocumentFetcher(SafeMetadataFetcher):

@@ -8,9 +8,9 @@ from drf_spectacular.utils import OpenApiParameter
 from rest_framework import serializers
 
 from accounts.models import plan_limit
-from api.errors import DOMAIN_CODES, STATUS_CODES
 from mailboxes.lifecycle import LOCAL_PART_PATTERN
 from mailboxes.models import Plan
+from relay.error_table import DOMAIN_CODES, STATUS_CODES
 
 # The errors any operation may answer (docs/api.md): bad input, credentials, another owner's
 # or a missing mailbox, an expired one, a body too large or not JSON, a rate or a quota.

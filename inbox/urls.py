@@ -20,7 +20,6 @@ urlpatterns = [
     path("staff/<int:message_id>/html", pooled_page(views.staff_message_html), name="inbox-staff-html"),
     path("staff/<int:message_id>/cid/<str:content_id>", pooled_page(views.staff_message_part), name="inbox-staff-part"),
     path("<uuid:mailbox_id>", pooled_page(views.mailbox_page), name="inbox-mailbox"),
-    path("<uuid:mailbox_id>/rows", pooled_page(views.mailbox_rows), name="inbox-rows"),
     path("<uuid:mailbox_id>/events", views.mailbox_events, name="inbox-events"),
     path("<uuid:mailbox_id>/renew", pooled_page(views.mailbox_renew), name="inbox-renew"),
     path("<uuid:mailbox_id>/delete", pooled_page(views.mailbox_remove), name="inbox-delete"),

@@ -7,13 +7,13 @@ import uuid
 
 from django.conf import settings
 from django.db.models import Q
-from django.http import Http404, HttpResponse, HttpResponseRedirect, JsonResponse, QueryDict
+from django.http import (Http404, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect, JsonResponse,
+                         StreamingHttpResponse)
 from django.shortcuts import render
+from django.template.loader import render_to_string
 from django.templatetags.static import static
 from django.urls import reverse
 from django.utils import timezone, translation
-from django.utils.html import escape
-from django.utils.safestring import mark_safe
 from django.utils.http import content_disposition_header, url_has_allowed_host_and_scheme, urlencode
 from django.utils.translation import gettext as _
 from django.views.decorators.clickjacking import xframe_options_sameorigin
@@ -24,14 +24,13 @@ from oauth2_provider.views import AuthorizationView
 
 from accounts import services as accounts
 from accounts.credentials import api_key_revoke
+from accounts.oauth import consent_form_action
 from accounts.oauth_apps import oauth_app_revoke, oauth_apps_of
 from accounts.errors import Forbidden, RelayError
 from accounts.inputs import BIGINT_MAX, whole_number
-from api import oauth
-from api.errors import error_of
-from api.waiting import event_stream
 from checks import html_support, message_checks
 from core.client_address import client_group_of
+from core.pools import in_pool
 from core.rate_limits import rate_limit_take
 from domains.models import Domain, DomainStatus
 from inbox import session
@@ -42,8 +41,9 @@ from mailboxes.mail_format import lineage_of
 from mailboxes.messages import message_mark_read
 from mailboxes.models import MailboxStatus, shown_sender
 from mailboxes.threads import thread_messages
-from relay import reading
+from relay import live, reading
 from relay.backends import get_backend
+from relay.error_table import domain_error, retry_after
 from relay.inbound.attachments import (SAFETY_HEADERS, attachment_of, safe_filename, served_content_type,
                                        without_format_characters)
 from relay.models import OutboxMail
@@ -79,7 +79,7 @@ def page(view):
             try:
                 response = view(request, *args, **kwargs)
             except (RelayError, Http404) as exc:
-                status, body = error_of(exc) if isinstance(exc, RelayError) else (404, {"message": _("Not found.")})
+                status, body = domain_error(exc) if isinstance(exc, RelayError) else (404, {"message": _("Not found.")})
                 # What a field was refused for says more than "The request is not valid."
                 message = " ".join(f"{name}: {' '.join(reasons)}" for name, reasons in body.get("fields", {}).items())
                 response = render(request, "inbox/problem.html",
@@ -111,31 +111,25 @@ def sender_badge(*, direction: str, authenticated: bool) -> tuple[str, bool]:
     return (_("verified sender"), True) if authenticated else (_("unverified"), False)
 
 
-def _rows(mailbox, words: str = "", after: int = 0) -> list:
+def _rows(mailbox, words: str = "", after: int = 0, *, oldest_first: bool = False) -> list[dict]:
     """The newest LISTED messages of `mailbox` (matching `words`, newer than `after`), each
-    as the list's HTML row (built here, not by fifty template rows or format_html calls:
-    those were most of the page's time)."""
-    prefix = escape(reverse("inbox-mailbox", args=[mailbox.id]) + "/")
-    copy, no_sender, no_subject = map(escape, (_("Copy"), _("(no sender)"), _("(no subject)")))
-    unread = f'<span class="visually-hidden">{escape(_("Unread:"))} </span>'
-    rows = []
+    as inbox/templates/inbox/rows.html shows a row: its words and times made here, since a
+    filter or a tag per row in the template cost most of the page's time."""
     with reading.messages_read(caller=None, mailbox=mailbox, search={"words": words}) as matching:
-        found = list((matching.filter(id__gt=after) if after else matching).values_list(
+        matching = matching.filter(id__gt=after) if after else matching
+        found = list((matching.order_by("id") if oldest_first else matching).values_list(
             "id", "from_header", "envelope_from", "subject", "received_at", "is_read", "authenticated", "direction",
             "content__codes")[:LISTED])
+    prefix = reverse("inbox-mailbox", args=[mailbox.id]) + "/"
+    no_sender, no_subject = _("(no sender)"), _("(no subject)")
+    rows = []
     for message_id, from_header, envelope_from, subject, received_at, is_read, authenticated, direction, codes in found:
         sender = shown_sender(from_header, envelope_from)
         badge, passed = sender_badge(direction=direction, authenticated=authenticated)
-        code = escape((codes or [""])[0])
-        chip = (f' <span class="chip"><code>{code}</code><button type="button" class="copy" data-copy="{code}" '
-                f'hidden>{copy}</button></span>') if code else ""
-        # Every value from the mail is escaped here; the rest is this function's own text.
-        rows.append(mark_safe(
-            f'<li class="row{"" if is_read else " unread"}" data-id="{int(message_id)}"><a class="open" '
-            f'href="{prefix}{int(message_id)}"><span class="from">{escape(sender) if sender else no_sender}</span>'
-            f'<span class="subject">{"" if is_read else unread}{escape(subject) if subject else no_subject}</span>'
-            f'</a> <time datetime="{received_at.isoformat()}">{received_at.strftime("%Y-%m-%d %H:%M:%S UTC")}'
-            f'</time> <span class="badge{" pass" if passed else ""}">{escape(badge)}</span>{chip}</li>'))
+        rows.append({"id": message_id, "href": f"{prefix}{message_id}", "css": "row" if is_read else "row unread",
+                     "unread": not is_read, "sender": sender or no_sender, "subject": subject or no_subject,
+                     "iso": received_at.isoformat(), "time": received_at.strftime("%Y-%m-%d %H:%M:%S UTC"),
+                     "badge_class": "badge pass" if passed else "badge", "badge": badge, "code": (codes or [""])[0]})
     return rows
 
 
@@ -290,37 +284,54 @@ def mailbox_page(request, mailbox_id: uuid.UUID):
     caller, mailbox = _caller_mailbox(request, mailbox_id)
     words = request.GET.get("q", "").strip()[:200]
     return render(request, "inbox/mailbox.html", {
-        "mailbox": mailbox, "messages": _rows(mailbox, words), "q": words, "live": mailbox.status ==
-        MailboxStatus.ACTIVE, "signed_in": caller.owner, "smtp_port": settings.RELAY_SMTP_PORT,
+        "mailbox": mailbox, "rows": _rows(mailbox, words), "q": words,
+        "live": mailbox.status == MailboxStatus.ACTIVE, "signed_in": caller.owner, "smtp_port": settings.RELAY_SMTP_PORT,
         "smtp_host": request.get_host().rsplit(":", 1)[0] if request.get_host().count(":") == 1 else request.get_host(),
         "seconds_left": max(0, int((mailbox.expires_at - timezone.now()).total_seconds()))})
 
 
-@require_GET
-@page
-def mailbox_rows(request, mailbox_id: uuid.UUID):
-    """The rows newer than `after`, as the mailbox page draws them (its script adds them)."""
-    _, mailbox = _caller_mailbox(request, mailbox_id)
-    after = whole_number(request.GET.get("after"), field="after", default=0)
-    return render(request, "inbox/rows.html", {"mailbox": mailbox, "messages": _rows(mailbox, after=after)})
-
-
 async def mailbox_events(request, mailbox_id: uuid.UUID):
-    """The mailbox's event stream (the API's own), for this browser's caller. `?after=` is
-    the newest message the page drew: the stream starts after it (a browser's EventSource
-    sends no Last-Event-ID on its first connection), so mail that came meanwhile is sent."""
-    # Parsed, and refused when malformed, where the stream reads Last-Event-ID.
-    after = request.GET.get("after", "")
-    if after and "HTTP_LAST_EVENT_ID" not in request.META:
-        request.META["HTTP_LAST_EVENT_ID"] = after
-    request.GET = QueryDict("")
+    """The mailbox's live list: its event stream (relay.live) for this browser, each
+    `message` event carrying the row the page draws (inbox/templates/inbox/rows.html, in
+    the browser's language), so a new mail costs the page no request of its own. `?after=`
+    is the newest message the page drew: the stream starts after it (a browser's
+    EventSource sends no Last-Event-ID on its first connection, and sends it on a
+    reconnection)."""
+    if request.method != "GET":
+        return HttpResponseNotAllowed(["GET"])
+    language = translation.get_language_from_request(request)
 
     def authenticate():
         caller = session.caller_for(request, mailbox_id)
-        if caller is None:
+        if caller is None:  # signed out, or the key it came from revoked, since the page opened
             raise Forbidden("This browser may not open this mailbox.")
         return caller
-    return await event_stream(request, mailbox_id, authenticate)
+
+    def rows(mailbox, after: int) -> list[tuple[int, dict]]:
+        with translation.override(language):
+            return [(row["id"], {"id": row["id"], "row": render_to_string("inbox/rows.html", {"rows": [row]})})
+                    for row in _rows(mailbox, after=after, oldest_first=True)]
+
+    try:
+        caller = await in_pool(session.caller_for)(request, mailbox_id)
+        if caller is None:
+            raise NotFound("No such mailbox.")
+        resume = request.headers.get("Last-Event-ID", "").strip()
+        after = (whole_number(resume, field="Last-Event-ID") if resume
+                 else whole_number(request.GET.get("after"), field="after"))
+        after, place = await live.events_open(caller=caller, mailbox_id=mailbox_id, after=after)
+    except RelayError as exc:
+        status, body = domain_error(exc)
+        response = HttpResponse(body["message"], status=status, content_type="text/plain; charset=utf-8")
+        if retry_after(exc) is not None:
+            response["Retry-After"] = str(retry_after(exc))
+        return response
+    response = StreamingHttpResponse(live.events(
+        authenticate=authenticate, mailbox_id=mailbox_id, after=after, place=place, look=rows,
+        ended=lambda: {"id": str(mailbox_id)}), content_type="text/event-stream")
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"  # nginx: pass events through at once
+    return response
 
 
 @require_POST
@@ -448,7 +459,7 @@ def _spam(mailbox, raw: bytes) -> dict:
     try:
         return {"spam": message_checks.spam_check(mailbox=mailbox, raw=raw)}
     except RelayError as exc:
-        return {"spam_error": error_of(exc)[1]}
+        return {"spam_error": domain_error(exc)[1]}
 
 
 def _link_check(mailbox, message) -> dict:
@@ -635,7 +646,7 @@ class Consent(AuthorizationView):
         (the form's answer redirects there, and a browser applies form-action to that
         redirect), and only once the toolkit found the client: never from the request."""
         application = getattr(self, "oauth2_data", {}).get("application")
-        back = oauth.consent_form_action(application.redirect_uris) if application is not None else ""
+        back = consent_form_action(application.redirect_uris) if application is not None else ""
         response.setdefault("Content-Security-Policy", PAGE_POLICY.replace(
             "form-action 'self'", f"form-action 'self' {back}" if back else "form-action 'self'"))
         return response

@@ -8,7 +8,7 @@ Who calls: over HTTP the gate (api/agents/server.py) authenticates each request 
 the SDK sees it and sets CREDENTIALS for the tools that request runs; over stdio
 `manage.py runmcp` sets them once, from its key, and every call authenticates that key
 again, so a key revoked mid-session is refused on its next call. A tool that holds a wait
-authenticates again after each wake-up (api/waiting.py), whichever transport it came by."""
+authenticates again after each wake-up (relay/live.py), whichever transport it came by."""
 import asyncio
 import contextlib
 import inspect

@@ -10,7 +10,6 @@ from django.urls import reverse
 from mcp_types import CallToolResult
 from pydantic import Field
 
-from api import waiting
 from api.agents.declare import (MINUTE_MS, Attachment, Code, Deleted, DeliveryWaited, MailboxList, MailboxOut,
                                 MessageList, MessageOut, Waited, calling, calling_owner, credentials, failure,
                                 minutes_to_ms, result, tool, until_client_gone)
@@ -27,7 +26,7 @@ from mailboxes.errors import NotFound
 from mailboxes.lifecycle import TAGS_MAX, TAG_PATTERN, labels_checked, mailbox_create, mailbox_delete, mailbox_renew
 from mailboxes.messages import message_mark_read
 from mailboxes.models import Direction, Mailbox
-from relay import reading
+from relay import live, reading
 from relay.backends import get_backend
 from relay.inbound.attachments import attachment_of, safe_charset, served_content_type, without_format_characters
 from relay.outbox.delivery import delivery_final, delivery_of
@@ -170,13 +169,14 @@ def get_message(mailbox_id: MailboxId, message_id: MessageId) -> CallToolResult:
 async def _first_message(mailbox_id: uuid.UUID, *, wait: int, after: int | None, from_: str | None,
                          subject: str | None, authenticated: bool, with_code: bool) -> dict | None:
     """The first message to match, held up to `wait` seconds by the wait route's own code
-    (api.waiting.first_message); it ends when the MCP client hangs up."""
+    (relay.live.first_message); it ends when the MCP client hangs up."""
     found = credentials()
     caller = found.principal or await in_pool(found.authenticate)()
     search = reading.search_of(sender=from_, subject=subject, after=after, authenticated=authenticated)
-    return await until_client_gone(waiting.first_message(
-        caller=caller, authenticate=found.authenticate, base_url=found.base_url, mailbox_id=mailbox_id, seconds=wait,
-        search=search, with_code=with_code))
+    return await until_client_gone(live.first_message(
+        caller=caller, authenticate=found.authenticate, mailbox_id=mailbox_id, seconds=wait, search=search,
+        with_code=with_code, render=lambda message: MessageDetailSerializer(
+            message, context={"base_url": found.base_url}).data))
 
 
 # Each call may take a message (marked read): not idempotent, since a second call may
@@ -214,13 +214,16 @@ async def wait_for_code(mailbox_id: MailboxId, timeout_seconds: Timeout = WAIT_D
                    "from": message["from"], "subject": message["subject"]})
 
 
-def _delivery_now(caller, mailbox_id: uuid.UUID, message_id: int) -> tuple[Mailbox, list[dict]]:
-    """The mailbox, and each recipient's state of message `message_id`, which it sent."""
-    mailbox = reading.mailbox_open(caller=caller, mailbox_id=mailbox_id)
+def _delivery(mailbox: Mailbox, message_id: int) -> list[dict]:
+    """Each recipient's state of message `message_id`, which `mailbox` sent."""
     message = reading.message_get(mailbox=mailbox, message_id=message_id)
     if message.direction != Direction.OUT:
         raise NotFound("That message was received, not sent: only mail the mailbox sent has a delivery.")
-    return mailbox, DeliverySerializer(delivery_of(getattr(message, "outbox_mail", None)), many=True).data
+    return DeliverySerializer(delivery_of(getattr(message, "outbox_mail", None)), many=True).data
+
+
+def _delivery_now(caller, mailbox_id: uuid.UUID, message_id: int) -> list[dict]:
+    return _delivery(reading.mailbox_open(caller=caller, mailbox_id=mailbox_id), message_id)
 
 
 @tool(output=DeliveryWaited, read_only=True)
@@ -237,14 +240,15 @@ async def wait_for_delivery(mailbox_id: MailboxId, message_id: MessageId,
     caller = found.principal or await in_pool(found.authenticate)()
     await in_pool(_delivery_now)(caller, mailbox_id, message_id)  # a wrong id fails at once
 
-    def look(authenticated):
-        mailbox, delivery = _delivery_now(authenticated or found.authenticate(), mailbox_id, message_id)
-        return mailbox, delivery if delivery_final(delivery) else None
+    def final(mailbox: Mailbox) -> list[dict] | None:
+        delivery = _delivery(mailbox, message_id)
+        return delivery if delivery_final(delivery) else None
 
-    _, delivery = await until_client_gone(waiting.wait_until_found(caller, mailbox_id, timeout_seconds, look))
+    _, delivery = await until_client_gone(live.wait_until_found(
+        caller=caller, authenticate=found.authenticate, mailbox_id=mailbox_id, seconds=timeout_seconds, look=final))
     if delivery is not None:
         return result({"delivery": delivery, "final": True})
-    _, delivery = await in_pool(lambda: _delivery_now(found.authenticate(), mailbox_id, message_id))()
+    delivery = await in_pool(lambda: _delivery_now(found.authenticate(), mailbox_id, message_id))()
     return result({"delivery": delivery, "final": delivery_final(delivery)})
 
 

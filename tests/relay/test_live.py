@@ -1,13 +1,15 @@
-"""api.waiting's entry for the MCP waits, called directly (tests/api/test_wait.py drives the
-routes over a real server): the first matching message, whole, marked read."""
+"""relay.live's first message, MCP's waits, called directly (tests/api/test_wait.py drives the
+routes over a real server): the first matching message, drawn by the door's own render,
+marked read."""
 import pytest
 
 from accounts.identity import authenticate
 from accounts.services import account_create_with_key
 from api.authentication import Principal
-from api.waiting import first_message
+from api.serializers import MessageDetailSerializer
 from mailboxes.errors import NotFound
 from mailboxes.models import Message
+from relay.live import first_message
 from relay.reading import search_of
 from tests.helpers import deliver, make_mailbox, run_async
 
@@ -18,8 +20,9 @@ def principal_of(key: str) -> Principal:
 
 
 def first(caller, mailbox_id, **kwargs):
-    return run_async(first_message(caller=caller, authenticate=lambda: caller, base_url="http://relay.test",
-                                     mailbox_id=mailbox_id, seconds=0, **kwargs))
+    return run_async(first_message(caller=caller, authenticate=lambda: caller, mailbox_id=mailbox_id, seconds=0,
+                                   render=lambda message: MessageDetailSerializer(
+                                       message, context={"base_url": "http://relay.test"}).data, **kwargs))
 
 
 def test_first_message_skips_mail_without_a_code_and_answers_the_coded_one_whole(transactional_db):
