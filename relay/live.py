@@ -118,7 +118,7 @@ def _first_now(mailbox: Mailbox, cursor: list[int], search: dict, with_code: boo
 
 async def first_message(*, caller: Caller, authenticate: Callable[[], Caller], mailbox_id, seconds: float,
                         search: dict, with_code: bool = False, render: Callable):
-    """The first message matching `search` (relay.reading.search_of's), held up to `seconds`:
+    """The first message matching `search` (relay.reading.search_checked's), held up to `seconds`:
     marked read and drawn by `render(message)`, or None. MCP's wait_for_message and
     wait_for_code."""
     search = dict(search)

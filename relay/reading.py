@@ -23,7 +23,7 @@ from relay import mailserver
 
 # --- the entry ------------------------------------------------------------------------------------
 # What a search's text filters take, and the names callers give them (the API's query
-# parameters are declared from these; MCP's tools check their arguments by search_of).
+# parameters are declared from these; MCP's tools check their arguments by search_checked).
 SEARCH_TEXT_MAX = {"words": 200, "sender": 320, "subject": 200}
 SEARCH_TEXT_NAMES = {"words": "q", "sender": "from", "subject": "subject"}
 AFTER_MAX = 10 ** 18 - 1
@@ -110,7 +110,7 @@ def _message_search_pages(*, caller: Caller | None, mailbox: Mailbox | None = No
     return message_search(caller=caller, mailbox=mailbox, words=words, after=after, **filters)
 
 
-def search_of(*, words: str | None = None, sender: str | None = None, subject: str | None = None,
+def search_checked(*, words: str | None = None, sender: str | None = None, subject: str | None = None,
               unread: bool = False, authenticated: bool = False, after: int | None = None,
               direction: str = "") -> dict:
     """A search as messages_read takes it, from a door's typed arguments, each checked as the
@@ -215,12 +215,12 @@ def mailbox_find(*, caller: Caller, mailbox_id) -> Mailbox:
     mailbox = next(iter(Mailbox.objects.raw(_MAILBOX_BY_ID.format(now=now_sql), [*now_params, key])), None)
     if mailbox is not None:
         mailbox.read_at = clock_read(mailbox.read_at)
-    if mailbox is None or mailbox.status not in _VISIBLE or not _sees(caller, mailbox):
+    if mailbox is None or mailbox.status not in _VISIBLE or not _visible_to(caller, mailbox):
         raise NotFound()
     return mailbox
 
 
-def _sees(caller: Caller, mailbox: Mailbox) -> bool:
+def _visible_to(caller: Caller, mailbox: Mailbox) -> bool:
     """mailboxes_visible_to's rule, for one row."""
     if caller.owner is not None:
         return mailbox.owner_id == caller.owner.pk

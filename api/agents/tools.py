@@ -127,7 +127,7 @@ def _listed(*, caller: Principal, mailbox: Mailbox | None, words: str | None, un
             authenticated: bool = False, direction: str | None = None) -> dict:
     """The newest LISTED_MAX messages matching the search route's filters, in `mailbox` or
     in all of the caller's."""
-    search = reading.search_of(words=words, unread=unread, authenticated=authenticated, direction=direction)
+    search = reading.search_checked(words=words, unread=unread, authenticated=authenticated, direction=direction)
     with reading.messages_read(caller=caller, mailbox=mailbox, search=search) as rows:
         return {"messages": MessageSummarySerializer.represent_many(rows[:LISTED_MAX])}
 
@@ -172,7 +172,7 @@ async def _first_message(mailbox_id: uuid.UUID, *, wait: int, after: int | None,
     (relay.live.first_message); it ends when the MCP client hangs up."""
     found = credentials()
     caller = found.principal or await in_pool(found.authenticate)()
-    search = reading.search_of(sender=from_, subject=subject, after=after, authenticated=authenticated)
+    search = reading.search_checked(sender=from_, subject=subject, after=after, authenticated=authenticated)
     return await until_client_gone(live.first_message(
         caller=caller, authenticate=found.authenticate, mailbox_id=mailbox_id, seconds=wait, search=search,
         with_code=with_code, render=lambda message: MessageDetailSerializer(

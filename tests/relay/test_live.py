@@ -10,7 +10,7 @@ from api.serializers import MessageDetailSerializer
 from mailboxes.errors import NotFound
 from mailboxes.models import Message
 from relay.live import first_message
-from relay.reading import search_of
+from relay.reading import search_checked
 from tests.helpers import deliver, make_mailbox, run_async
 
 
@@ -32,11 +32,11 @@ def test_first_message_skips_mail_without_a_code_and_answers_the_coded_one_whole
     deliver(b"Subject: hello\r\n\r\nno code here\r\n", mailbox.address)
     [coded] = deliver(b"Subject: your code\r\n\r\nYour verification code is 482913.\r\n", mailbox.address)
 
-    found = first(caller, mailbox.id, search=search_of(), with_code=True)
+    found = first(caller, mailbox.id, search=search_checked(), with_code=True)
     assert found["id"] == coded and found["codes"] == ["482913"]
     assert found["attachments"] == [] and found["subject"] == "your code"
     assert Message.objects.get(id=coded).is_read
-    assert first(caller, mailbox.id, search=search_of(after=coded), with_code=True) is None
+    assert first(caller, mailbox.id, search=search_checked(after=coded), with_code=True) is None
 
 
 def test_first_message_refuses_a_stranger_as_the_route_does(transactional_db):
@@ -44,4 +44,4 @@ def test_first_message_refuses_a_stranger_as_the_route_does(transactional_db):
     _, stranger_key = account_create_with_key(login="stranger")
     mailbox = make_mailbox("first-stranger", owner=owner)
     with pytest.raises(NotFound):
-        first(principal_of(stranger_key), mailbox.id, search=search_of())
+        first(principal_of(stranger_key), mailbox.id, search=search_checked())
