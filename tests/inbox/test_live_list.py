@@ -67,7 +67,7 @@ def served(transactional_db, broker, monkeypatch):
     wait_until(lambda: server.started, timeout=10, message="uvicorn")
     yield SimpleNamespace(base=f"http://127.0.0.1:{port}", paths=app.paths, opens=opens)
     # Streams end with their clients; the wake-up subscription ends once nobody waits.
-    wait_until(lambda: live.hub.listener is None or live.hub.listener.done(), timeout=10,
+    wait_until(lambda: live.hub.listener is None or live.hub.listener.done(), timeout=30,
                message="the wake-up subscription to end")
     server.should_exit = True
     thread.join(10)
@@ -137,7 +137,7 @@ def test_a_mail_at_an_open_mailbox_page_costs_no_request_and_one_mailbox_open(se
         # mailbox three times: as it started, at its first look, and at the look every new
         # subscription asks for.
         wait_until(lambda: broker.execute_command("PUBSUB", "NUMPAT") >= 1 and sum(
-            path.endswith("/events") for path in served.opens) >= 3, timeout=10, message="the stream to settle")
+            path.endswith("/events") for path in served.opens) >= 3, timeout=30, message="the stream to settle")
         requests_before, opens_before = len(served.paths), len(served.opens)
 
         [message_id] = deliver(b"From: shop@example.com\r\nSubject: Your code\r\n\r\nYour code is 482913.\r\n",
