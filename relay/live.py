@@ -21,6 +21,7 @@ from mailboxes.errors import Forbidden, RateLimited, RelayError
 from mailboxes.messages import message_mark_read
 from mailboxes.models import Direction, Mailbox
 from relay import reading
+from relay.outbox.delivery import DeliveryNews
 
 logger = logging.getLogger(__name__)
 
@@ -156,11 +157,13 @@ async def events(*, authenticate: Callable[[], Caller], mailbox_id, after: int, 
                  look: Callable[[Mailbox, int], list[tuple[int, dict]]],
                  ended: Callable[[], dict]) -> AsyncIterator[str]:
     """The mailbox's text/event-stream from `events_open`'s start: `event: message` for each
-    (id, data) `look(mailbox, after)` finds (oldest first, at most BATCH), a comment every
+    (id, data) `look(mailbox, after)` finds (oldest first, at most BATCH), `event: delivery`
+    for each change of a sent message's recipient from then on, a comment every
     HEARTBEAT_SECONDS, and `event: expired` with `ended()` once the mailbox ends, which
     closes it; a caller `authenticate` refuses (Forbidden) closes it with a comment."""
     event = hub.register(mailbox_id)
     last_sent = time.monotonic()
+    deliveries = DeliveryNews(await in_pool(db_now)())
     try:
         yield ": connected\n\n"
         while True:
@@ -177,6 +180,11 @@ async def events(*, authenticate: Callable[[], Caller], mailbox_id, after: int, 
             for message_id, data in found:
                 after = message_id
                 yield sse("message", data, message_id)
+                last_sent = time.monotonic()
+            # What became of mail the mailbox sent (docs/delivery.md): no id, so a resumed
+            # stream's Last-Event-ID stays the last message's.
+            for data in await in_pool(deliveries.read)(mailbox.id):
+                yield sse("delivery", data)
                 last_sent = time.monotonic()
             if len(found) >= BATCH:
                 continue  # more are waiting

@@ -8,6 +8,7 @@ import hmac
 import logging
 import re
 from dataclasses import dataclass
+from datetime import timedelta
 from email.message import Message as EmailMessage
 from email.utils import parseaddr
 
@@ -167,6 +168,36 @@ def delivery_of(mail: OutboxMail | None) -> list[dict]:
 def delivery_final(delivery: list[dict]) -> bool:
     """Whether every recipient has reached a final state (docs/delivery.md)."""
     return all(row["status"] in FINAL_DELIVERY for row in delivery)
+
+
+def delivery_event(row: RecipientDelivery) -> dict:
+    """One recipient's change as a mailbox's event stream tells it (`event: delivery`)."""
+    return {"message_id": row.mail.kept_as_id, "recipient": row.recipient, "status": row.status,
+            "smtp_code": row.smtp_code, "detail": row.detail, "at": row.at.isoformat().replace("+00:00", "Z")}
+
+
+class DeliveryNews:
+    """A mailbox's delivery changes since `start`, each told once, for its event stream. A
+    change is looked for a little before the newest one told: a transaction that took its
+    time before the clock's later reading yet committed after it is still seen."""
+
+    OVERLAP = timedelta(seconds=5)
+    MOST = 200
+
+    def __init__(self, start) -> None:
+        self.start = self.newest = start
+        self.told: set[tuple[int, object]] = set()
+
+    def read(self, mailbox_id) -> list[dict]:
+        since = max(self.start, self.newest - self.OVERLAP)
+        rows = list(RecipientDelivery.objects.select_related("mail").filter(
+            mail__mailbox_id=mailbox_id, at__gt=self.start, at__gte=since).order_by("at", "id")[:self.MOST])
+        news = [row for row in rows if (row.id, row.at) not in self.told]
+        if rows:
+            self.newest = max(self.newest, rows[-1].at)
+        self.told = {key for key in self.told if key[1] >= self.newest - self.OVERLAP}
+        self.told.update((row.id, row.at) for row in news)
+        return [delivery_event(row) for row in news]
 
 
 # --- bounces and complaints --------------------------------------------------------------------

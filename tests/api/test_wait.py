@@ -231,3 +231,25 @@ def test_after_naming_no_message_of_the_mailbox_is_400_with_wait(api):
     elsewhere, = deliver(mail_corpus.plain(other["address"]), other["address"])
     response = api.get(f"/mailboxes/{box['id']}/messages", params={"wait": 5, "after": elsewhere})
     assert response.status_code == 400 and "after" in response.json()["fields"]
+
+
+def test_the_event_stream_tells_what_became_of_mail_the_mailbox_sent(api):
+    from relay.models import OutboxMail
+    from relay.outbox.delivery import Answer, deliveries_record
+
+    box = api.mailbox("teller")
+    sent = api.session.post(f"{api.base}/mailboxes/{box['id']}/messages", json={
+        "to": ["ana@example.net", "nobody@example.net"], "subject": "Hi", "text": "Hello"}, timeout=10).json()
+    mail = OutboxMail.objects.get(id=sent["id"])
+    url = f"{api.base}/mailboxes/{box['id']}/events"
+    with api.session.get(url, stream=True, timeout=30) as stream:
+        lines = stream.iter_lines(decode_unicode=True)
+        later(0.5, lambda: deliveries_record(mail, {"ana@example.net": Answer("sent", 250, "250 ok"),
+                                                    "nobody@example.net": Answer("failed", 550, "550 unknown")}))
+        told = read_events(lines, 2)
+        later(0.2, lambda: deliveries_record(mail, {"ana@example.net": Answer("bounced", 550, "550 gone")}))
+        told += read_events(lines, 1)
+    assert [(event_id, event) for event_id, event, _ in told] == [("", "delivery")] * 3
+    assert [(data["recipient"], data["status"], data["smtp_code"]) for _, _, data in told] == [
+        ("ana@example.net", "sent", 250), ("nobody@example.net", "failed", 550), ("ana@example.net", "bounced", 550)]
+    assert {data["message_id"] for _, _, data in told} == {sent["message_id"]}
