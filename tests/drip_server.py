@@ -7,7 +7,33 @@ import ssl
 import threading
 
 
-class DripServer:
+class LoopbackServer:
+    """A TCP server on a free loopback port that hands each connection to `accepted`,
+    until `stop`."""
+
+    def __init__(self, backlog: int = 16) -> None:
+        self.stopped = threading.Event()
+        self.sock = socket.create_server(("127.0.0.1", 0), backlog=backlog)
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                connection, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted(connection)
+
+    def accepted(self, connection: socket.socket) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.sock.close()
+
+
+class DripServer(LoopbackServer):
     """Answers each request with the headers of a 200 without Content-Length (so the answer
     ends when the connection does), then one byte of body every `interval` seconds, for
     `lasts` seconds. With `tls` (a server SSLContext), over TLS; with `whole`, that body is
@@ -19,19 +45,11 @@ class DripServer:
         self.tls, self.interval, self.whole = tls, interval, whole
         self.drips = int(lasts / interval)
         self.connections = 0
-        self.stopped = threading.Event()
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        threading.Thread(target=self._serve, daemon=True).start()
+        super().__init__()
 
-    def _serve(self) -> None:
-        while not self.stopped.is_set():
-            try:
-                connection, _ = self.sock.accept()
-            except OSError:
-                return
-            self.connections += 1
-            threading.Thread(target=self._handle, args=(connection,), daemon=True).start()
+    def accepted(self, connection: socket.socket) -> None:
+        self.connections += 1
+        threading.Thread(target=self._handle, args=(connection,), daemon=True).start()
 
     def _handle(self, connection: socket.socket) -> None:
         try:
@@ -53,32 +71,19 @@ class DripServer:
         finally:
             connection.close()
 
-    def stop(self) -> None:
-        self.stopped.set()
-        self.sock.close()
 
-
-class SilentServer:
+class SilentServer(LoopbackServer):
     """Accepts every connection and never sends a byte (a spamd that hangs)."""
 
     def __init__(self) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0), backlog=64)
-        self.port = self.sock.getsockname()[1]
         self.held: list[socket.socket] = []
-        self.stopped = threading.Event()
-        threading.Thread(target=self._serve, daemon=True).start()
+        super().__init__(backlog=64)
 
-    def _serve(self) -> None:
-        while not self.stopped.is_set():
-            try:
-                connection, _ = self.sock.accept()
-            except OSError:
-                return
-            self.held.append(connection)
+    def accepted(self, connection: socket.socket) -> None:
+        self.held.append(connection)
 
     def stop(self) -> None:
-        self.stopped.set()
-        self.sock.close()
+        super().stop()
         for connection in self.held:
             connection.close()
 

@@ -309,6 +309,18 @@ def test_the_pages_speak_spanish_to_a_spanish_browser_and_the_api_stays_english(
     assert answer["message"] == "Authentication credentials were not provided."
 
 
+def owner_with_a_received_mail(login: str) -> tuple[Client, Mailbox, int]:
+    """A browser signed in with a pro account's key, its mailbox, and a mail from Bob in it."""
+    account, key = account_create_with_key(login=login, email=f"{login}@example.com", plan="pro")
+    owner = Client()
+    owner.post("/inbox/sign-in", {"form": "key", "key": key})
+    owner.post("/inbox/mailboxes", {"local_part": "desk"})
+    own = Mailbox.objects.get(owner=account)
+    [received] = deliver(b"From: Bob <bob@example.com>\r\nSubject: Hi\r\nMessage-ID: <q@example.com>\r\n\r\nhello\r\n",
+                         own.address)
+    return owner, own, received
+
+
 def test_an_owner_answers_from_the_page_and_an_anonymous_holder_may_not(db):
     browser = Client()
     mailbox = anonymous_mailbox(browser)
@@ -317,13 +329,7 @@ def test_an_owner_answers_from_the_page_and_an_anonymous_holder_may_not(db):
     assert browser.post(f"/inbox/{mailbox.id}/{message_id}/reply", {"text": "hi"}).status_code == 404
     assert not OutboxMail.objects.filter(kind="send").exists()
 
-    account, key = account_create_with_key(login="grace", email="grace@example.com", plan="pro")
-    owner = Client()
-    owner.post("/inbox/sign-in", {"form": "key", "key": key})
-    owner.post("/inbox/mailboxes", {"local_part": "desk"})
-    own = Mailbox.objects.get(owner=account)
-    [received] = deliver(b"From: Bob <bob@example.com>\r\nSubject: Hi\r\nMessage-ID: <q@example.com>\r\n\r\nhello\r\n",
-                         own.address)
+    owner, own, received = owner_with_a_received_mail("grace")
     assert "Send reply" in owner.get(f"/inbox/{own.id}/{received}").content.decode()
     sent = owner.post(f"/inbox/{own.id}/{received}/reply", {"text": "Thanks"})
     assert sent.status_code == 302 and sent["Location"].endswith("?sent=reply")
@@ -483,13 +489,7 @@ def test_a_messages_cleaned_html_and_its_html_check_are_made_once_per_content(db
 def test_a_sent_message_shows_each_recipients_delivery_state_and_a_received_one_none(db):
     from relay.outbox.delivery import Answer, deliveries_record
 
-    account, key = account_create_with_key(login="hedy", email="hedy@example.com", plan="pro")
-    owner = Client()
-    owner.post("/inbox/sign-in", {"form": "key", "key": key})
-    owner.post("/inbox/mailboxes", {"local_part": "desk"})
-    own = Mailbox.objects.get(owner=account)
-    [received] = deliver(b"From: Bob <bob@example.com>\r\nSubject: Hi\r\nMessage-ID: <d@example.com>\r\n\r\nhello\r\n",
-                         own.address)
+    owner, own, received = owner_with_a_received_mail("hedy")
     assert 'id="delivery"' not in owner.get(f"/inbox/{own.id}/{received}").content.decode()
     owner.post(f"/inbox/{own.id}/{received}/reply", {"text": "Thanks"})
     mail = OutboxMail.objects.get(kind="send")

@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from core import http as core_http
 from core.http import PrivateAddress, check_url
+from tests.drip_server import LoopbackServer
 from tests.helpers import a_delivery
 from webhooks.delivery import RetryableDelivery, deliver, lapsed_requeue
 from webhooks.models import DeliveryStatus, WebhookDelivery
@@ -44,23 +45,15 @@ class Answering(ThreadingHTTPServer):
         threading.Thread(target=self.serve_forever, daemon=True).start()
 
 
-class RawServer:
+class RawServer(LoopbackServer):
     """A TCP receiver that reads the request, then runs `answer(connection)`."""
 
     def __init__(self, answer) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
         self.answer = answer
-        self.stopped = threading.Event()
-        threading.Thread(target=self._serve, daemon=True).start()
+        super().__init__()
 
-    def _serve(self) -> None:
-        while not self.stopped.is_set():
-            try:
-                connection, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._handle, args=(connection,), daemon=True).start()
+    def accepted(self, connection) -> None:
+        threading.Thread(target=self._handle, args=(connection,), daemon=True).start()
 
     def _handle(self, connection) -> None:
         try:
@@ -70,10 +63,6 @@ class RawServer:
             pass
         finally:
             connection.close()
-
-    def stop(self) -> None:
-        self.stopped.set()
-        self.sock.close()
 
 
 def test_a_name_that_resolves_elsewhere_on_the_second_look_is_still_sent_where_it_was_checked(
