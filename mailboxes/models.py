@@ -76,6 +76,10 @@ class Mailbox(models.Model):
     deleted_at = models.DateTimeField(null=True, blank=True)
     # SHA-256 of the anonymous creator's token, if any.
     token_hash = models.CharField(max_length=64, null=True, blank=True, unique=True)
+    # A sandbox also catches what its SMTP credentials submit, to anyone (docs/sandbox.md).
+    sandbox = models.BooleanField(default=False, db_default=False)
+    # accounts.identity.secret_digest of a sandbox's SMTP password (its username is the address).
+    smtp_password_hash = models.CharField(max_length=64, null=True, blank=True)
     # Kept in step with the messages on every insert and delete: a read never counts.
     message_count = models.PositiveIntegerField(default=0)
     # Checked against the plan's storage quota.
@@ -228,6 +232,8 @@ class Message(models.Model):
     received_at = models.DateTimeField(auto_now_add=True)
     envelope_from = models.CharField(max_length=320, blank=True, default="")
     envelope_to = models.CharField(max_length=320, blank=True, default="")
+    # Every RCPT TO of a submission a sandbox caught (a Bcc among them); [] for mail received.
+    rcpt_to = models.JSONField(default=list, db_default=[], blank=True)
     from_header = models.TextField(blank=True, default="")
     to_header = models.TextField(blank=True, default="")
     cc_header = models.TextField(blank=True, default="", db_default="")
