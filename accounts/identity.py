@@ -369,10 +369,47 @@ def _session(session: Session, audience: str | None) -> Caller | None:
     return None if account is None else Caller(owner=account, api_key_id=session.api_key_id)
 
 
+# --- a sandbox's SMTP login ------------------------------------------------------------------
+@dataclass(frozen=True)
+class SmtpLogin:
+    """What AUTH PLAIN or LOGIN gave the submission port: a sandbox's address and its password."""
+
+    username: str
+    password: str = field(repr=False)
+
+
+# A sandbox is a mailbox, which mailboxes/ owns: it hands its look-up down as it does the
+# tokens' (mailboxes/apps.py). `lookup(address, digest)`: (the id, its owner or None) of the
+# sandbox that receives now, by the database's clock, with that password; else None.
+_sandbox_of_login: Callable[[str, str], "tuple[uuid.UUID, Account | None] | None"] = lambda address, digest: None
+
+
+def sandbox_logins_read_by(lookup: Callable[[str, str], "tuple[uuid.UUID, Account | None] | None"]) -> None:
+    global _sandbox_of_login
+    _sandbox_of_login = lookup
+
+
+def _smtp_login(login: SmtpLogin, audience: str | None) -> Caller | None:
+    # Looked up in the database on every AUTH, never cached: a rotated password, or a
+    # sandbox deleted or ended, fails at once in every SMTP process. An AUTH costs one
+    # indexed read, once per connection.
+    if not login.password.startswith(SMTP_PASSWORD_PREFIX):
+        return None
+    found = _sandbox_of_login(login.username.strip().lower(), secret_digest(login.password))
+    if found is None:
+        return None
+    mailbox_id, owner = found
+    # An SMTP login opens one sandbox for submission and nothing of the API (no scope).
+    return Caller(owner=owner, mailbox_id=mailbox_id, scopes=frozenset())
+
+
 # --- authenticate -----------------------------------------------------------------------------
 API_KEY, MAILBOX_TOKEN, ACCESS_TOKEN, SESSION = "API key", "mailbox token", "access token", "session"
+SMTP_LOGIN = "SMTP login"
+# What the HTTP doors take; the submission port asks for SMTP_LOGIN alone.
 EVERY_KIND = frozenset({API_KEY, MAILBOX_TOKEN, ACCESS_TOKEN, SESSION})
-_BACKENDS = {API_KEY: _api_key, MAILBOX_TOKEN: _mailbox_token, ACCESS_TOKEN: _access_token, SESSION: _session}
+_BACKENDS = {API_KEY: _api_key, MAILBOX_TOKEN: _mailbox_token, ACCESS_TOKEN: _access_token, SESSION: _session,
+             SMTP_LOGIN: _smtp_login}
 
 
 def credential_kind(credential: "str | Session | SmtpLogin", *, audience: str | None = None) -> str | None:

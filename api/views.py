@@ -33,9 +33,11 @@ from api.serializers import (
     MessageDetailSerializer,
     MessageSearchQuerySerializer,
     MessageSummarySerializer,
+    SandboxPasswordSerializer,
 )
 from mailboxes.errors import NotFound
-from mailboxes.lifecycle import LABEL_FIELDS, mailbox_create, mailbox_delete, mailbox_label, mailbox_renew
+from mailboxes.lifecycle import (LABEL_FIELDS, mailbox_create, mailbox_delete, mailbox_label, mailbox_renew,
+                                 sandbox_password_rotate, smtp_settings)
 from mailboxes.messages import message_delete, message_mark_read
 from mailboxes.threads import thread_get, thread_list, thread_messages, thread_participants
 from relay.inbound.attachments import SAFETY_HEADERS, attachment_of, safe_filename, served_content_type
@@ -145,11 +147,13 @@ class MailboxCollectionView(APIView):
         mailbox, token = mailbox_create(backend=get_backend(),
                                         caller=caller if caller and not caller.is_anonymous else None,
                                         local_part=body.get("local_part"), domain=body.get("domain"),
-                                        ttl_ms=body.get("ttl_ms"),
+                                        ttl_ms=body.get("ttl_ms"), sandbox=body["sandbox"],
                                         labels={field: body[field] for field in LABEL_FIELDS if field in body})
         data = MailboxSerializer.represent(mailbox)
         if token:
             data["token"] = token
+        if mailbox.sandbox:
+            data["smtp"] = smtp_settings(mailbox=mailbox, password=mailbox.smtp_password)
         return Response(data, status=status.HTTP_201_CREATED)
 
 
@@ -181,6 +185,16 @@ class MailboxRenewView(APIView):
         body = validated(MailboxRenewSerializer, request.data)
         mailbox = mailbox_renew(mailbox=mailbox, plan=request.user.plan, ttl_ms=body.get("ttl_ms"))
         return Response(MailboxSerializer.represent(mailbox))
+
+
+class SandboxPasswordView(APIView):
+    @extend_schema(operation_id="sandbox_smtp_password", summary="A new SMTP password for a sandbox (the old one "
+                   "fails at once)", request=None, responses=SandboxPasswordSerializer)
+    def post(self, request, mailbox_id):
+        mailbox = reading.mailbox_open(caller=request.user, mailbox_id=mailbox_id)
+        password = sandbox_password_rotate(mailbox=mailbox)
+        return Response({**MailboxSerializer.represent(mailbox),
+                         "smtp": smtp_settings(mailbox=mailbox, password=password)})
 
 
 class MailboxRowsView(APIView):

@@ -15,10 +15,9 @@ def sandbox_of_login(address: str, digest: str):
     and whose SMTP password has this digest, or None."""
     from django.db.models.functions import Now
 
-    from mailboxes.models import Mailbox, MailboxStatus
+    from mailboxes.models import Mailbox
 
-    sandbox = (Mailbox.objects.filter(address=address, sandbox=True, smtp_password_hash=digest,
-                                      status=MailboxStatus.ACTIVE, expires_at__gt=Now())
+    sandbox = (Mailbox.objects.receiving(Now()).filter(address=address, sandbox=True, smtp_password_hash=digest)
                .select_related("owner").first())
     return None if sandbox is None else (sandbox.id, sandbox.owner)
 

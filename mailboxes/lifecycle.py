@@ -322,6 +322,12 @@ def mailbox_create(*, backend, caller: Caller | None, local_part: str | None, do
     return mailbox, token
 
 
+def smtp_settings(*, mailbox: Mailbox, password: str) -> dict:
+    """What an app is configured with to submit to a sandbox (docs/sandbox.md), every door's."""
+    return {"host": settings.RELAY_SMTP_PUBLIC_HOST, "port": settings.RELAY_SUBMISSION_PORT or None,
+            "username": mailbox.address, "password": password, "security": "starttls"}
+
+
 def sandbox_password_rotate(*, mailbox: Mailbox) -> str:
     """A new SMTP password for an active sandbox (returned, shown once); the old one fails
     at the next AUTH in every SMTP process, which looks it up each time. InvalidRequest for
