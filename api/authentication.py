@@ -22,7 +22,7 @@ ALL = (MAILBOXES, MAIL_READ, MAIL_SEND, DOMAINS)
 ROUTES: dict[str, str | dict[str, str]] = {
     "IndexView": MAILBOXES, "WhoAmIView": MAILBOXES,
     "MailboxCollectionView": MAILBOXES, "MailboxDetailView": MAILBOXES, "MailboxRenewView": MAILBOXES,
-    "SandboxPasswordView": MAILBOXES,
+    "SandboxPasswordView": MAILBOXES, "SandboxFaultsView": MAILBOXES,
     "MessageSearchView": MAIL_READ, "MessageCollectionView": {"GET": MAIL_READ, "POST": MAIL_SEND},
     "MessageDetailView": MAIL_READ, "MessageRawView": MAIL_READ, "AttachmentView": MAIL_READ,
     "OutboundCollectionView": MAIL_SEND, "OutboundDetailView": MAIL_SEND,

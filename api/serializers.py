@@ -206,6 +206,40 @@ class MailboxCreatedSerializer(MailboxSerializer):
     smtp = SmtpSettingsSerializer(required=False, help_text="Only for a sandbox, shown once: its SMTP settings.")
 
 
+class FaultRuleSerializer(serializers.Serializer):
+    stage = serializers.ChoiceField(choices=["auth", "mail", "rcpt", "data"])
+    code = serializers.IntegerField(min_value=400, max_value=599, help_text="The SMTP reply code answered.")
+    message = serializers.CharField(required=False, max_length=200, help_text="Its text; a default when absent.")
+    match = serializers.CharField(required=False, max_length=320,
+                                  help_text="A glob on the address (mail: the sender; rcpt: the recipient; data: "
+                                            "the sender; auth: the username), any case; every address when absent.")
+    probability = serializers.FloatField(required=False, min_value=0, max_value=1,
+                                         help_text="Drawn for each answer; 1 when absent.")
+    times = serializers.IntegerField(required=False, allow_null=True, min_value=1,
+                                     help_text="Spent after this many answers, across every SMTP process.")
+    delay_seconds = serializers.FloatField(required=False, min_value=0, max_value=30, help_text="Answer this late.")
+
+
+class FaultRuleShownSerializer(FaultRuleSerializer):
+    remaining = serializers.IntegerField(allow_null=True, help_text="What is left of `times`; null without one.")
+
+    @staticmethod
+    def of(rule) -> dict:
+        return {"stage": rule.stage, "code": rule.code, "message": rule.message, "match": rule.match,
+                "probability": rule.probability, "times": rule.times, "delay_seconds": rule.delay_seconds,
+                "remaining": rule.remaining}
+
+
+class FaultRulesSerializer(serializers.Serializer):
+    """The body of PUT …/faults: its rules are checked by the service (mailboxes.faults)."""
+
+    rules = serializers.ListField(child=FaultRuleSerializer(), max_length=20)
+
+
+class FaultRulesShownSerializer(serializers.Serializer):
+    rules = FaultRuleShownSerializer(many=True)
+
+
 class SandboxPasswordSerializer(MailboxSerializer):
     smtp = SmtpSettingsSerializer(help_text="The new SMTP settings, shown once; the old password fails at once.")
 

@@ -61,6 +61,7 @@ urlpatterns = [
     path("mailboxes/<uuid:mailbox_id>/renew", pooled(views.MailboxRenewView.as_view()), name="mailbox-renew"),
     path("mailboxes/<uuid:mailbox_id>/smtp-password", pooled(views.SandboxPasswordView.as_view()),
          name="sandbox-smtp-password"),
+    path("mailboxes/<uuid:mailbox_id>/faults", pooled(views.SandboxFaultsView.as_view()), name="sandbox-faults"),
     path("mailboxes/<uuid:mailbox_id>/messages", message_collection, name="message-list"),
     path("mailboxes/<uuid:mailbox_id>/events", waiting.mailbox_events, name="mailbox-events"),
     path("mailboxes/<uuid:mailbox_id>/messages/<rowid:message_id>", pooled(views.MessageDetailView.as_view()), name="message-detail"),

@@ -33,9 +33,13 @@ from api.serializers import (
     MessageDetailSerializer,
     MessageSearchQuerySerializer,
     MessageSummarySerializer,
+    FaultRuleShownSerializer,
+    FaultRulesSerializer,
+    FaultRulesShownSerializer,
     SandboxPasswordSerializer,
 )
-from mailboxes.errors import NotFound
+from mailboxes.errors import InvalidRequest, NotFound
+from mailboxes.faults import faults_clear, faults_get, faults_set
 from mailboxes.lifecycle import (LABEL_FIELDS, mailbox_create, mailbox_delete, mailbox_label, mailbox_renew,
                                  sandbox_password_rotate, smtp_settings)
 from mailboxes.messages import message_delete, message_mark_read
@@ -195,6 +199,34 @@ class SandboxPasswordView(APIView):
         password = sandbox_password_rotate(mailbox=mailbox)
         return Response({**MailboxSerializer.represent(mailbox),
                          "smtp": smtp_settings(mailbox=mailbox, password=password)})
+
+
+def _rules_shown(rules) -> Response:
+    return Response({"rules": [FaultRuleShownSerializer.of(rule) for rule in rules]})
+
+
+class SandboxFaultsView(APIView):
+    """A sandbox's fault rules (docs/sandbox.md, "Faults"); each rule is checked by the service."""
+
+    @extend_schema(operation_id="sandbox_faults_set", summary="Replace a sandbox's fault rules",
+                   request=FaultRulesSerializer, responses=FaultRulesShownSerializer)
+    def put(self, request, mailbox_id):
+        mailbox = reading.mailbox_open(caller=request.user, mailbox_id=mailbox_id)
+        if not isinstance(request.data, dict) or set(request.data) != {"rules"}:
+            raise InvalidRequest('The body must be {"rules": [...]}.', field="rules")
+        return _rules_shown(faults_set(mailbox=mailbox, rules=request.data["rules"]))
+
+    @extend_schema(operation_id="sandbox_faults_get", summary="A sandbox's fault rules, with what is left of each",
+                   responses=FaultRulesShownSerializer)
+    def get(self, request, mailbox_id):
+        mailbox = reading.mailbox_open(caller=request.user, mailbox_id=mailbox_id, live=False)
+        return _rules_shown(faults_get(mailbox=mailbox))
+
+    @extend_schema(operation_id="sandbox_faults_clear", summary="Remove a sandbox's fault rules", responses={204: None})
+    def delete(self, request, mailbox_id):
+        mailbox = reading.mailbox_open(caller=request.user, mailbox_id=mailbox_id, live=False)
+        faults_clear(mailbox=mailbox)
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 class MailboxRowsView(APIView):

@@ -276,3 +276,34 @@ class Message(models.Model):
 def shown_sender(from_header: str, envelope_from: str) -> str:
     """Message.sender for a page that reads the two columns without a model instance."""
     return from_header or envelope_from
+
+
+class FaultStage(models.TextChoices):
+    """Where a sandbox's submission port may answer a fault (docs/sandbox.md, "Faults")."""
+
+    AUTH = "auth"
+    MAIL = "mail"
+    RCPT = "rcpt"
+    DATA = "data"
+
+
+class FaultRule(models.Model):
+    """One of a sandbox's fault rules: at `stage`, for an address matching `match`, with
+    `probability`, the submission port answers `code` (after `delay_seconds`), until
+    `remaining` (of `times`) runs out. `remaining` is spent by an UPDATE, so every SMTP
+    process spends one count once."""
+
+    mailbox = models.ForeignKey(Mailbox, on_delete=models.CASCADE, related_name="fault_rules")
+    position = models.PositiveSmallIntegerField()
+    stage = models.CharField(max_length=4, choices=FaultStage.choices)
+    code = models.PositiveSmallIntegerField()
+    message = models.CharField(max_length=200, blank=True, default="")
+    match = models.CharField(max_length=320, blank=True, default="")
+    probability = models.FloatField(default=1.0)
+    times = models.PositiveIntegerField(null=True, blank=True)
+    remaining = models.PositiveIntegerField(null=True, blank=True)
+    delay_seconds = models.FloatField(default=0.0)
+
+    class Meta:
+        ordering = ["position"]
+        constraints = [models.UniqueConstraint(fields=["mailbox", "position"], name="fault_rule_position")]

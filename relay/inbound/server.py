@@ -25,6 +25,7 @@ from core import dns
 from mailboxes.messages import MailboxFull, recipient_by_address
 from relay.verdicts import TEMPERROR, authenticate, nothing_known
 from core.client_address import client_group
+from mailboxes.faults import FaultAnswer, fault_answer, fault_rules_of
 from relay.inbound.submission import LockoutUnknown, SandboxLogin, login_failed, logins_locked, sandbox_login
 from relay.ingest import message_ingest
 from relay.outbox.delivery import bounce_receive, is_bounce_address
@@ -291,9 +292,38 @@ class SubmissionHandler:
         self.idle = asyncio.Event()
         self.idle.set()
 
+    async def fault(self, envelope: Envelope, stage: str, address: str) -> str | None:
+        """The reply a fault rule gives at `stage` (after its delay), or None."""
+        rules = getattr(envelope, "fault_rules", None)
+        if not rules:
+            return None
+        answer: FaultAnswer | None = await self.lookups.run(fault_answer, rules=rules, stage=stage, address=address)
+        if answer is None:
+            return None
+        if answer.delay_seconds:
+            await asyncio.sleep(answer.delay_seconds)  # the rule's own delay: the client asked for it
+        return answer.reply
+
+    async def handle_MAIL(self, server: SMTP, session: Session, envelope: Envelope, address: str, mail_options):
+        # The rules are read once a transaction: a PUT applies from the next MAIL on.
+        try:
+            envelope.fault_rules = await self.lookups.run(fault_rules_of, mailbox_id=session.auth_data.mailbox_id)
+        except Exception:
+            logger.exception("could not read the fault rules of sandbox %s", session.auth_data.mailbox_id)
+            return "451 4.3.0 Temporary lookup failure, try again later"
+        faulted = await self.fault(envelope, "mail", address)
+        if faulted is not None:
+            return faulted
+        envelope.mail_from = address
+        envelope.mail_options.extend(mail_options)
+        return "250 2.1.0 OK"
+
     async def handle_RCPT(self, server: SMTP, session: Session, envelope: Envelope, address: str, rcpt_options):
         if len(envelope.rcpt_tos) >= SUBMISSION_MAX_RECIPIENTS:
             return "452 4.5.3 Too many recipients"
+        faulted = await self.fault(envelope, "rcpt", address)
+        if faulted is not None:
+            return faulted
         envelope.rcpt_tos.append(address)
         return "250 2.1.5 OK"
 
@@ -301,6 +331,10 @@ class SubmissionHandler:
         login: SandboxLogin = session.auth_data
         if not envelope.rcpt_tos:
             return "554 5.5.1 No valid recipients"
+        # A faulted message is not stored.
+        faulted = await self.fault(envelope, "data", envelope.mail_from or "")
+        if faulted is not None:
+            return faulted
         server.storing = True
         raw = envelope.original_content or envelope.content or b""
         try:
@@ -388,6 +422,12 @@ class SubmissionSMTP(RelaySMTP):
             logger.info("refused an SMTP login from %s", self.peer_host)
             await self.event_handler.lookups.run(login_failed, group=self.peer_host)
             return AuthResult(success=False, handled=False, message=AUTH_INVALID)
+        # A fault rule's answer to a right login is the sandbox owner's wish, not a failure.
+        envelope = Envelope()
+        envelope.fault_rules = await self.event_handler.lookups.run(fault_rules_of, mailbox_id=login.mailbox_id)
+        faulted = await self.event_handler.fault(envelope, "auth", login.address)
+        if faulted is not None:
+            return AuthResult(success=False, handled=False, message=faulted)
         return AuthResult(success=True, auth_data=login)
 
 
