@@ -26,7 +26,8 @@ from mailboxes.messages import MailboxFull, recipient_by_address
 from relay.verdicts import TEMPERROR, authenticate, nothing_known
 from core.client_address import client_group
 from mailboxes.faults import FaultAnswer, fault_answer, fault_rules_of
-from relay.inbound.submission import LockoutUnknown, SandboxLogin, login_failed, logins_locked, sandbox_login
+from relay.inbound.submission import (LockoutUnknown, SandboxLogin, login_failed, logins_locked, sandbox_login,
+                                      sandbox_transaction)
 from relay.ingest import message_ingest
 from relay.outbox.delivery import bounce_receive, is_bounce_address
 
@@ -278,6 +279,7 @@ SUBMISSION_MAX_RECIPIENTS = 100
 AUTH_INVALID = "535 5.7.8 Authentication credentials invalid"
 AUTH_LOCKED = "454 4.7.0 Too many failed authentications from your address, try again later"
 AUTH_UNAVAILABLE = "454 4.7.0 Temporary authentication failure, try again later"
+ENDED = "554 5.7.1 This sandbox has ended or was deleted"
 
 
 class SubmissionHandler:
@@ -305,12 +307,14 @@ class SubmissionHandler:
         return answer.reply
 
     async def handle_MAIL(self, server: SMTP, session: Session, envelope: Envelope, address: str, mail_options):
-        # The rules are read once a transaction: a PUT applies from the next MAIL on.
+        login: SandboxLogin = session.auth_data
         try:
-            envelope.fault_rules = await self.lookups.run(fault_rules_of, mailbox_id=session.auth_data.mailbox_id)
+            envelope.sandbox, envelope.fault_rules = await self.lookups.run(sandbox_transaction, login=login)
         except Exception:
-            logger.exception("could not read the fault rules of sandbox %s", session.auth_data.mailbox_id)
+            logger.exception("could not look up sandbox %s", login.mailbox_id)
             return "451 4.3.0 Temporary lookup failure, try again later"
+        if envelope.sandbox is None:
+            return ENDED
         faulted = await self.fault(envelope, "mail", address)
         if faulted is not None:
             return faulted
@@ -328,7 +332,6 @@ class SubmissionHandler:
         return "250 2.1.5 OK"
 
     async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope):
-        login: SandboxLogin = session.auth_data
         if not envelope.rcpt_tos:
             return "554 5.5.1 No valid recipients"
         # A faulted message is not stored.
@@ -337,21 +340,20 @@ class SubmissionHandler:
             return faulted
         server.storing = True
         raw = envelope.original_content or envelope.content or b""
+        sandbox = envelope.sandbox  # looked up at MAIL FROM
         try:
-            # Looked up again: a sandbox that ended or was deleted since AUTH takes nothing.
-            sandbox = await self.lookups.run(recipient_by_address, address=login.address)
-            if sandbox is None or sandbox.mailbox_id != login.mailbox_id:
-                return "554 5.7.1 This sandbox has ended"
             if not sandbox.fits(len(raw)):
                 return "452 4.2.2 Sandbox full"
             # The app's own mail: no verdict to work out, nothing to relay.
-            await self.storage.run(message_ingest, raw=raw, mail_from=envelope.mail_from or "",
-                                   recipients=[sandbox], authentication=nothing_known(),
-                                   rcpt_to=list(envelope.rcpt_tos))
+            stored = await self.storage.run(message_ingest, raw=raw, mail_from=envelope.mail_from or "",
+                                            recipients=[sandbox], authentication=nothing_known(),
+                                            rcpt_to=list(envelope.rcpt_tos))
+            if not stored:  # deleted since MAIL FROM
+                return ENDED
         except MailboxFull:
             return "452 4.2.2 Sandbox full"
         except Exception:
-            logger.exception("could not store a submission to sandbox %s", login.mailbox_id)
+            logger.exception("could not store a submission to sandbox %s", sandbox.mailbox_id)
             return "451 4.3.0 Could not store the message, try again later"
         finally:
             server.storing = False

@@ -13,6 +13,9 @@ import redis
 from accounts.errors import Forbidden
 from accounts.identity import SMTP_LOGIN, SmtpLogin, authenticate
 from core.redis_clients import events_redis
+from mailboxes.faults import fault_rules_of
+from mailboxes.messages import Recipient, recipient_by_address
+from mailboxes.models import FaultRule
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +55,16 @@ def sandbox_login(*, username: str, password: str) -> SandboxLogin | None:
     except Forbidden:
         return None
     return None if caller is None else SandboxLogin(mailbox_id=caller.mailbox_id, address=username.strip().lower())
+
+
+def sandbox_transaction(*, login: SandboxLogin) -> tuple[Recipient | None, list[FaultRule]]:
+    """At each MAIL FROM, in one trip to the lookup pool: the signed-in sandbox as a
+    recipient, None once it has ended or been deleted (it takes nothing more), and its
+    fault rules (a PUT applies from the next transaction)."""
+    sandbox = recipient_by_address(login.address)
+    if sandbox is None or sandbox.mailbox_id != login.mailbox_id:
+        return None, []
+    return sandbox, fault_rules_of(login.mailbox_id)
 
 
 # Without an events Redis (a single-host `make run` may have none), each process counts alone.

@@ -169,7 +169,7 @@ def test_a_deleted_sandbox_is_refused_at_once_even_mid_session(submission, clien
     box = create_mailbox(client_pro, sandbox=True)
     smtp = _login(submission.submission_port, None, box["address"], box["smtp"]["password"])
     assert client_pro.delete(f"/api/v1/mailboxes/{box['id']}").status_code == 204
-    with pytest.raises(smtplib.SMTPDataError) as refused:
+    with pytest.raises(smtplib.SMTPSenderRefused) as refused:
         smtp.sendmail("a@staging.example", ["b@customer.example"], MAIL)
     assert refused.value.smtp_code == 554
     smtp.close()
