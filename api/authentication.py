@@ -36,6 +36,7 @@ WAITS = MAIL_READ
 
 TOOLS: dict[str, str] = {
     "create_mailbox": MAILBOXES, "list_mailboxes": MAILBOXES, "get_mailbox": MAILBOXES, "renew_mailbox": MAILBOXES,
+    "create_sandbox": MAILBOXES, "set_faults": MAILBOXES,
     "delete_mailbox": MAILBOXES,
     "list_messages": MAIL_READ, "get_message": MAIL_READ, "wait_for_message": MAIL_READ, "wait_for_code": MAIL_READ,
     "search_messages": MAIL_READ, "get_attachment": MAIL_READ, "check_message": MAIL_READ, "list_threads": MAIL_READ, "get_thread": MAIL_READ,

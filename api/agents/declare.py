@@ -116,6 +116,34 @@ class MailboxList(Result):
     mailboxes: list[MailboxOut]
 
 
+class SmtpSettingsOut(Result):
+    host: str
+    port: int | None
+    username: str
+    password: str
+    security: str
+
+
+class SandboxOut(MailboxOut):
+    sandbox: bool
+    smtp: SmtpSettingsOut
+
+
+class FaultRuleOut(Result):
+    stage: str
+    code: int
+    message: str
+    match: str
+    probability: float
+    times: int | None
+    delay_seconds: float
+    remaining: int | None
+
+
+class FaultRulesOut(Result):
+    rules: list[FaultRuleOut]
+
+
 class Deleted(Result):
     deleted: bool
 
