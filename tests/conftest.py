@@ -282,13 +282,14 @@ def cyrus(cyrus_server, settings):
 
 # --- SMTP ----------------------------------------------------------------------------------
 class SmtpServerThread:
-    def __init__(self, *, submission: bool = False, host: str = "127.0.0.1") -> None:
+    def __init__(self, *, submission: bool = False, host: str = "127.0.0.1", submission_port: int = 0) -> None:
         self.host = host
         self.loop = asyncio.new_event_loop()
         self.stop_event: asyncio.Event | None = None
         self.address = None
         # The sandboxes' submission port too, on a free port of its own.
-        self.submission = submission
+        self.submission = submission or bool(submission_port)
+        self.submission_port_asked = submission_port
         self.submission_address = None
         self.ready = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -301,7 +302,7 @@ class SmtpServerThread:
         async def main() -> None:
             self.stop_event = asyncio.Event()
             await serve(self.host, 0, stop=self.stop_event, ready=self._on_ready, drain_seconds=10,
-                        submission_port=0 if self.submission else None,
+                        submission_port=self.submission_port_asked if self.submission else None,
                         submission_ready=lambda address: setattr(self, "submission_address", address))
 
         self.loop.run_until_complete(main())

@@ -287,3 +287,42 @@ def test_check_message_names_a_check_this_relay_cannot_run(relay, smtp_server):
     assert found["spam"] == {"error": "not_configured: No spam checker is configured here (RELAY_SPAMD_URL is not "
                                       "set)."}
     assert {check["name"] for check in found["headers"]["checks"]} >= {"message_id", "date"}
+
+
+def test_a_sandbox_from_the_client_takes_djangos_send_mail_with_a_bcc(processes, certificates, settings,
+                                                                       transactional_db):
+    """create_sandbox() against a live web process that names the submission port, and
+    Django's own SMTP EmailBackend configured from django_settings() over STARTTLS."""
+    import ssl
+
+    from django.core.mail import EmailMessage, get_connection
+
+    from tests.conftest import SmtpServerThread
+    from tests.ports import free_port
+
+    port = free_port()
+    base = processes.start_web("sandbox-web", env={"RELAY_SUBMISSION_PORT": str(port)})
+    _, key = account_create_with_key(login="app-tester", plan="pro")
+    settings.RELAY_SMTP_TLS_CERT = str(certificates / "server.pem")
+    settings.RELAY_SMTP_TLS_KEY = str(certificates / "server.key")
+    submission = SmtpServerThread(submission_port=port).start()
+    relay = Relay(base, key)
+    try:
+        sandbox = relay.create_sandbox(ttl_minutes=10)
+        assert sandbox.smtp["port"] == port and sandbox.smtp["username"] == sandbox.address
+        configured = sandbox.django_settings()
+        assert configured["EMAIL_USE_TLS"] is True
+        backend = get_connection(configured["EMAIL_BACKEND"], host=configured["EMAIL_HOST"],
+                                 port=configured["EMAIL_PORT"], username=configured["EMAIL_HOST_USER"],
+                                 password=configured["EMAIL_HOST_PASSWORD"], use_tls=configured["EMAIL_USE_TLS"],
+                                 timeout=10)
+        backend.ssl_context = ssl.create_default_context(cafile=str(certificates / "ca.pem"))  # the test's CA
+        EmailMessage("Your receipt", "Thanks", "shop@staging.example", ["alice@customer.example"],
+                     bcc=["books@staging.example"], connection=backend).send()
+        caught = relay.wait_for_message(sandbox.id, timeout_seconds=20)
+        assert caught is not None and caught.subject == "Your receipt"
+        assert relay.get_message(sandbox.id, caught.id).envelope["rcpt_to"] == ["alice@customer.example",
+                                                                              "books@staging.example"]
+    finally:
+        submission.stop()
+        relay.delete_mailbox(sandbox.id)

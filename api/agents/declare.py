@@ -30,7 +30,8 @@ from api.authentication import Principal
 from api.conversation_serializers import SendAcceptedSerializer, ThreadDetailSerializer, ThreadSerializer
 from api.domain_serializers import DomainSerializer
 from api.errors import error_of
-from api.serializers import DeliverySerializer, MailboxSerializer, MessageDetailSerializer, MessageSummarySerializer
+from api.serializers import (DeliverySerializer, FaultRulesShownSerializer, MailboxSerializer, MessageDetailSerializer,
+                             MessageSummarySerializer, SandboxPasswordSerializer)
 from core.pools import PoolFull, in_pool
 from mailboxes.errors import Forbidden, RelayError, TtlOutOfRange
 
@@ -116,32 +117,9 @@ class MailboxList(Result):
     mailboxes: list[MailboxOut]
 
 
-class SmtpSettingsOut(Result):
-    host: str
-    port: int | None
-    username: str
-    password: str
-    security: str
-
-
-class SandboxOut(MailboxOut):
-    sandbox: bool
-    smtp: SmtpSettingsOut
-
-
-class FaultRuleOut(Result):
-    stage: str
-    code: int
-    message: str
-    match: str
-    probability: float
-    times: int | None
-    delay_seconds: float
-    remaining: int | None
-
-
-class FaultRulesOut(Result):
-    rules: list[FaultRuleOut]
+# A sandbox as its creation and rotation answer it, with its SMTP settings; its fault rules.
+SandboxOut = shaped(SandboxPasswordSerializer, "SandboxOut")
+FaultRulesOut = shaped(FaultRulesShownSerializer, "FaultRulesOut")
 
 
 class Deleted(Result):
