@@ -255,6 +255,25 @@ def test_the_fixture_deletes_its_mailbox_even_when_the_test_fails(live, tmp_path
     assert gone.value.code == "not_found"
 
 
+def test_the_sandbox_fixture_gives_django_settings_and_deletes_its_sandbox(live, tmp_path):
+    base, key = live
+    (tmp_path / "test_inner.py").write_text(textwrap.dedent("""
+        def test_fails(relay_sandbox):
+            open(%r, "w").write(relay_sandbox.id)
+            configured = relay_sandbox.django_settings(use_tls=False)
+            assert configured["EMAIL_HOST_USER"] == relay_sandbox.address
+            assert configured["EMAIL_HOST_PASSWORD"].startswith("rs_") and configured["EMAIL_USE_TLS"] is False
+            assert False, "the test fails"
+    """ % str(tmp_path / "id.txt")))
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:django",
+                           str(tmp_path / "test_inner.py")], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={"RELAY_URL": base, "RELAY_API_KEY": key, "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 1 and "the test fails" in done.stdout, done.stdout + done.stderr
+    with pytest.raises(RelayError) as gone:
+        Relay(base, key).get_mailbox((tmp_path / "id.txt").read_text())
+    assert gone.value.code == "not_found"
+
+
 def test_the_client_is_typed_and_depends_on_requests_only():
     metadata = (ROOT / "client" / "pyproject.toml").read_text()
     assert 'dependencies = ["requests>=2.28"]' in metadata
