@@ -1,6 +1,6 @@
 """Who is calling, for every door (the API, MCP over HTTP and stdio, the web inbox, SMTP
 submission): each credential (an API key, an anonymous mailbox's token, an OAuth access
-token, the web inbox's session) parsed here into one `Caller` by `authenticate`; one rule
+token, the web inbox's session, a sandbox's SMTP login) parsed here into one `Caller` by `authenticate`; one rule
 for whether an account may act (`may_act`, and the error that refuses it); one digest of
 every secret (`secret_digest`); and how long a process may keep believing a credential it
 looked up (`Cache`, revocation on the next request: docs/api.md, "Keys and revocation").
@@ -14,7 +14,7 @@ import time
 import uuid
 import weakref
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 import redis
@@ -32,6 +32,7 @@ logger = logging.getLogger(__name__)
 
 API_KEY_PREFIX = "rk_"
 MAILBOX_TOKEN_PREFIX = "rt_"
+SMTP_PASSWORD_PREFIX = "rs_"
 
 
 # --- secrets ----------------------------------------------------------------------------------
@@ -54,6 +55,11 @@ def new_secret(prefix: str) -> tuple[str, str]:
 def new_mailbox_token() -> tuple[str, str]:
     """A fresh anonymous mailbox token and the digest to store for it."""
     return new_secret(MAILBOX_TOKEN_PREFIX)
+
+
+def new_smtp_password() -> tuple[str, str]:
+    """A fresh sandbox SMTP password (shown once) and the digest to store for it."""
+    return new_secret(SMTP_PASSWORD_PREFIX)
 
 
 # --- the caller -------------------------------------------------------------------------------
@@ -363,17 +369,57 @@ def _session(session: Session, audience: str | None) -> Caller | None:
     return None if account is None else Caller(owner=account, api_key_id=session.api_key_id)
 
 
+# --- a sandbox's SMTP login ------------------------------------------------------------------
+@dataclass(frozen=True)
+class SmtpLogin:
+    """What AUTH PLAIN or LOGIN gave the submission port: a sandbox's address and its password."""
+
+    username: str
+    password: str = field(repr=False)
+
+
+# A sandbox is a mailbox, which mailboxes/ owns: it hands its look-up down as it does the
+# tokens' (mailboxes/apps.py). `lookup(address, digest)`: (the id, its owner or None) of the
+# sandbox that receives now, by the database's clock, with that password; else None.
+_sandbox_of_login: Callable[[str, str], "tuple[uuid.UUID, Account | None] | None"] = lambda address, digest: None
+
+
+def sandbox_logins_read_by(lookup: Callable[[str, str], "tuple[uuid.UUID, Account | None] | None"]) -> None:
+    global _sandbox_of_login
+    _sandbox_of_login = lookup
+
+
+def _smtp_login(login: SmtpLogin, audience: str | None) -> Caller | None:
+    # Looked up in the database on every AUTH, never cached: a rotated password, or a
+    # sandbox deleted or ended, fails at once in every SMTP process. An AUTH costs one
+    # indexed read, once per connection.
+    if not login.password.startswith(SMTP_PASSWORD_PREFIX):
+        return None
+    found = _sandbox_of_login(login.username.strip().lower(), secret_digest(login.password))
+    if found is None:
+        return None
+    mailbox_id, owner = found
+    # An SMTP login opens one sandbox for submission and nothing of the API (no scope).
+    return Caller(owner=owner, mailbox_id=mailbox_id, scopes=frozenset())
+
+
 # --- authenticate -----------------------------------------------------------------------------
 API_KEY, MAILBOX_TOKEN, ACCESS_TOKEN, SESSION = "API key", "mailbox token", "access token", "session"
+SMTP_LOGIN = "SMTP login"
+# What the HTTP doors take; the submission port asks for SMTP_LOGIN alone.
 EVERY_KIND = frozenset({API_KEY, MAILBOX_TOKEN, ACCESS_TOKEN, SESSION})
-_BACKENDS = {API_KEY: _api_key, MAILBOX_TOKEN: _mailbox_token, ACCESS_TOKEN: _access_token, SESSION: _session}
+_BACKENDS = {API_KEY: _api_key, MAILBOX_TOKEN: _mailbox_token, ACCESS_TOKEN: _access_token, SESSION: _session,
+             SMTP_LOGIN: _smtp_login}
 
 
-def credential_kind(credential: "str | Session", *, audience: str | None = None) -> str | None:
-    """What a credential is, by its shape alone: a session, an API key (`rk_…`), a mailbox
-    token (`rt_…`), or, where an audience is named, an OAuth access token; None for none."""
+def credential_kind(credential: "str | Session | SmtpLogin", *, audience: str | None = None) -> str | None:
+    """What a credential is, by its shape alone: a session, an SMTP login, an API key
+    (`rk_…`), a mailbox token (`rt_…`), or, where an audience is named, an OAuth access
+    token; None for none."""
     if isinstance(credential, Session):
         return SESSION
+    if isinstance(credential, SmtpLogin):
+        return SMTP_LOGIN
     if credential.startswith(API_KEY_PREFIX):
         return API_KEY
     if credential.startswith(MAILBOX_TOKEN_PREFIX):
@@ -381,7 +427,7 @@ def credential_kind(credential: "str | Session", *, audience: str | None = None)
     return ACCESS_TOKEN if audience is not None else None
 
 
-def authenticate(credential: "str | Session", *, audience: str | None = None,
+def authenticate(credential: "str | Session | SmtpLogin", *, audience: str | None = None,
                  kinds: Iterable[str] = EVERY_KIND) -> Caller | None:
     """The caller a credential belongs to, or None: unknown, revoked, expired, bound to
     another audience, or not one of `kinds`. An account that may not act raises its

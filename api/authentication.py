@@ -22,6 +22,7 @@ ALL = (MAILBOXES, MAIL_READ, MAIL_SEND, DOMAINS)
 ROUTES: dict[str, str | dict[str, str]] = {
     "IndexView": MAILBOXES, "WhoAmIView": MAILBOXES,
     "MailboxCollectionView": MAILBOXES, "MailboxDetailView": MAILBOXES, "MailboxRenewView": MAILBOXES,
+    "SandboxPasswordView": MAILBOXES, "SandboxFaultsView": MAILBOXES,
     "MessageSearchView": MAIL_READ, "MessageCollectionView": {"GET": MAIL_READ, "POST": MAIL_SEND},
     "MessageDetailView": MAIL_READ, "MessageRawView": MAIL_READ, "AttachmentView": MAIL_READ,
     "OutboundCollectionView": MAIL_SEND, "OutboundDetailView": MAIL_SEND,
@@ -35,6 +36,7 @@ WAITS = MAIL_READ
 
 TOOLS: dict[str, str] = {
     "create_mailbox": MAILBOXES, "list_mailboxes": MAILBOXES, "get_mailbox": MAILBOXES, "renew_mailbox": MAILBOXES,
+    "create_sandbox": MAILBOXES, "set_faults": MAILBOXES,
     "delete_mailbox": MAILBOXES,
     "list_messages": MAIL_READ, "get_message": MAIL_READ, "wait_for_message": MAIL_READ, "wait_for_code": MAIL_READ,
     "search_messages": MAIL_READ, "get_attachment": MAIL_READ, "check_message": MAIL_READ, "list_threads": MAIL_READ, "get_thread": MAIL_READ,

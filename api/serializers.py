@@ -89,6 +89,9 @@ class MailboxCreateSerializer(LabelsSerializer):
                          help_text="One of RELAY_DOMAINS (the first when absent) or one of your verified domains.")
     ttl_ms = StrictIntegerField(required=False, **ttl_bounds(),
                                 help_text="Lifetime in ms, at most the plan's cap; the plan's default when absent.")
+    sandbox = StrictBooleanField(required=False, default=False,
+                                 help_text="true: a sandbox, which also catches what an app submits with its SMTP "
+                                           "settings (returned once, as `smtp`), to anyone, and never delivers it.")
 
 
 class MailboxRenewSerializer(StrictSerializer):
@@ -125,6 +128,9 @@ class MessageSearchQuerySerializer(serializers.Serializer):
     direction = QueryChoiceField(choices=Direction.values, required=False,
                                  help_text="in: received mail; out: mail sent from the mailbox. Both when absent "
                                            "(a wait: in).")
+    rcpt = SearchTextField("rcpt", required=False,
+                           help_text="An envelope recipient, the whole address in any case (a sandbox's catch: any "
+                                     "of its RCPT TO; other mail: the address it came to).")
 
     @staticmethod
     def filters(query: dict) -> dict:
@@ -132,7 +138,7 @@ class MessageSearchQuerySerializer(serializers.Serializer):
         return {"words": query.get("q", ""), "sender": query.get("sender", ""), "subject": query.get("subject", ""),
                 "since": query.get("since"), "until": query.get("until"), "unread": query["unread"],
                 "authenticated": query["authenticated"], "after": query.get("after"),
-                "direction": query.get("direction", "")}
+                "direction": query.get("direction", ""), "rcpt": query.get("rcpt", "")}
 
 
 class WaitQuerySerializer(MessageSearchQuerySerializer):
@@ -181,12 +187,61 @@ class MailboxSerializer(RenderedOnce, serializers.Serializer):
     name = serializers.CharField(read_only=True, max_length=100)
     tags = serializers.ListField(child=serializers.CharField(), read_only=True)
     metadata = MetadataField(read_only=True)
+    sandbox = serializers.BooleanField(read_only=True, help_text="A sandbox: it catches what its SMTP login "
+                                                                 "submits (docs/sandbox.md).")
+
+
+class SmtpSettingsSerializer(serializers.Serializer):
+    host = serializers.CharField()
+    port = serializers.IntegerField(allow_null=True, help_text="The submission port; null when none is served.")
+    username = serializers.CharField(help_text="The sandbox's address.")
+    password = serializers.CharField(help_text="Shown once; stored hashed.")
+    security = serializers.ChoiceField(choices=["starttls"])
 
 
 class MailboxCreatedSerializer(MailboxSerializer):
     # Not read_only: read-only fields are "required" in response schemas, and an owner's
     # create has no token.
     token = serializers.CharField(required=False, help_text="Only for anonymous creation, shown once.")
+    smtp = SmtpSettingsSerializer(required=False, help_text="Only for a sandbox, shown once: its SMTP settings.")
+
+
+class FaultRuleSerializer(serializers.Serializer):
+    stage = serializers.ChoiceField(choices=["auth", "mail", "rcpt", "data"])
+    code = serializers.IntegerField(min_value=400, max_value=599, help_text="The SMTP reply code answered.")
+    message = serializers.CharField(required=False, max_length=200, help_text="Its text; a default when absent.")
+    match = serializers.CharField(required=False, max_length=320,
+                                  help_text="A glob on the address (mail: the sender; rcpt: the recipient; data: "
+                                            "the sender; auth: the username), any case; every address when absent.")
+    probability = serializers.FloatField(required=False, min_value=0, max_value=1,
+                                         help_text="Drawn for each answer; 1 when absent.")
+    times = serializers.IntegerField(required=False, allow_null=True, min_value=1,
+                                     help_text="Spent after this many answers, across every SMTP process.")
+    delay_seconds = serializers.FloatField(required=False, min_value=0, max_value=30, help_text="Answer this late.")
+
+
+class FaultRuleShownSerializer(FaultRuleSerializer):
+    remaining = serializers.IntegerField(allow_null=True, help_text="What is left of `times`; null without one.")
+
+    @staticmethod
+    def of(rule) -> dict:
+        return {"stage": rule.stage, "code": rule.code, "message": rule.message, "match": rule.match,
+                "probability": rule.probability, "times": rule.times, "delay_seconds": rule.delay_seconds,
+                "remaining": rule.remaining}
+
+
+class FaultRulesSerializer(serializers.Serializer):
+    """The body of PUT …/faults: its rules are checked by the service (mailboxes.faults)."""
+
+    rules = serializers.ListField(child=FaultRuleSerializer(), max_length=20)
+
+
+class FaultRulesShownSerializer(serializers.Serializer):
+    rules = FaultRuleShownSerializer(many=True)
+
+
+class SandboxPasswordSerializer(MailboxSerializer):
+    smtp = SmtpSettingsSerializer(help_text="The new SMTP settings, shown once; the old password fails at once.")
 
 
 # A message in a list. Its subclass MessageDetailSerializer renders with a context and
@@ -200,6 +255,8 @@ class MessageSummarySerializer(RenderedOnce, serializers.Serializer):
     to = serializers.CharField(source="to_header")
     envelope_from = serializers.CharField()
     envelope_to = serializers.CharField()
+    rcpt_to = serializers.ListField(child=serializers.CharField(), help_text="Every envelope recipient of a "
+                                    "submission a sandbox caught, Bcc included; [] for mail received.")
     subject = serializers.CharField()
     received_at = serializers.DateTimeField()
     size = serializers.IntegerField()
@@ -244,6 +301,11 @@ class DmarcResultSerializer(serializers.Serializer):
     result = _RESULT
     policy = serializers.CharField(allow_null=True, help_text="p= (sp= for a subdomain); null without a record.")
     domain = serializers.CharField(help_text="The From header's domain.")
+
+
+class EnvelopeSerializer(serializers.Serializer):
+    mail_from = serializers.CharField()
+    rcpt_to = serializers.ListField(child=serializers.CharField())
 
 
 class AuthenticationSerializer(serializers.Serializer):
@@ -313,6 +375,13 @@ class MessageDetailSerializer(MessageSummarySerializer):
                                                                 "skipped.")
     delivery = serializers.SerializerMethodField(help_text="Sent mail: each recipient and what became of it "
                                                            "(docs/delivery.md); empty for mail received.")
+    envelope = serializers.SerializerMethodField(help_text="The SMTP envelope: MAIL FROM and every RCPT TO (a "
+                                                           "sandbox's catch shows its Bcc recipients here).")
+
+    @extend_schema_field(EnvelopeSerializer)
+    def get_envelope(self, message) -> dict:
+        return {"mail_from": message.envelope_from,
+                "rcpt_to": list(message.rcpt_to) or ([message.envelope_to] if message.envelope_to else [])}
 
     @extend_schema_field(serializers.CharField(allow_null=True))
     def get_header_message_id(self, message) -> str | None:

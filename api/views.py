@@ -33,9 +33,15 @@ from api.serializers import (
     MessageDetailSerializer,
     MessageSearchQuerySerializer,
     MessageSummarySerializer,
+    FaultRuleShownSerializer,
+    FaultRulesSerializer,
+    FaultRulesShownSerializer,
+    SandboxPasswordSerializer,
 )
-from mailboxes.errors import NotFound
-from mailboxes.lifecycle import LABEL_FIELDS, mailbox_create, mailbox_delete, mailbox_label, mailbox_renew
+from mailboxes.errors import InvalidRequest, NotFound
+from mailboxes.faults import faults_clear, faults_get, faults_set
+from mailboxes.lifecycle import (LABEL_FIELDS, mailbox_create, mailbox_delete, mailbox_label, mailbox_renew,
+                                 sandbox_password_rotate, smtp_settings)
 from mailboxes.messages import message_delete, message_mark_read
 from mailboxes.threads import thread_get, thread_list, thread_messages, thread_participants
 from relay.inbound.attachments import SAFETY_HEADERS, attachment_of, safe_filename, served_content_type
@@ -145,11 +151,13 @@ class MailboxCollectionView(APIView):
         mailbox, token = mailbox_create(backend=get_backend(),
                                         caller=caller if caller and not caller.is_anonymous else None,
                                         local_part=body.get("local_part"), domain=body.get("domain"),
-                                        ttl_ms=body.get("ttl_ms"),
+                                        ttl_ms=body.get("ttl_ms"), sandbox=body["sandbox"],
                                         labels={field: body[field] for field in LABEL_FIELDS if field in body})
         data = MailboxSerializer.represent(mailbox)
         if token:
             data["token"] = token
+        if mailbox.sandbox:
+            data["smtp"] = smtp_settings(mailbox=mailbox, password=mailbox.smtp_password)
         return Response(data, status=status.HTTP_201_CREATED)
 
 
@@ -181,6 +189,44 @@ class MailboxRenewView(APIView):
         body = validated(MailboxRenewSerializer, request.data)
         mailbox = mailbox_renew(mailbox=mailbox, plan=request.user.plan, ttl_ms=body.get("ttl_ms"))
         return Response(MailboxSerializer.represent(mailbox))
+
+
+class SandboxPasswordView(APIView):
+    @extend_schema(operation_id="sandbox_smtp_password", summary="A new SMTP password for a sandbox (the old one "
+                   "fails at once)", request=None, responses=SandboxPasswordSerializer)
+    def post(self, request, mailbox_id):
+        mailbox = reading.mailbox_open(caller=request.user, mailbox_id=mailbox_id)
+        password = sandbox_password_rotate(mailbox=mailbox)
+        return Response({**MailboxSerializer.represent(mailbox),
+                         "smtp": smtp_settings(mailbox=mailbox, password=password)})
+
+
+def _rules_shown(rules) -> Response:
+    return Response({"rules": [FaultRuleShownSerializer.of(rule) for rule in rules]})
+
+
+class SandboxFaultsView(APIView):
+    """A sandbox's fault rules (docs/sandbox.md, "Faults"); each rule is checked by the service."""
+
+    @extend_schema(operation_id="sandbox_faults_set", summary="Replace a sandbox's fault rules",
+                   request=FaultRulesSerializer, responses=FaultRulesShownSerializer)
+    def put(self, request, mailbox_id):
+        mailbox = reading.mailbox_open(caller=request.user, mailbox_id=mailbox_id)
+        if not isinstance(request.data, dict) or set(request.data) != {"rules"}:
+            raise InvalidRequest('The body must be {"rules": [...]}.', field="rules")
+        return _rules_shown(faults_set(mailbox=mailbox, rules=request.data["rules"]))
+
+    @extend_schema(operation_id="sandbox_faults_get", summary="A sandbox's fault rules, with what is left of each",
+                   responses=FaultRulesShownSerializer)
+    def get(self, request, mailbox_id):
+        mailbox = reading.mailbox_open(caller=request.user, mailbox_id=mailbox_id, live=False)
+        return _rules_shown(faults_get(mailbox=mailbox))
+
+    @extend_schema(operation_id="sandbox_faults_clear", summary="Remove a sandbox's fault rules", responses={204: None})
+    def delete(self, request, mailbox_id):
+        mailbox = reading.mailbox_open(caller=request.user, mailbox_id=mailbox_id, live=False)
+        faults_clear(mailbox=mailbox)
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 class MailboxRowsView(APIView):

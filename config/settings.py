@@ -475,6 +475,10 @@ RELAY_SMTP_HOST = env.str("RELAY_SMTP_HOST", default="127.0.0.1")
 RELAY_SMTP_PORT = _int("RELAY_SMTP_PORT", 2525, minimum=0)
 if RELAY_SMTP_PORT > 65535:
     raise ImproperlyConfigured(f"RELAY_SMTP_PORT must be a port number, got {RELAY_SMTP_PORT}")
+# The sandboxes' submission port (docs/sandbox.md), served by the same SMTP process; 0: none.
+RELAY_SUBMISSION_PORT = _int("RELAY_SUBMISSION_PORT", 0, minimum=0)
+if RELAY_SUBMISSION_PORT > 65535:
+    raise ImproperlyConfigured(f"RELAY_SUBMISSION_PORT must be a port number, got {RELAY_SUBMISSION_PORT}")
 RELAY_MAX_MESSAGE_BYTES = _int("RELAY_MAX_MESSAGE_BYTES", 10_485_760, minimum=1024)
 # Bodies above this are refused with 413 (too_large) before any parsing: room for a send
 # whose attachments, base64 in JSON (4 bytes for 3), fill RELAY_MAX_MESSAGE_BYTES.
@@ -613,6 +617,10 @@ RELAY_TOKEN_TTL_SECONDS = _int("RELAY_TOKEN_TTL_SECONDS", 900, minimum=60)
 # --- OAuth for hosted agents (docs/agents.md, "Connecting by URL") -------------------------
 RELAY_OAUTH_ACCESS_SECONDS = _int("RELAY_OAUTH_ACCESS_SECONDS", 3600, minimum=60)
 # The two audiences a token may be bound to (RFC 8707): the MCP endpoint and the API.
+# The host a sandbox's SMTP settings name (docs/sandbox.md): the public URL's host unless set.
+RELAY_SMTP_PUBLIC_HOST = env.str("RELAY_SMTP_PUBLIC_HOST", default="").strip() or urlsplit(RELAY_PUBLIC_URL).hostname
+if not RELAY_SMTP_PUBLIC_HOST or any(char in RELAY_SMTP_PUBLIC_HOST for char in " /@"):
+    raise ImproperlyConfigured(f"RELAY_SMTP_PUBLIC_HOST must be a host name or address, got {RELAY_SMTP_PUBLIC_HOST!r}")
 RELAY_MCP_RESOURCE = RELAY_PUBLIC_URL + "/mcp"
 RELAY_API_RESOURCE = RELAY_PUBLIC_URL + "/api/v1"
 # http redirect URIs stay allowed for native agents' loopback callbacks (RFC 8252); a

@@ -18,7 +18,7 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.db.models.functions import Greatest
 
-from accounts.identity import Caller, new_mailbox_token
+from accounts.identity import Caller, new_mailbox_token, new_smtp_password
 from accounts.models import Account, plan_limit
 from domains.services import verified_domain
 from mailboxes import wakeups
@@ -103,14 +103,17 @@ def _reserve_address(*, local_part: str | None, domain: str, per_local_part: boo
 
 def mailbox_insert(*, caller: Caller | None, local_part: str | None, domain: str | None,
                    ttl_ms: int | None, lease_seconds: float, active: bool = False,
-                   labels: dict | None = None, per_local_part: bool = False) -> tuple[Mailbox, str | None]:
+                   labels: dict | None = None, per_local_part: bool = False,
+                   sandbox: bool = False) -> tuple[Mailbox, str | None]:
     """The one way a mailbox row comes to be: the address reserved and the row written
     `provisioning` (leased) before the backend is asked, so it owns what the backend makes.
-    Returns it and, for an anonymous caller, its token (shown once)."""
+    Returns it and, for an anonymous caller, its token (shown once). A `sandbox` comes with
+    its SMTP password in `smtp_password`, on this instance only (shown once)."""
     owner = caller.owner if caller else None
     plan = caller.plan if caller else Plan.FREE
     ttl_ms = plan_ttl_ms(plan=plan, ttl_ms=ttl_ms)
     token, token_hash = new_mailbox_token() if owner is None else (None, None)
+    smtp_password, smtp_password_hash = new_smtp_password() if sandbox else (None, None)
     # One transaction: the quota count, the reservation and the row stand or fall together.
     with transaction.atomic():
         if owner is not None:
@@ -126,8 +129,9 @@ def mailbox_insert(*, caller: Caller | None, local_part: str | None, domain: str
             owner=owner, address=address, token_hash=token_hash, expires_at=now + timedelta(milliseconds=ttl_ms),
             status=MailboxStatus.ACTIVE if active else MailboxStatus.PROVISIONING,
             provision_lease_until=None if active else now + timedelta(seconds=lease_seconds),
-            **(labels or {}),
+            sandbox=sandbox, smtp_password_hash=smtp_password_hash, **(labels or {}),
         )
+    mailbox.smtp_password = smtp_password
     if active:
         logger.info("created mailbox %s (%s) expiring at %s", mailbox.id, address, mailbox.expires_at.isoformat())
     return mailbox, token
@@ -281,19 +285,20 @@ def address_allowed(*, backend, local_part: str | None, domain: str | None,
 
 
 def mailbox_create(*, backend, caller: Caller | None, local_part: str | None, domain: str | None,
-                   ttl_ms: int | None, labels: dict | None = None) -> tuple[Mailbox, str | None]:
+                   ttl_ms: int | None, labels: dict | None = None, sandbox: bool = False) -> tuple[Mailbox, str | None]:
     """Create a mailbox provisioned on `backend` (handed in: backends sit above). Returns it
-    and an anonymous caller's token; AddressTaken, InvalidRequest or BackendUnavailable."""
+    and an anonymous caller's token; AddressTaken, InvalidRequest or BackendUnavailable.
+    A `sandbox` also catches what its SMTP login submits (mailbox_insert)."""
     local_part, domain = address_allowed(backend=backend, local_part=local_part, domain=domain,
                                          owner=caller.owner if caller else None)
     if not backend.keeps_accounts:
         # Nothing outside Relay to create, so nothing a crash could orphan: the row is
         # the whole mailbox, written active in one transaction.
         return mailbox_insert(caller=caller, local_part=local_part, domain=domain, ttl_ms=ttl_ms,
-                              lease_seconds=0, active=True, labels=labels)
+                              lease_seconds=0, active=True, labels=labels, sandbox=sandbox)
     mailbox, token = mailbox_insert(caller=caller, local_part=local_part, domain=domain, ttl_ms=ttl_ms,
                                     lease_seconds=provision_lease_seconds(backend), labels=labels,
-                                    per_local_part=backend.one_account_per_local_part)
+                                    per_local_part=backend.one_account_per_local_part, sandbox=sandbox)
     # No transaction is open here: the intent is committed before the network call.
     started = db_now()
     # However the call ends, the backend may go on creating for as long as a provision
@@ -315,6 +320,26 @@ def mailbox_create(*, backend, caller: Caller | None, local_part: str | None, do
     if not mailbox_activate(mailbox=mailbox, backend_id=backend_id):
         raise BackendUnavailable("Provisioning the mailbox took too long; try again.")
     return mailbox, token
+
+
+def smtp_settings(*, mailbox: Mailbox, password: str) -> dict:
+    """What an app is configured with to submit to a sandbox (docs/sandbox.md), every door's."""
+    return {"host": settings.RELAY_SMTP_PUBLIC_HOST, "port": settings.RELAY_SUBMISSION_PORT or None,
+            "username": mailbox.address, "password": password, "security": "starttls"}
+
+
+def sandbox_password_rotate(*, mailbox: Mailbox) -> str:
+    """A new SMTP password for an active sandbox (returned, shown once); the old one fails
+    at the next AUTH in every SMTP process, which looks it up each time. InvalidRequest for
+    a mailbox that is not a sandbox, MailboxExpired for one that ended."""
+    if not mailbox.sandbox:
+        raise InvalidRequest("This mailbox is not a sandbox; create one with \"sandbox\": true.")
+    password, digest = new_smtp_password()
+    if not Mailbox.objects.filter(id=mailbox.id, sandbox=True, status=MailboxStatus.ACTIVE).update(
+            smtp_password_hash=digest):
+        raise MailboxExpired()
+    mailbox.smtp_password_hash = digest
+    return password
 
 
 # --- how a mailbox ends -----------------------------------------------------------------------

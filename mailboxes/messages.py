@@ -88,17 +88,21 @@ def recipient_by_id(mailbox_id) -> Recipient | None:
 
 def message_store(*, content: MessageContent, envelope_from: str, from_header: str, to_header: str, subject: str,
                   recipients: list[Recipient], server_id: str = "", cc_header: str = "",
-                  lineage: Lineage = Lineage(), direction: str = Direction.IN, joining: int | None = None) -> list[int]:
+                  lineage: Lineage = Lineage(), direction: str = Direction.IN, joining: int | None = None,
+                  rcpt_to: list[str] = ()) -> list[int]:
     """Store `content` once and one Message for each recipient that still takes it, in its
     thread. MailboxFull if a quota refused it; IntegrityError for a second copy of
-    `server_id`. Mail sent (`direction` out) is stored read and not announced."""
+    `server_id`. Mail sent (`direction` out) is stored read and not announced. `rcpt_to`:
+    a submission's envelope recipients (a sandbox's catch), kept lowercased."""
+    rcpt_to = [address.lower() for address in rcpt_to]
     size = len(content.raw)
     messages = [
         Message(mailbox_id=recipient.mailbox_id, owner_id=recipient.owner_id, content=content,
                 envelope_from=envelope_from[:320], envelope_to=recipient.address[:320], from_header=from_header,
                 to_header=to_header, cc_header=cc_header, subject=subject, size=size, has_attachments=bool(content.attachments),
                 server_id=server_id, authenticated=(content.authentication or {}).get("verdict") == "pass",
-                direction=direction, is_read=direction == Direction.OUT, message_id=lineage.message_id)
+                direction=direction, is_read=direction == Direction.OUT, message_id=lineage.message_id,
+                rcpt_to=rcpt_to)
         for recipient in recipients
     ]
     try:

@@ -76,6 +76,10 @@ class Mailbox(models.Model):
     deleted_at = models.DateTimeField(null=True, blank=True)
     # SHA-256 of the anonymous creator's token, if any.
     token_hash = models.CharField(max_length=64, null=True, blank=True, unique=True)
+    # A sandbox also catches what its SMTP credentials submit, to anyone (docs/sandbox.md).
+    sandbox = models.BooleanField(default=False, db_default=False)
+    # accounts.identity.secret_digest of a sandbox's SMTP password (its username is the address).
+    smtp_password_hash = models.CharField(max_length=64, null=True, blank=True)
     # Kept in step with the messages on every insert and delete: a read never counts.
     message_count = models.PositiveIntegerField(default=0)
     # Checked against the plan's storage quota.
@@ -228,6 +232,8 @@ class Message(models.Model):
     received_at = models.DateTimeField(auto_now_add=True)
     envelope_from = models.CharField(max_length=320, blank=True, default="")
     envelope_to = models.CharField(max_length=320, blank=True, default="")
+    # Every RCPT TO of a submission a sandbox caught (a Bcc among them); [] for mail received.
+    rcpt_to = models.JSONField(default=list, db_default=[], blank=True)
     from_header = models.TextField(blank=True, default="")
     to_header = models.TextField(blank=True, default="")
     cc_header = models.TextField(blank=True, default="", db_default="")
@@ -270,3 +276,34 @@ class Message(models.Model):
 def shown_sender(from_header: str, envelope_from: str) -> str:
     """Message.sender for a page that reads the two columns without a model instance."""
     return from_header or envelope_from
+
+
+class FaultStage(models.TextChoices):
+    """Where a sandbox's submission port may answer a fault (docs/sandbox.md, "Faults")."""
+
+    AUTH = "auth"
+    MAIL = "mail"
+    RCPT = "rcpt"
+    DATA = "data"
+
+
+class FaultRule(models.Model):
+    """One of a sandbox's fault rules: at `stage`, for an address matching `match`, with
+    `probability`, the submission port answers `code` (after `delay_seconds`), until
+    `remaining` (of `times`) runs out. `remaining` is spent by an UPDATE, so every SMTP
+    process spends one count once."""
+
+    mailbox = models.ForeignKey(Mailbox, on_delete=models.CASCADE, related_name="fault_rules")
+    position = models.PositiveSmallIntegerField()
+    stage = models.CharField(max_length=4, choices=FaultStage.choices)
+    code = models.PositiveSmallIntegerField()
+    message = models.CharField(max_length=200, blank=True, default="")
+    match = models.CharField(max_length=320, blank=True, default="")
+    probability = models.FloatField(default=1.0)
+    times = models.PositiveIntegerField(null=True, blank=True)
+    remaining = models.PositiveIntegerField(null=True, blank=True)
+    delay_seconds = models.FloatField(default=0.0)
+
+    class Meta:
+        ordering = ["position"]
+        constraints = [models.UniqueConstraint(fields=["mailbox", "position"], name="fault_rule_position")]

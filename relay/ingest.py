@@ -26,9 +26,10 @@ logger = logging.getLogger(__name__)
 
 def message_ingest(*, raw: bytes, mail_from: str, recipients: list[Recipient], server_id: str = "",
                     authentication: dict | None = None, direction: str = Direction.IN,
-                    joining: int | None = None) -> list[int]:
+                    joining: int | None = None, rcpt_to: list[str] = ()) -> list[int]:
     """Parse `raw` and store it for each mailbox that still takes it (message_store's
-    errors). `authentication`: SMTP's verdict; without it DKIM and DMARC are checked here."""
+    errors). `authentication`: SMTP's verdict; without it DKIM and DMARC are checked here.
+    `rcpt_to`: a submission's envelope recipients, kept with what a sandbox caught."""
     parsed = parse_message(raw)
     if authentication is None:
         authentication = authenticate(raw, ip=None, mail_from=mail_from, helo="",
@@ -41,7 +42,7 @@ def message_ingest(*, raw: bytes, mail_from: str, recipients: list[Recipient], s
     stored = message_store(content=content, envelope_from=mail_from, from_header=parsed.from_header,
                            to_header=parsed.to_header, cc_header=header(parsed.headers, "Cc"), subject=parsed.subject,
                            recipients=recipients, server_id=server_id, lineage=lineage_of(parsed.headers),
-                           direction=direction, joining=joining)
+                           direction=direction, joining=joining, rcpt_to=rcpt_to)
     if stored:
         words_index_request()
     return stored

@@ -3,6 +3,7 @@ live check, a cursor, then the mail server's newest mail), list a caller's mailb
 search their messages, each read preceded by the write it owes (a due mailbox expired on
 the spot, a word search's owed words written); and below the entry, the reads themselves
 as a caller may see them, none of which writes."""
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -24,8 +25,8 @@ from relay import mailserver
 # --- the entry ------------------------------------------------------------------------------------
 # What a search's text filters take, and the names callers give them (the API's query
 # parameters are declared from these; MCP's tools check their arguments by search_checked).
-SEARCH_TEXT_MAX = {"words": 200, "sender": 320, "subject": 200}
-SEARCH_TEXT_NAMES = {"words": "q", "sender": "from", "subject": "subject"}
+SEARCH_TEXT_MAX = {"words": 200, "sender": 320, "subject": 200, "rcpt": 320}
+SEARCH_TEXT_NAMES = {"words": "q", "sender": "from", "subject": "subject", "rcpt": "rcpt"}
 AFTER_MAX = 10 ** 18 - 1
 
 
@@ -111,14 +112,14 @@ def _message_search_pages(*, caller: Caller | None, mailbox: Mailbox | None = No
 
 
 def search_checked(*, words: str | None = None, sender: str | None = None, subject: str | None = None,
-              unread: bool = False, authenticated: bool = False, after: int | None = None,
-              direction: str = "") -> dict:
+                   unread: bool = False, authenticated: bool = False, after: int | None = None,
+                   direction: str = "", rcpt: str | None = None) -> dict:
     """A search as messages_read takes it, from a door's typed arguments, each checked as the
     API checks its query: text one line and not empty, trimmed, within SEARCH_TEXT_MAX;
     `after` within AFTER_MAX. InvalidRequest names the filter as the API does (its
     message, as DRF's, does not repeat the name)."""
     search = {"unread": unread, "authenticated": authenticated, "after": after, "direction": direction or ""}
-    for name, value in (("words", words), ("sender", sender), ("subject", subject)):
+    for name, value in (("words", words), ("sender", sender), ("subject", subject), ("rcpt", rcpt)):
         search[name] = "" if value is None else search_text(name, value)
     if after is not None:
         search_after(after)
@@ -244,7 +245,8 @@ def words_search_plan(words: str):
 
 def messages_matching(messages: QuerySet, *, words: str = "", sender: str = "", subject: str = "",
                       since: datetime | None = None, until: datetime | None = None, unread: bool = False,
-                      authenticated: bool = False, after: int | None = None, direction: str = "") -> QuerySet:
+                      authenticated: bool = False, after: int | None = None, direction: str = "",
+                      rcpt: str = "") -> QuerySet:
     """Those of `messages` matching every filter (docs/api.md), newest first. `after` must be
     one of them (InvalidRequest); `words` are full-text on PostgreSQL, substrings on SQLite."""
     if after:
@@ -262,7 +264,20 @@ def messages_matching(messages: QuerySet, *, words: str = "", sender: str = "", 
         messages = messages.filter(authenticated=True)
     if direction:
         messages = messages.filter(direction=direction)
+    if rcpt:
+        messages = messages.filter(_has_envelope_recipient(rcpt.lower()))
     return messages.order_by("-received_at", "-id")
+
+
+def _has_envelope_recipient(address: str) -> Q:
+    """A sandbox's catch with `address` among its RCPT TO (kept lowercased), or other mail
+    that came to `address`."""
+    if connection.vendor == "postgresql":
+        caught = Q(rcpt_to__contains=[address])
+    else:
+        # SQLite has no JSON containment: the quoted address in the stored list, as for tags.
+        caught = Q(rcpt_to__icontains=json.dumps(address))
+    return caught | Q(envelope_to=address)
 
 
 class OwnerWordSearch:

@@ -14,6 +14,8 @@ if [ -t 0 ] && [ -z "${RELAY_RUN_IN_FOREGROUND:-}" ]; then
 fi
 WEB_PORT=${RELAY_WEB_PORT:-8000}
 SMTP_PORT=${RELAY_SMTP_PORT:-2525}
+# The sandboxes' submission port (docs/sandbox.md): runsmtp serves it, the web names it.
+export RELAY_SUBMISSION_PORT=${RELAY_SUBMISSION_PORT:-2587}
 VAR=${RELAY_VAR_DIR:-var}
 # The links in activation and recovery mails lead to this web process.
 export RELAY_PUBLIC_URL=${RELAY_PUBLIC_URL:-http://127.0.0.1:$WEB_PORT}
@@ -41,6 +43,7 @@ port_free() {  # port_free PORT VARIABLE
 }
 port_free "$WEB_PORT" RELAY_WEB_PORT
 port_free "$SMTP_PORT" RELAY_SMTP_PORT
+port_free "$RELAY_SUBMISSION_PORT" RELAY_SUBMISSION_PORT
 rm -rf "$PROMETHEUS_MULTIPROC_DIR" && mkdir -p "$PROMETHEUS_MULTIPROC_DIR"
 
 $BIN/python manage.py migrate --noinput
@@ -109,7 +112,7 @@ Relay is starting:
              RELAY_API_KEY=rk_... .venv/bin/python manage.py runmcp)
   health     http://127.0.0.1:$WEB_PORT/readyz   metrics http://127.0.0.1:$WEB_PORT/metrics
   admin      http://127.0.0.1:$WEB_PORT/admin/   (create a login: .venv/bin/python manage.py createsuperuser)
-  SMTP       127.0.0.1:$SMTP_PORT
+  SMTP       127.0.0.1:$SMTP_PORT   submission (sandboxes: docs/sandbox.md) 127.0.0.1:$RELAY_SUBMISSION_PORT
   API key    .venv/bin/python manage.py createapikey NAME   (or sign up: POST /api/v1/accounts)
   Mail out   printed in the worker's log (set EMAIL_URL=smtp://host:port to really send)
 Logs: every line below names its process (web, worker, links, beat, smtp, mailer). Press Ctrl-C to stop.

@@ -282,10 +282,15 @@ def cyrus(cyrus_server, settings):
 
 # --- SMTP ----------------------------------------------------------------------------------
 class SmtpServerThread:
-    def __init__(self) -> None:
+    def __init__(self, *, submission: bool = False, host: str = "127.0.0.1", submission_port: int = 0) -> None:
+        self.host = host
         self.loop = asyncio.new_event_loop()
         self.stop_event: asyncio.Event | None = None
         self.address = None
+        # The sandboxes' submission port too, on a free port of its own.
+        self.submission = submission or bool(submission_port)
+        self.submission_port_asked = submission_port
+        self.submission_address = None
         self.ready = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
@@ -296,7 +301,9 @@ class SmtpServerThread:
 
         async def main() -> None:
             self.stop_event = asyncio.Event()
-            await serve("127.0.0.1", 0, stop=self.stop_event, ready=self._on_ready, drain_seconds=10)
+            await serve(self.host, 0, stop=self.stop_event, ready=self._on_ready, drain_seconds=10,
+                        submission_port=self.submission_port_asked if self.submission else None,
+                        submission_ready=lambda address: setattr(self, "submission_address", address))
 
         self.loop.run_until_complete(main())
 
@@ -316,6 +323,29 @@ class SmtpServerThread:
     @property
     def port(self) -> int:
         return self.address[1]
+
+    @property
+    def submission_port(self) -> int:
+        return self.submission_address[1]
+
+
+@pytest.fixture(scope="session")
+def certificates(tmp_path_factory):
+    """A certificate authority of the test's own and a server certificate it signed for
+    127.0.0.1 and localhost, made with the openssl command."""
+    folder = tmp_path_factory.mktemp("tls")
+
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=folder, check=True, capture_output=True, timeout=60)
+
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
+            "-subj", "/CN=Relay test CA")
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr",
+            "-subj", "/CN=localhost")
+    (folder / "san.ext").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+    openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+            "-out", "server.pem", "-days", "2", "-extfile", "san.ext")
+    return folder
 
 
 @pytest.fixture

@@ -255,6 +255,25 @@ def test_the_fixture_deletes_its_mailbox_even_when_the_test_fails(live, tmp_path
     assert gone.value.code == "not_found"
 
 
+def test_the_sandbox_fixture_gives_django_settings_and_deletes_its_sandbox(live, tmp_path):
+    base, key = live
+    (tmp_path / "test_inner.py").write_text(textwrap.dedent("""
+        def test_fails(relay_sandbox):
+            open(%r, "w").write(relay_sandbox.id)
+            configured = relay_sandbox.django_settings(use_tls=False)
+            assert configured["EMAIL_HOST_USER"] == relay_sandbox.address
+            assert configured["EMAIL_HOST_PASSWORD"].startswith("rs_") and configured["EMAIL_USE_TLS"] is False
+            assert False, "the test fails"
+    """ % str(tmp_path / "id.txt")))
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:django",
+                           str(tmp_path / "test_inner.py")], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={"RELAY_URL": base, "RELAY_API_KEY": key, "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 1 and "the test fails" in done.stdout, done.stdout + done.stderr
+    with pytest.raises(RelayError) as gone:
+        Relay(base, key).get_mailbox((tmp_path / "id.txt").read_text())
+    assert gone.value.code == "not_found"
+
+
 def test_the_client_is_typed_and_depends_on_requests_only():
     metadata = (ROOT / "client" / "pyproject.toml").read_text()
     assert 'dependencies = ["requests>=2.28"]' in metadata
@@ -287,3 +306,42 @@ def test_check_message_names_a_check_this_relay_cannot_run(relay, smtp_server):
     assert found["spam"] == {"error": "not_configured: No spam checker is configured here (RELAY_SPAMD_URL is not "
                                       "set)."}
     assert {check["name"] for check in found["headers"]["checks"]} >= {"message_id", "date"}
+
+
+def test_a_sandbox_from_the_client_takes_djangos_send_mail_with_a_bcc(processes, certificates, settings,
+                                                                       transactional_db):
+    """create_sandbox() against a live web process that names the submission port, and
+    Django's own SMTP EmailBackend configured from django_settings() over STARTTLS."""
+    import ssl
+
+    from django.core.mail import EmailMessage, get_connection
+
+    from tests.conftest import SmtpServerThread
+    from tests.ports import free_port
+
+    port = free_port()
+    base = processes.start_web("sandbox-web", env={"RELAY_SUBMISSION_PORT": str(port)})
+    _, key = account_create_with_key(login="app-tester", plan="pro")
+    settings.RELAY_SMTP_TLS_CERT = str(certificates / "server.pem")
+    settings.RELAY_SMTP_TLS_KEY = str(certificates / "server.key")
+    submission = SmtpServerThread(submission_port=port).start()
+    relay = Relay(base, key)
+    try:
+        sandbox = relay.create_sandbox(ttl_minutes=10)
+        assert sandbox.smtp["port"] == port and sandbox.smtp["username"] == sandbox.address
+        configured = sandbox.django_settings()
+        assert configured["EMAIL_USE_TLS"] is True
+        backend = get_connection(configured["EMAIL_BACKEND"], host=configured["EMAIL_HOST"],
+                                 port=configured["EMAIL_PORT"], username=configured["EMAIL_HOST_USER"],
+                                 password=configured["EMAIL_HOST_PASSWORD"], use_tls=configured["EMAIL_USE_TLS"],
+                                 timeout=10)
+        backend.ssl_context = ssl.create_default_context(cafile=str(certificates / "ca.pem"))  # the test's CA
+        EmailMessage("Your receipt", "Thanks", "shop@staging.example", ["alice@customer.example"],
+                     bcc=["books@staging.example"], connection=backend).send()
+        caught = relay.wait_for_message(sandbox.id, timeout_seconds=20)
+        assert caught is not None and caught.subject == "Your receipt"
+        assert relay.get_message(sandbox.id, caught.id).envelope["rcpt_to"] == ["alice@customer.example",
+                                                                              "books@staging.example"]
+    finally:
+        submission.stop()
+        relay.delete_mailbox(sandbox.id)

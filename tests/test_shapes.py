@@ -56,6 +56,7 @@ TOOL_SHAPES = [
     ("reply_to_message", None, "SendAccepted"), ("forward_message", None, "SendAccepted"),
     ("list_threads", "threads", "Thread"), ("get_thread", None, "ThreadDetail"),
     ("create_domain", None, "Domain"), ("verify_domain", None, "Domain"), ("list_domains", "domains", "Domain"),
+    ("create_sandbox", None, "SandboxPassword"), ("set_faults", "rules", "FaultRuleShown"),
 ]
 
 

@@ -26,6 +26,7 @@ MAILBOX_FIELDS = (
     ("id", "id"), ("address", "address"), ("status", "status"), ("created_at", "created_at"),
     ("expires_at", "expires_at"), ("expired_at", "expired_at"), ("message_count", "message_count"),
     ("name", "name"), ("tags", "tags"), ("metadata", lambda mailbox: json.loads(mailbox.metadata)),
+    ("sandbox", "sandbox"),
     ("deleted_at", "deleted_at"),  # a webhook's own: an ended mailbox says when it was deleted
 )
 MESSAGE_FIELDS = (
@@ -33,7 +34,7 @@ MESSAGE_FIELDS = (
     ("envelope_from", "envelope_from"), ("envelope_to", "envelope_to"), ("subject", "subject"),
     ("received_at", "received_at"), ("size", "size"), ("is_read", "is_read"),
     ("has_attachments", "has_attachments"), ("authenticated", "authenticated"), ("direction", "direction"),
-    ("thread_id", "thread_id"),
+    ("thread_id", "thread_id"), ("rcpt_to", "rcpt_to"),
 )
 
 

@@ -30,7 +30,8 @@ from api.authentication import Principal
 from api.conversation_serializers import SendAcceptedSerializer, ThreadDetailSerializer, ThreadSerializer
 from api.domain_serializers import DomainSerializer
 from api.errors import error_of
-from api.serializers import DeliverySerializer, MailboxSerializer, MessageDetailSerializer, MessageSummarySerializer
+from api.serializers import (DeliverySerializer, FaultRulesShownSerializer, MailboxSerializer, MessageDetailSerializer,
+                             MessageSummarySerializer, SandboxPasswordSerializer)
 from core.pools import PoolFull, in_pool
 from mailboxes.errors import Forbidden, RelayError, TtlOutOfRange
 
@@ -114,6 +115,11 @@ ThreadWhole = shaped(ThreadDetailSerializer, "ThreadWhole")
 
 class MailboxList(Result):
     mailboxes: list[MailboxOut]
+
+
+# A sandbox as its creation and rotation answer it, with its SMTP settings; its fault rules.
+SandboxOut = shaped(SandboxPasswordSerializer, "SandboxOut")
+FaultRulesOut = shaped(FaultRulesShownSerializer, "FaultRulesOut")
 
 
 class Deleted(Result):

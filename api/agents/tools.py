@@ -3,27 +3,30 @@ serializer for formats, the same service; errors start with the API's code."""
 import base64
 import math
 import uuid
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from django.conf import settings
 from django.urls import reverse
 from mcp_types import CallToolResult
 from pydantic import Field
 
-from api.agents.declare import (MINUTE_MS, Attachment, Code, Deleted, DeliveryWaited, MailboxList, MailboxOut,
-                                MessageList, MessageOut, Waited, calling, calling_owner, credentials, failure,
-                                minutes_to_ms, result, tool, until_client_gone)
+from api.agents.declare import (MINUTE_MS, Attachment, Code, Deleted, DeliveryWaited, FaultRulesOut, MailboxList,
+                                MailboxOut, MessageList, MessageOut, SandboxOut, Waited, calling, calling_owner,
+                                credentials, failure, minutes_to_ms, result, tool, until_client_gone)
 from api.authentication import Principal
 from api.pagination import PAGE_SIZE
 from core.pools import in_pool
 from api.serializers import (
     DeliverySerializer,
+    FaultRuleShownSerializer,
     MailboxSerializer,
     MessageDetailSerializer,
     MessageSummarySerializer,
 )
 from mailboxes.errors import NotFound
-from mailboxes.lifecycle import TAGS_MAX, TAG_PATTERN, labels_checked, mailbox_create, mailbox_delete, mailbox_renew
+from mailboxes.faults import faults_set
+from mailboxes.lifecycle import (TAGS_MAX, TAG_PATTERN, labels_checked, mailbox_create, mailbox_delete, mailbox_renew,
+                                 smtp_settings)
 from mailboxes.messages import message_mark_read
 from mailboxes.models import Direction, Mailbox
 from relay import live, reading
@@ -120,6 +123,41 @@ def delete_mailbox(mailbox_id: MailboxId) -> CallToolResult:
     undone. Returns {"deleted": true}. Errors: not_found."""
     mailbox_delete(mailbox=reading.mailbox_open(caller=calling(), mailbox_id=mailbox_id, live=False))
     return result({"deleted": True})
+
+
+# --- sandboxes (docs/sandbox.md) ------------------------------------------------------------------
+@tool(output=SandboxOut)
+def create_sandbox(ttl_minutes: TtlMinutes = None,
+                   local_part: Annotated[str | None, Field(description="The part before @: 1-64 of a-z 0-9 . _ -; "
+                                                                       "random when omitted.")] = None,
+                   ) -> CallToolResult:
+    """Create a sandbox: a mailbox that also catches every mail an app submits with its
+    SMTP settings, to anyone, and never delivers it. Returns the mailbox with "smtp":
+    {host, port, username, password, security} to configure the app with; the password is
+    shown only here. Read what it caught with list_messages and wait_for_message (each
+    message's envelope lists every recipient, Bcc included). Errors: quota_exceeded,
+    conflict, invalid_request, forbidden (a mailbox token cannot create mailboxes)."""
+    owner = calling_owner()
+    mailbox, _ = mailbox_create(backend=get_backend(), caller=owner, local_part=local_part, domain=None,
+                                ttl_ms=minutes_to_ms(ttl_minutes), sandbox=True)
+    return result({**_mailbox_out(mailbox), "smtp": smtp_settings(mailbox=mailbox, password=mailbox.smtp_password)})
+
+
+FaultRules = Annotated[list[dict[str, Any]], Field(
+    description='Rules, at most 20, each {"stage": "auth"|"mail"|"rcpt"|"data", "code": 400-599, "message"?: text, '
+                '"match"?: glob on the address, "probability"?: 0-1, "times"?: answers before it is spent, '
+                '"delay_seconds"?: 0-30}. An empty list removes them all.')]
+
+
+@tool(output=FaultRulesOut, idempotent=True)
+def set_faults(mailbox_id: MailboxId, rules: FaultRules) -> CallToolResult:
+    """Replace a sandbox's fault rules: its SMTP submission port then answers those codes
+    at those stages (to test an app's retries), e.g. [{"stage": "rcpt", "code": 451,
+    "times": 2}] refuses the next two recipients with 451. Returns {"rules": [...]}, each
+    with "remaining" (what is left of times). Errors: invalid_request (a bad rule, or a
+    mailbox that is not a sandbox), not_found, expired."""
+    mailbox = reading.mailbox_open(caller=calling(), mailbox_id=mailbox_id)
+    return result({"rules": [FaultRuleShownSerializer.of(rule) for rule in faults_set(mailbox=mailbox, rules=rules)]})
 
 
 # --- messages ------------------------------------------------------------------------------------
@@ -294,4 +332,4 @@ def get_attachment(mailbox_id: MailboxId, message_id: MessageId,
 
 
 TOOLS = [create_mailbox, list_mailboxes, get_mailbox, renew_mailbox, delete_mailbox, list_messages, get_message,
-         wait_for_message, wait_for_code, wait_for_delivery, search_messages, get_attachment]
+         wait_for_message, wait_for_code, wait_for_delivery, search_messages, get_attachment, create_sandbox, set_faults]

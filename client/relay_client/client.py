@@ -47,6 +47,30 @@ class DeliveryReport:
     final: bool
 
 
+class Sandbox:
+    """A sandbox (Relay's docs/sandbox.md): its mailbox and the SMTP settings an app submits
+    with, the password among them (shown once, when it was made or rotated)."""
+
+    def __init__(self, mailbox: Mailbox) -> None:
+        if not mailbox.smtp:
+            raise ValueError("This mailbox came without SMTP settings: it is not a sandbox just made.")
+        self.mailbox, self.smtp = mailbox, dict(mailbox.smtp)
+        self.id, self.address = mailbox.id, mailbox.address
+
+    def django_settings(self, *, use_tls: bool | None = None) -> dict[str, Any]:
+        """Django's EMAIL_* settings for this sandbox: `settings.configure(**…)` or
+        `override_settings(**…)`. `use_tls`: STARTTLS, as the settings say unless given
+        (False for a Relay without a certificate, which takes AUTH on loopback only)."""
+        return {"EMAIL_BACKEND": "django.core.mail.backends.smtp.EmailBackend", "EMAIL_HOST": self.smtp["host"],
+                "EMAIL_PORT": self.smtp["port"], "EMAIL_HOST_USER": self.smtp["username"],
+                "EMAIL_HOST_PASSWORD": self.smtp["password"],
+                "EMAIL_USE_TLS": self.smtp["security"] == "starttls" if use_tls is None else use_tls,
+                "EMAIL_USE_SSL": False}
+
+    def __repr__(self) -> str:
+        return f"<Sandbox {self.address}>"
+
+
 class Relay:
     """Relay's API. `base_url` and `api_key` default to RELAY_URL and RELAY_API_KEY.
     `retries`: how many times a 429 or 503 is retried, after its Retry-After."""
@@ -111,6 +135,18 @@ class Relay:
         body = {"ttl_ms": ttl_minutes * 60_000} if ttl_minutes is not None else {}
         with _in_minutes():
             return build(Mailbox, self._json("POST", f"/mailboxes/{mailbox_id}/renew", json=body))
+
+    def create_sandbox(self, ttl_minutes: int | None = None, local_part: str | None = None) -> Sandbox:
+        """A sandbox: a mailbox that also catches every mail an app submits with its SMTP
+        settings (`.smtp`, `.django_settings()`), to anyone, delivering none."""
+        body = {"ttl_ms": ttl_minutes * 60_000 if ttl_minutes is not None else None, "local_part": local_part,
+                "sandbox": True}
+        return Sandbox(build(Mailbox, self._json("POST", "/mailboxes",
+                                                 json={k: v for k, v in body.items() if v is not None})))
+
+    def set_faults(self, mailbox_id: str, rules: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Replace a sandbox's fault rules; returns them, each with `remaining`."""
+        return self._json("PUT", f"/mailboxes/{mailbox_id}/faults", json={"rules": rules})["rules"]
 
     def delete_mailbox(self, mailbox_id: str) -> bool:
         self._request("DELETE", f"/mailboxes/{mailbox_id}")

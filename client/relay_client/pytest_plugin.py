@@ -1,5 +1,6 @@
 """The pytest plugin (registered when relay-client is installed): `relay_mailbox`, a fresh
-mailbox for each test from RELAY_URL and RELAY_API_KEY, deleted afterwards, pass or fail."""
+mailbox for each test from RELAY_URL and RELAY_API_KEY, deleted afterwards, pass or fail;
+`relay_sandbox`, the same for a sandbox that catches what the app under test sends."""
 from __future__ import annotations
 
 import os
@@ -7,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from relay_client.client import DeliveryReport, Relay, RelayError
+from relay_client.client import DeliveryReport, Relay, RelayError, Sandbox
 from relay_client.types import Mailbox, Message
 
 
@@ -62,4 +63,19 @@ def relay_mailbox(request: pytest.FixtureRequest, relay_client: Relay) -> Iterat
             relay_client.delete_mailbox(mailbox.id)
         except RelayError as exc:
             if exc.code != "not_found":  # the test deleted it itself
+                raise
+
+
+@pytest.fixture
+def relay_sandbox(relay_client: Relay) -> Iterator[Sandbox]:
+    """A fresh sandbox (`.smtp`, `.django_settings()`), deleted when the test ends however
+    it ends; read what it caught with `relay_client.wait_for_message(relay_sandbox.id)`."""
+    sandbox = relay_client.create_sandbox()
+    try:
+        yield sandbox
+    finally:
+        try:
+            relay_client.delete_mailbox(sandbox.id)
+        except RelayError as exc:
+            if exc.code != "not_found":
                 raise

@@ -68,7 +68,9 @@ class Mailbox(ApiObject):
     name: str
     tags: list[str]
     metadata: dict[str, Any]
+    sandbox: bool
     token: str | None = None
+    smtp: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,6 +112,7 @@ class Message(ApiObject):
     to: str
     envelope_from: str
     envelope_to: str
+    rcpt_to: list[str]
     subject: str
     received_at: datetime
     size: int
@@ -134,6 +137,7 @@ class Message(ApiObject):
     outbox_id: int | None = None
     outbox_status: str | None = None
     delivery: list[Delivery] = field(default_factory=list)
+    envelope: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,7 +1,10 @@
 """Relay's inbound SMTP server (aiosmtpd), `manage.py runsmtp`: delivers only to its own
-mailboxes, through relay.ingest. Several `--reuse-port` processes may share a port."""
+mailboxes, through relay.ingest. Several `--reuse-port` processes may share a port. The
+same process serves the sandboxes' submission port (RELAY_SUBMISSION_PORT, docs/sandbox.md):
+AUTH, any sender and recipients, the message caught in the sandbox and never delivered."""
 import asyncio
 import functools
+import ipaddress
 import logging
 import os
 import signal
@@ -12,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from email._header_value_parser import get_addr_spec, get_angle_addr
 from email.errors import HeaderParseError
 
-from aiosmtpd.smtp import SMTP, Envelope, Session
+from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import close_old_connections, connections
@@ -22,6 +25,9 @@ from core import dns
 from mailboxes.messages import MailboxFull, recipient_by_address
 from relay.verdicts import TEMPERROR, authenticate, nothing_known
 from core.client_address import client_group
+from mailboxes.faults import FaultAnswer, fault_answer, fault_rules_of
+from relay.inbound.submission import (LockoutUnknown, SandboxLogin, login_failed, logins_locked, sandbox_login,
+                                      sandbox_transaction)
 from relay.ingest import message_ingest
 from relay.outbox.delivery import bounce_receive, is_bounce_address
 
@@ -267,6 +273,166 @@ class RelaySMTP(SMTP):
         await super().push(status)
 
 
+# --- the submission port -----------------------------------------------------------------------
+# The recipients one submission may name (docs/sandbox.md): the 101st is 452 4.5.3.
+SUBMISSION_MAX_RECIPIENTS = 100
+AUTH_INVALID = "535 5.7.8 Authentication credentials invalid"
+AUTH_LOCKED = "454 4.7.0 Too many failed authentications from your address, try again later"
+AUTH_UNAVAILABLE = "454 4.7.0 Temporary authentication failure, try again later"
+ENDED = "554 5.7.1 This sandbox has ended or was deleted"
+
+
+class SubmissionHandler:
+    """The submission port's handler: an authenticated session may name any sender and up
+    to SUBMISSION_MAX_RECIPIENTS recipients, and its message is stored once in its sandbox
+    (with the envelope), through the same relay.ingest as port 25, never delivered."""
+
+    def __init__(self, inbound: RelayHandler) -> None:
+        # The inbound handler's pools: the two ports share the process's threads.
+        self.lookups, self.storage = inbound.lookups, inbound.storage
+        self.deliveries_in_flight = 0
+        self.idle = asyncio.Event()
+        self.idle.set()
+
+    async def fault(self, envelope: Envelope, stage: str, address: str) -> str | None:
+        """The reply a fault rule gives at `stage` (after its delay), or None."""
+        rules = getattr(envelope, "fault_rules", None)
+        if not rules:
+            return None
+        answer: FaultAnswer | None = await self.lookups.run(fault_answer, rules=rules, stage=stage, address=address)
+        if answer is None:
+            return None
+        if answer.delay_seconds:
+            await asyncio.sleep(answer.delay_seconds)  # the rule's own delay: the client asked for it
+        return answer.reply
+
+    async def handle_MAIL(self, server: SMTP, session: Session, envelope: Envelope, address: str, mail_options):
+        login: SandboxLogin = session.auth_data
+        try:
+            envelope.sandbox, envelope.fault_rules = await self.lookups.run(sandbox_transaction, login=login)
+        except Exception:
+            logger.exception("could not look up sandbox %s", login.mailbox_id)
+            return "451 4.3.0 Temporary lookup failure, try again later"
+        if envelope.sandbox is None:
+            return ENDED
+        faulted = await self.fault(envelope, "mail", address)
+        if faulted is not None:
+            return faulted
+        envelope.mail_from = address
+        envelope.mail_options.extend(mail_options)
+        return "250 2.1.0 OK"
+
+    async def handle_RCPT(self, server: SMTP, session: Session, envelope: Envelope, address: str, rcpt_options):
+        if len(envelope.rcpt_tos) >= SUBMISSION_MAX_RECIPIENTS:
+            return "452 4.5.3 Too many recipients"
+        faulted = await self.fault(envelope, "rcpt", address)
+        if faulted is not None:
+            return faulted
+        envelope.rcpt_tos.append(address)
+        return "250 2.1.5 OK"
+
+    async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope):
+        if not envelope.rcpt_tos:
+            return "554 5.5.1 No valid recipients"
+        # A faulted message is not stored.
+        faulted = await self.fault(envelope, "data", envelope.mail_from or "")
+        if faulted is not None:
+            return faulted
+        server.storing = True
+        raw = envelope.original_content or envelope.content or b""
+        sandbox = envelope.sandbox  # looked up at MAIL FROM
+        try:
+            if not sandbox.fits(len(raw)):
+                return "452 4.2.2 Sandbox full"
+            # The app's own mail: no verdict to work out, nothing to relay.
+            stored = await self.storage.run(message_ingest, raw=raw, mail_from=envelope.mail_from or "",
+                                            recipients=[sandbox], authentication=nothing_known(),
+                                            rcpt_to=list(envelope.rcpt_tos))
+            if not stored:  # deleted since MAIL FROM
+                return ENDED
+        except MailboxFull:
+            return "452 4.2.2 Sandbox full"
+        except Exception:
+            logger.exception("could not store a submission to sandbox %s", sandbox.mailbox_id)
+            return "451 4.3.0 Could not store the message, try again later"
+        finally:
+            server.storing = False
+        # Only now, with the message committed, does the client hear 250.
+        return "250 2.0.0 OK: caught"
+
+
+def _loopback(peer: str) -> bool:
+    try:
+        return ipaddress.ip_address(peer.split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+class SubmissionSMTP(RelaySMTP):
+    """RelaySMTP with AUTH (RFC 4954) required: PLAIN and LOGIN, offered only over TLS or
+    on a loopback connection; each login asked of accounts.identity off the event loop, and
+    a client group that keeps failing locked out in every process."""
+
+    def connection_made(self, transport) -> None:
+        first = getattr(self, "_session_timer", None) is None
+        super().connection_made(transport)
+        if first:
+            peer = (transport.get_extra_info("peername") or ("",))[0]
+            # A password in the clear only where it never leaves the host.
+            self._auth_require_tls = not _loopback(peer)
+
+    async def smtp_AUTH(self, arg: str) -> None:
+        if self.session is not None and self.session.host_name and self.session.extended_smtp \
+                and not self.session.authenticated:
+            try:
+                locked = await self.event_handler.lookups.run(logins_locked, group=self.peer_host)
+            except LockoutUnknown:
+                logger.warning("could not read the AUTH failures of %s; refusing AUTH for now", self.peer_host)
+                await self.push(AUTH_UNAVAILABLE)
+                return
+            if locked:
+                await self.push(AUTH_LOCKED)
+                return
+        await super().smtp_AUTH(arg)
+
+    def _authenticate(self, mechanism: str, auth_data) -> AuthResult:
+        # aiosmtpd asks synchronously, on the event loop: hand the login on, unjudged, to
+        # _judged, which asks the database in the lookup pool.
+        return AuthResult(success=False, handled=False, auth_data=auth_data)
+
+    async def auth_PLAIN(self, _, args) -> AuthResult:
+        return await self._judged(await super().auth_PLAIN(_, args))
+
+    async def auth_LOGIN(self, _, args) -> AuthResult:
+        return await self._judged(await super().auth_LOGIN(_, args))
+
+    async def _judged(self, result: AuthResult) -> AuthResult:
+        if not isinstance(result.auth_data, LoginPassword):
+            return result  # aborted or malformed: aiosmtpd has answered
+        try:
+            username = result.auth_data.login.decode()
+            password = result.auth_data.password.decode()
+        except UnicodeDecodeError:
+            login = None
+        else:
+            try:
+                login = await self.event_handler.lookups.run(sandbox_login, username=username, password=password)
+            except Exception:
+                logger.exception("could not look up an SMTP login")
+                return AuthResult(success=False, handled=False, message=AUTH_UNAVAILABLE)
+        if login is None:
+            logger.info("refused an SMTP login from %s", self.peer_host)
+            await self.event_handler.lookups.run(login_failed, group=self.peer_host)
+            return AuthResult(success=False, handled=False, message=AUTH_INVALID)
+        # A fault rule's answer to a right login is the sandbox owner's wish, not a failure.
+        envelope = Envelope()
+        envelope.fault_rules = await self.event_handler.lookups.run(fault_rules_of, mailbox_id=login.mailbox_id)
+        faulted = await self.event_handler.fault(envelope, "auth", login.address)
+        if faulted is not None:
+            return AuthResult(success=False, handled=False, message=faulted)
+        return AuthResult(success=True, auth_data=login)
+
+
 def tls_context() -> ssl.SSLContext | None:
     """The TLS context when RELAY_SMTP_TLS_CERT and _KEY are set (STARTTLS offered then);
     a pair that does not load stops the server at start."""
@@ -294,10 +460,27 @@ def make_smtp(handler: RelayHandler, context: ssl.SSLContext | None = None) -> R
     )
 
 
+def make_submission(handler: SubmissionHandler, context: ssl.SSLContext | None = None) -> SubmissionSMTP:
+    return SubmissionSMTP(
+        handler,
+        tls_context=context,
+        data_size_limit=settings.RELAY_MAX_MESSAGE_BYTES,
+        enable_SMTPUTF8=True,
+        hostname=settings.RELAY_DOMAINS[0],
+        ident="Relay",
+        timeout=settings.RELAY_SMTP_IDLE_SECONDS,
+        command_call_limit=1000,
+        auth_required=True,
+        auth_require_tls=True,  # per connection: not on loopback (SubmissionSMTP.connection_made)
+        authenticator=lambda *args: AuthResult(success=False),  # never asked: SubmissionSMTP._authenticate
+    )
+
+
 async def serve(host: str, port: int, *, stop: asyncio.Event, ready=None, drain_seconds: float = 30,
-                reuse_port: bool = False) -> None:
+                reuse_port: bool = False, submission_port: int | None = None, submission_ready=None) -> None:
     """Serve until `stop` is set, then stop accepting, let each delivery in progress finish
-    (a 250 is already committed), and close."""
+    (a 250 is already committed), and close. With `submission_port`, the sandboxes'
+    submission port too (`submission_ready` is told its address)."""
     loop = asyncio.get_running_loop()
     handler = RelayHandler()
     context = tls_context()
@@ -306,32 +489,48 @@ async def serve(host: str, port: int, *, stop: asyncio.Event, ready=None, drain_
     bound = server.sockets[0].getsockname()
     logger.info("SMTP listening on %s:%s (process %d)%s", bound[0], bound[1], os.getpid(),
                 ", offering STARTTLS" if context else "")
+    servers, handlers = [server], [handler]
+    if submission_port is not None:
+        submitting = SubmissionHandler(handler)
+        submission = await loop.create_server(lambda: make_submission(submitting, context), host=host,
+                                              port=submission_port, reuse_port=reuse_port or None)
+        servers.append(submission)
+        handlers.append(submitting)
+        submission_bound = submission.sockets[0].getsockname()
+        logger.info("SMTP submission listening on %s:%s%s", submission_bound[0], submission_bound[1],
+                    ", offering STARTTLS" if context else "; without RELAY_SMTP_TLS_CERT, AUTH on loopback only")
+        if submission_ready is not None:
+            submission_ready(submission_bound)
     if ready is not None:
         ready(bound)
     await stop.wait()
-    server.close()
+    for listening in servers:
+        listening.close()
     try:
-        await asyncio.wait_for(handler.idle.wait(), timeout=drain_seconds)
+        await asyncio.wait_for(asyncio.gather(*(each.idle.wait() for each in handlers)), timeout=drain_seconds)
     except asyncio.TimeoutError:
-        logger.warning("%d deliveries still running after %ss; stopping anyway", handler.deliveries_in_flight, drain_seconds)
+        logger.warning("%d deliveries still running after %ss; stopping anyway",
+                       sum(each.deliveries_in_flight for each in handlers), drain_seconds)
     for session in list(RelaySMTP.sessions):
         if session.transport is not None:
             session.transport.write(b"421 4.3.2 Server shutting down\r\n")
             session.transport.close()
-    await server.wait_closed()
+    for listening in servers:
+        await listening.wait_closed()
     await handler.lookups.close()
     await handler.storage.close()
     handler.verdicts.shutdown(wait=False, cancel_futures=True)
     logger.info("SMTP server stopped")
 
 
-def run_forever(host: str, port: int, *, reuse_port: bool = False) -> None:
-    """`manage.py runsmtp`: serve until SIGTERM or SIGINT (`reuse_port`: SO_REUSEPORT)."""
+def run_forever(host: str, port: int, *, reuse_port: bool = False, submission_port: int | None = None) -> None:
+    """`manage.py runsmtp`: serve until SIGTERM or SIGINT (`reuse_port`: SO_REUSEPORT;
+    `submission_port`: the sandboxes' submission port too)."""
     async def main() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
-        await serve(host, port, stop=stop, reuse_port=reuse_port)
+        await serve(host, port, stop=stop, reuse_port=reuse_port, submission_port=submission_port)
 
     asyncio.run(main())

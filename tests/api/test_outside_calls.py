@@ -13,7 +13,6 @@ from accounts.services import account_create_with_key
 from tests import mail_corpus
 from tests.drip_server import DripServer, SilentServer, server_tls
 from tests.helpers import answers, deliver, free_port, wait_until
-from tests.relay.inbound.test_starttls import certificates  # noqa: F401 (a fixture: the suite's CA)
 
 pytestmark = pytest.mark.workers
 SPAMD_SECONDS = 4  # the web process's spamd timeout

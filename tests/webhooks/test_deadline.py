@@ -12,7 +12,6 @@ from api.oauth import ClientDocumentFetcher
 from checks.links import links_check_urls
 from tests.drip_server import DripServer, server_tls
 from tests.helpers import a_delivery
-from tests.relay.inbound.test_starttls import certificates  # noqa: F401 (a fixture: the suite's CA)
 from webhooks.delivery import deliver
 
 # Longer than a byte's interval, so that no single read waits long enough to time out.

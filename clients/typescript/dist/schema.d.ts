@@ -245,6 +245,34 @@ export interface paths {
         patch: operations["mailboxes_update"];
         trace?: never;
     };
+    "/api/v1/mailboxes/{mailbox_id}/faults": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A sandbox's fault rules, with what is left of each
+         * @description A sandbox's fault rules (docs/sandbox.md, "Faults"); each rule is checked by the service.
+         */
+        get: operations["sandbox_faults_get"];
+        /**
+         * Replace a sandbox's fault rules
+         * @description A sandbox's fault rules (docs/sandbox.md, "Faults"); each rule is checked by the service.
+         */
+        put: operations["sandbox_faults_set"];
+        post?: never;
+        /**
+         * Remove a sandbox's fault rules
+         * @description A sandbox's fault rules (docs/sandbox.md, "Faults"); each rule is checked by the service.
+         */
+        delete: operations["sandbox_faults_clear"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/mailboxes/{mailbox_id}/messages": {
         parameters: {
             query?: never;
@@ -467,6 +495,23 @@ export interface paths {
         put?: never;
         /** Renew: expires_at = now + ttl_ms */
         post: operations["mailboxes_renew"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/mailboxes/{mailbox_id}/smtp-password": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** A new SMTP password for a sandbox (the old one fails at once) */
+        post: operations["sandbox_smtp_password"];
         delete?: never;
         options?: never;
         head?: never;
@@ -833,6 +878,10 @@ export interface components {
          * @enum {string}
          */
         DomainStatusEnum: "pending" | "verified";
+        Envelope: {
+            mail_from: string;
+            rcpt_to: string[];
+        };
         /**
          * @description * `message.received` - a message was stored in the mailbox
          *     * `mailbox.expired` - the mailbox reached its expires_at
@@ -859,6 +908,57 @@ export interface components {
          * @enum {string}
          */
         EventsEnum: "message.received" | "mailbox.expired" | "mailbox.deleted" | "cleanup.dead" | "message.sent" | "message.deferred" | "message.failed" | "message.bounced" | "message.complained";
+        FaultRule: {
+            stage: components["schemas"]["StageEnum"];
+            /** @description The SMTP reply code answered. */
+            code: number;
+            /** @description Its text; a default when absent. */
+            message?: string;
+            /** @description A glob on the address (mail: the sender; rcpt: the recipient; data: the sender; auth: the username), any case; every address when absent. */
+            match?: string;
+            /**
+             * Format: double
+             * @description Drawn for each answer; 1 when absent.
+             */
+            probability?: number;
+            /** @description Spent after this many answers, across every SMTP process. */
+            times?: number | null;
+            /**
+             * Format: double
+             * @description Answer this late.
+             */
+            delay_seconds?: number;
+        };
+        FaultRuleShown: {
+            stage: components["schemas"]["StageEnum"];
+            /** @description The SMTP reply code answered. */
+            code: number;
+            /** @description Its text; a default when absent. */
+            message?: string;
+            /** @description A glob on the address (mail: the sender; rcpt: the recipient; data: the sender; auth: the username), any case; every address when absent. */
+            match?: string;
+            /**
+             * Format: double
+             * @description Drawn for each answer; 1 when absent.
+             */
+            probability?: number;
+            /** @description Spent after this many answers, across every SMTP process. */
+            times?: number | null;
+            /**
+             * Format: double
+             * @description Answer this late.
+             */
+            delay_seconds?: number;
+            /** @description What is left of `times`; null without one. */
+            remaining: number | null;
+        };
+        /** @description The body of PUT …/faults: its rules are checked by the service (mailboxes.faults). */
+        FaultRules: {
+            rules: components["schemas"]["FaultRule"][];
+        };
+        FaultRulesShown: {
+            rules: components["schemas"]["FaultRuleShown"][];
+        };
         Forward: {
             to: string[];
             /**
@@ -951,6 +1051,8 @@ export interface components {
             readonly metadata: {
                 [key: string]: unknown;
             };
+            /** @description A sandbox: it catches what its SMTP login submits (docs/sandbox.md). */
+            readonly sandbox: boolean;
         };
         MailboxCreate: {
             /** @description A name for the mailbox, up to 100 characters. */
@@ -970,6 +1072,11 @@ export interface components {
             domain?: string;
             /** @description Lifetime in ms, at most the plan's cap; the plan's default when absent. Your plan (free) allows at most 3600000. */
             ttl_ms?: number;
+            /**
+             * @description true: a sandbox, which also catches what an app submits with its SMTP settings (returned once, as `smtp`), to anyone, and never delivers it.
+             * @default false
+             */
+            sandbox: boolean;
         };
         /**
          * @description For a serializer of plain values: `represent(instance)` renders from fields bound once
@@ -993,8 +1100,12 @@ export interface components {
             readonly metadata: {
                 [key: string]: unknown;
             };
+            /** @description A sandbox: it catches what its SMTP login submits (docs/sandbox.md). */
+            readonly sandbox: boolean;
             /** @description Only for anonymous creation, shown once. */
             token?: string;
+            /** @description Only for a sandbox, shown once: its SMTP settings. */
+            smtp?: components["schemas"]["SmtpSettings"];
         };
         MailboxRenew: {
             /** @description New lifetime from now in ms; the plan's default when absent. Your plan (free) allows at most 3600000. */
@@ -1020,6 +1131,8 @@ export interface components {
             to: string;
             envelope_from: string;
             envelope_to: string;
+            /** @description Every envelope recipient of a submission a sandbox caught, Bcc included; [] for mail received. */
+            rcpt_to: string[];
             subject: string;
             /** Format: date-time */
             received_at: string;
@@ -1064,6 +1177,8 @@ export interface components {
             readonly outbox_status: (components["schemas"]["OutboxStatusEnum"] | components["schemas"]["NullEnum"]) | null;
             /** @description Sent mail: each recipient and what became of it (docs/delivery.md); empty for mail received. */
             readonly delivery: components["schemas"]["Delivery"][];
+            /** @description The SMTP envelope: MAIL FROM and every RCPT TO (a sandbox's catch shows its Bcc recipients here). */
+            readonly envelope: components["schemas"]["Envelope"];
         };
         /**
          * @description For a serializer of plain values: `represent(instance)` renders from fields bound once
@@ -1077,6 +1192,8 @@ export interface components {
             to: string;
             envelope_from: string;
             envelope_to: string;
+            /** @description Every envelope recipient of a submission a sandbox caught, Bcc included; [] for mail received. */
+            rcpt_to: string[];
             subject: string;
             /** Format: date-time */
             received_at: string;
@@ -1260,6 +1377,38 @@ export interface components {
          * @enum {string}
          */
         ResultEnum: "pass" | "fail" | "softfail" | "neutral" | "none" | "temperror" | "permerror";
+        /**
+         * @description For a serializer of plain values: `represent(instance)` renders from fields bound once
+         *     per class (DRF deep-copies every field per serializer); the fields keep no state.
+         */
+        SandboxPassword: {
+            /** Format: uuid */
+            readonly id: string;
+            readonly address: string;
+            readonly status: components["schemas"]["MailboxStatusEnum"];
+            /** Format: date-time */
+            readonly created_at: string;
+            /** Format: date-time */
+            readonly expires_at: string;
+            /** Format: date-time */
+            readonly expired_at: string | null;
+            readonly message_count: number;
+            readonly name: string;
+            readonly tags: string[];
+            /** @description Any JSON object, at most 4096 bytes serialized. */
+            readonly metadata: {
+                [key: string]: unknown;
+            };
+            /** @description A sandbox: it catches what its SMTP login submits (docs/sandbox.md). */
+            readonly sandbox: boolean;
+            /** @description The new SMTP settings, shown once; the old password fails at once. */
+            smtp: components["schemas"]["SmtpSettings"];
+        };
+        /**
+         * @description * `starttls` - starttls
+         * @enum {string}
+         */
+        SecurityEnum: "starttls";
         Send: {
             /** @description A list of addresses (a single string counts as a list of one). */
             to: string[];
@@ -1285,6 +1434,16 @@ export interface components {
             email: string;
             login: string;
         };
+        SmtpSettings: {
+            host: string;
+            /** @description The submission port; null when none is served. */
+            port: number | null;
+            /** @description The sandbox's address. */
+            username: string;
+            /** @description Shown once; stored hashed. */
+            password: string;
+            security: components["schemas"]["SecurityEnum"];
+        };
         SpamCheck: {
             /** Format: double */
             score: number;
@@ -1304,6 +1463,14 @@ export interface components {
             /** @description The envelope sender's domain, or the HELO name without one. */
             domain: string;
         };
+        /**
+         * @description * `auth` - auth
+         *     * `mail` - mail
+         *     * `rcpt` - rcpt
+         *     * `data` - data
+         * @enum {string}
+         */
+        StageEnum: "auth" | "mail" | "rcpt" | "data";
         Suppression: {
             address: string;
             reason: components["schemas"]["ReasonEnum"];
@@ -3791,6 +3958,369 @@ export interface operations {
             };
         };
     };
+    sandbox_faults_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                mailbox_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FaultRulesShown"];
+                };
+            };
+            /** @description invalid_request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description not_found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description method_not_allowed */
+            405: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description not_acceptable */
+            406: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description expired */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description too_large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description URI too long (refused by the HTTP server, not JSON) */
+            414: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": string;
+                };
+            };
+            /** @description unsupported_media_type */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description rate_limited */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    sandbox_faults_set: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                mailbox_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["FaultRules"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FaultRulesShown"];
+                };
+            };
+            /** @description invalid_request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description not_found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description method_not_allowed */
+            405: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description not_acceptable */
+            406: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description expired */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description too_large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description URI too long (refused by the HTTP server, not JSON) */
+            414: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": string;
+                };
+            };
+            /** @description unsupported_media_type */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description rate_limited */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    sandbox_faults_clear: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                mailbox_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description No response body */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description invalid_request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description not_found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description method_not_allowed */
+            405: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description not_acceptable */
+            406: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description expired */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description too_large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description URI too long (refused by the HTTP server, not JSON) */
+            414: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": string;
+                };
+            };
+            /** @description unsupported_media_type */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description rate_limited */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
     messages_list: {
         parameters: {
             query?: {
@@ -3813,6 +4343,8 @@ export interface operations {
                 page_size?: number;
                 /** @description Words in the subject or text, all of them ("a phrase", or, -word work too). */
                 q?: string;
+                /** @description An envelope recipient, the whole address in any case (a sandbox's catch: any of its RCPT TO; other mail: the address it came to). */
+                rcpt?: string;
                 /** @description Received at or after this (ISO 8601). */
                 since?: string;
                 /** @description Text in the subject. */
@@ -5780,6 +6312,126 @@ export interface operations {
             };
         };
     };
+    sandbox_smtp_password: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                mailbox_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SandboxPassword"];
+                };
+            };
+            /** @description invalid_request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description not_found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description method_not_allowed */
+            405: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description not_acceptable */
+            406: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description expired */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description too_large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description URI too long (refused by the HTTP server, not JSON) */
+            414: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": string;
+                };
+            };
+            /** @description unsupported_media_type */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description rate_limited */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
     threads_list: {
         parameters: {
             query?: {
@@ -6048,6 +6700,8 @@ export interface operations {
                 page_size?: number;
                 /** @description Words in the subject or text, all of them ("a phrase", or, -word work too). */
                 q?: string;
+                /** @description An envelope recipient, the whole address in any case (a sandbox's catch: any of its RCPT TO; other mail: the address it came to). */
+                rcpt?: string;
                 /** @description Received at or after this (ISO 8601). */
                 since?: string;
                 /** @description Text in the subject. */

@@ -37,7 +37,7 @@ pytestmark = pytest.mark.workers
 TOOLS = {"create_mailbox", "list_mailboxes", "get_mailbox", "renew_mailbox", "delete_mailbox", "list_messages",
          "get_message", "wait_for_message", "wait_for_code", "send_message", "search_messages", "get_attachment",
          "create_domain", "list_domains", "verify_domain", "delete_domain", "reply_to_message", "forward_message",
-         "list_threads", "get_thread", "check_message", "wait_for_delivery"}
+         "list_threads", "get_thread", "check_message", "wait_for_delivery", "create_sandbox", "set_faults"}
 
 
 # --- the two transports -----------------------------------------------------------------------

@@ -20,7 +20,6 @@ from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAu
 
 from accounts.services import account_create_with_key, account_suspend
 from tests.helpers import answers, free_port, wait_until
-from tests.relay.inbound.test_starttls import certificates  # noqa: F401 (a fixture: the suite's CA)
 
 pytestmark = pytest.mark.workers
 REDIRECT = "http://127.0.0.1:39999/callback"

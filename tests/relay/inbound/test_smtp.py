@@ -51,7 +51,7 @@ def test_delivered_mail_is_readable_through_the_api_at_once(smtp_server, owner, 
     assert len(listed) == 1
     assert set(listed[0]) == {"id", "mailbox_id", "from", "to", "envelope_from", "envelope_to", "subject",
                               "received_at", "size", "is_read", "has_attachments", "authenticated", "direction",
-                              "thread_id"}
+                              "thread_id", "rcpt_to"}
     assert listed[0]["subject"] == "Plain hello" and listed[0]["is_read"] is False
     assert (listed[0]["envelope_from"], listed[0]["envelope_to"]) == ("sender@example.com", box["address"])
     assert owner.get(f"/api/v1/mailboxes/{box['id']}").json()["message_count"] == 1

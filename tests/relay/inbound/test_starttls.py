@@ -2,32 +2,12 @@
 RELAY_SMTP_TLS_KEY are set, and a client that verifies the certificate delivers over it."""
 import smtplib
 import ssl
-import subprocess
 
 import pytest
 
 from mailboxes.models import Message
 from tests.conftest import SmtpServerThread
 from tests.helpers import create_via_api
-
-
-@pytest.fixture(scope="module")
-def certificates(tmp_path_factory):
-    """A certificate authority of the test's own and a server certificate it signed for
-    127.0.0.1 and localhost, made with the openssl command."""
-    folder = tmp_path_factory.mktemp("tls")
-
-    def openssl(*args: str) -> None:
-        subprocess.run(["openssl", *args], cwd=folder, check=True, capture_output=True, timeout=60)
-
-    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
-            "-subj", "/CN=Relay test CA")
-    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr",
-            "-subj", "/CN=localhost")
-    (folder / "san.ext").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
-    openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-            "-out", "server.pem", "-days", "2", "-extfile", "san.ext")
-    return folder
 
 
 @pytest.fixture
