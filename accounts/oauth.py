@@ -29,8 +29,12 @@ def redirect_uri_allowed(uri: object) -> bool:
     """HTTPS, or http on a loopback host (a native agent's callback, RFC 8252)."""
     if not isinstance(uri, str):
         return False
-    parts = urlsplit(uri)
-    return parts.scheme == "https" or (parts.scheme == "http" and parts.hostname in LOOPBACK)
+    try:
+        parts = urlsplit(uri)
+        host, _ = parts.hostname, parts.port
+    except ValueError:  # an unclosed IPv6 bracket, a bad port: not a URI to send anyone to
+        return False
+    return parts.scheme == "https" or (parts.scheme == "http" and host in LOOPBACK)
 
 
 def consent_form_action(redirect_uris: str) -> str:

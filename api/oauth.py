@@ -39,7 +39,7 @@ def client_metadata_problem(data: object) -> tuple[str, str] | None:
         return "invalid_redirect_uri", "A redirect URI must be https, or http on a loopback host (RFC 8252)."
     for field, offered in (("grant_types", GRANT_TYPES), ("response_types", RESPONSE_TYPES)):
         asked = data.get(field) or []
-        if not isinstance(asked, list) or not set(asked) <= offered:
+        if not isinstance(asked, list) or not all(isinstance(item, str) for item in asked) or not set(asked) <= offered:
             return "invalid_client_metadata", f"{field} may hold only {', '.join(sorted(offered))}."
     return None
 

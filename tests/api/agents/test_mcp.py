@@ -634,6 +634,9 @@ def test_every_result_matches_its_output_schema(mcp_http, owner, smtp_server):
                 "mailbox_id": box["id"], "thread_id": results["list_threads"]["threads"][0]["id"]})
             results["check_message"] = await call(session, "check_message",
                                                   {**ids, "checks": ["html", "headers", "spam"]})
+            results["create_sandbox"] = await call(session, "create_sandbox", {"ttl_minutes": 10})
+            results["set_faults"] = await call(session, "set_faults", {
+                "mailbox_id": results["create_sandbox"]["id"], "rules": [{"stage": "rcpt", "code": 451}]})
             results["delete_mailbox"] = await call(session, "delete_mailbox", {"mailbox_id": box["id"]})
             results["create_domain"] = await call(session, "create_domain", {"name": "schema.test"})
             results["list_domains"] = await call(session, "list_domains")

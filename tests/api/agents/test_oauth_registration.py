@@ -43,3 +43,15 @@ def test_an_update_meets_the_registration_rule_and_no_code_goes_where_it_refused
     assert moved.status_code == 200 and moved.json()["redirect_uris"] == ["https://agent.example/new-cb"]
     url, _ = authorize_query(client_id, "https://agent.example/new-cb")
     assert allow(browser, url)["code"]
+
+
+def test_metadata_of_the_wrong_shape_is_refused_as_a_400_never_a_500(db):
+    registered = register(CALLBACK)
+    management = Client(HTTP_AUTHORIZATION="Bearer " + registered["registration_access_token"])
+    odd = [{"redirect_uris": ["https://[::1/cb"]}, {"grant_types": [{}]}, {"response_types": [["code"]]},
+           {"redirect_uris": ["https://agent.example:99999/cb"]}]
+    for changes in odd:
+        for answer in (Client().post("/oauth/register", metadata(**changes), content_type="application/json"),
+                       management.put(f"/oauth/register/{registered['client_id']}", metadata(**changes),
+                                      content_type="application/json")):
+            assert answer.status_code == 400, (changes, answer.status_code, answer.content[:200])
