@@ -274,13 +274,16 @@ def exchange(method: str, url: str, *, seconds: float, headers: dict | None = No
                     if not deadline.passed:
                         raise
                     content = b""
+                # Read before the deadline is left: a timer firing after the last byte, before
+                # it is cancelled, must not make a whole body look cut off.
+                cut_off = bool(read) and deadline.passed
         except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
             if deadline.passed:
                 raise DeliveryTimedOut(f"no complete answer within {seconds:g} s") from None
             raise TransportFailed(f"{type(exc).__name__}: {exc}"[:300]) from None
     # A body cut off by the deadline ends like a complete one without Content-Length: only
     # the deadline tells them apart.
-    return Answer(status=status, headers=answer_headers, body=content, complete=not (read and deadline.passed))
+    return Answer(status=status, headers=answer_headers, body=content, complete=not cut_off)
 
 
 def post(url: str, body: bytes, headers: dict) -> int:

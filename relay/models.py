@@ -126,6 +126,8 @@ class RecipientDelivery(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["mail", "recipient"], name="delivery_one_per_recipient")]
+        # An event stream's look for what changed since a moment.
+        indexes = [models.Index(fields=["at"], name="delivery_changed_at")]
 
     def __str__(self) -> str:
         return f"{self.recipient}: {self.status}"

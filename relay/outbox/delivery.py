@@ -10,11 +10,11 @@ import re
 from dataclasses import dataclass
 from datetime import timedelta
 from email.message import Message as EmailMessage
-from email.utils import parseaddr
+from email.utils import collapse_rfc2231_value, parseaddr
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.utils.crypto import salted_hmac
 from flufl.bounce import all_failures
 
@@ -101,7 +101,8 @@ _NEXT = {
     DeliveryStatus.FAILED: set(),
     DeliveryStatus.COMPLAINED: set(),
 }
-_SUPPRESSES = {DeliveryStatus.BOUNCED: SuppressionReason.BOUNCED, DeliveryStatus.COMPLAINED: SuppressionReason.COMPLAINED}
+_SUPPRESSES = {DeliveryStatus.BOUNCED: SuppressionReason.BOUNCED,
+               DeliveryStatus.COMPLAINED: SuppressionReason.COMPLAINED}
 DETAIL_MAX_CHARS = 1000
 
 
@@ -182,19 +183,30 @@ class DeliveryNews:
     time before the clock's later reading yet committed after it is still seen."""
 
     OVERLAP = timedelta(seconds=5)
-    MOST = 200
+    PAGE = 200
 
     def __init__(self, start) -> None:
         self.start = self.newest = start
         self.told: set[tuple[int, object]] = set()
 
     def read(self, mailbox_id) -> list[dict]:
-        since = max(self.start, self.newest - self.OVERLAP)
-        rows = list(RecipientDelivery.objects.select_related("mail").filter(
-            mail__mailbox_id=mailbox_id, at__gt=self.start, at__gte=since).order_by("at", "id")[:self.MOST])
-        news = [row for row in rows if (row.id, row.at) not in self.told]
-        if rows:
-            self.newest = max(self.newest, rows[-1].at)
+        """The changes not told yet, oldest first, read a page at a time by (at, id): the
+        rows of one send share one time, and a send may have more recipients than a page."""
+        news, last = [], None
+        while True:
+            rows = RecipientDelivery.objects.select_related("mail").filter(mail__mailbox_id=mailbox_id,
+                                                                           at__gt=self.start)
+            if last is None:
+                rows = rows.filter(at__gte=max(self.start, self.newest - self.OVERLAP))
+            else:
+                rows = rows.filter(Q(at__gt=last[0]) | Q(at=last[0], id__gt=last[1]))
+            page = list(rows.order_by("at", "id")[:self.PAGE])
+            news += [row for row in page if (row.id, row.at) not in self.told]
+            if page:
+                last = (page[-1].at, page[-1].id)
+                self.newest = max(self.newest, page[-1].at)
+            if len(page) < self.PAGE:
+                break
         self.told = {key for key in self.told if key[1] >= self.newest - self.OVERLAP}
         self.told.update((row.id, row.at) for row in news)
         return [delivery_event(row) for row in news]
@@ -238,7 +250,7 @@ def bounce_read(raw: bytes) -> Report:
     """A feedback report (RFC 5965), a delivery status notification (RFC 3464), or
     failing both, what flufl.bounce's detectors find."""
     message = email.message_from_bytes(raw)
-    report_type = (message.get_param("report-type", header="content-type") or "").lower() \
+    report_type = str(collapse_rfc2231_value(message.get_param("report-type", "", header="content-type"))).lower() \
         if message.get_content_type() == "multipart/report" else ""
     if report_type == "feedback-report":
         return _feedback_report(message)
@@ -258,6 +270,11 @@ def _text(value) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
+def _field(fields: EmailMessage, name: str) -> str:
+    """A header's value as text: the parser gives raw 8-bit values as Header objects."""
+    return str(fields.get(name, ""))
+
+
 def _part(message: EmailMessage, content_type: str) -> EmailMessage | None:
     return next((part for part in message.walk() if part.get_content_type() == content_type), None)
 
@@ -267,9 +284,10 @@ def _feedback_report(message: EmailMessage) -> Report:
     fields = part.get_payload()[0] if part is not None and part.is_multipart() else None
     if fields is None and part is not None:
         fields = email.message_from_string(_text(part.get_payload(decode=True) or b""))
-    kind = (fields.get("Feedback-Type", "abuse") if fields is not None else "abuse").strip()
+    kind = (_field(fields, "Feedback-Type") if fields is not None else "").strip() or "abuse"
     detail = f"a complaint (feedback type {kind})"
-    named = [parseaddr(value)[1] for value in (fields.get_all("Original-Rcpt-To", []) if fields is not None else [])]
+    named = [parseaddr(str(value))[1]
+             for value in (fields.get_all("Original-Rcpt-To", []) if fields is not None else [])]
     answer = Answer(DeliveryStatus.COMPLAINED, None, detail)
     return Report({address.lower(): answer for address in named if address}, complaint=True) if any(named) \
         else Report({"": answer}, complaint=True)
@@ -285,10 +303,11 @@ def _delivery_status(message: EmailMessage) -> dict[str, Answer]:
     blocks = part.get_payload() if part.is_multipart() else []
     answers = {}
     for block in blocks[1:]:  # the first block is about the message, the rest each a recipient
-        recipient = _address_field(block.get("Original-Recipient", "")) or _address_field(block.get("Final-Recipient", ""))
-        action = block.get("Action", "").strip().lower()
-        status = block.get("Status", "").strip()
-        diagnostic = " ".join(block.get("Diagnostic-Code", "").split())
+        recipient = (_address_field(_field(block, "Original-Recipient"))
+                     or _address_field(_field(block, "Final-Recipient")))
+        action = _field(block, "Action").strip().lower()
+        status = _field(block, "Status").strip()
+        diagnostic = " ".join(_field(block, "Diagnostic-Code").split())
         if not recipient:
             continue
         diagnostic_text = diagnostic.partition(";")[2].strip() or diagnostic

@@ -183,6 +183,8 @@ def _transmit_each(mail: OutboxMail, smtp, recipients: list[str]) -> dict[str, A
         conversation.ehlo_or_helo_if_needed()
         options = [f"size={len(raw)}"] if conversation.does_esmtp and conversation.has_extn("size") else []
         code, text = conversation.mail(bounce_address(mail), options)
+        if code == 421:  # the next hop is closing the connection (RFC 5321 4.2.2)
+            raise _Interrupted({recipient: _answer(code, text) for recipient in recipients})
         if code != 250:
             _reset(conversation)
             return {recipient: _answer(code, text) for recipient in recipients}
@@ -202,8 +204,12 @@ def _transmit_each(mail: OutboxMail, smtp, recipients: list[str]) -> dict[str, A
             code, text = exc.smtp_code, exc.smtp_error
         answers.update({recipient: _answer(code, text) for recipient in accepted})
     except (smtplib.SMTPServerDisconnected, smtplib.SMTPResponseException, OSError) as exc:
+        code = getattr(exc, "smtp_code", None)
+        if isinstance(code, int) and code >= 500:  # a 5xx, to EHLO say: final, never retried
+            failed = _answer(code, getattr(exc, "smtp_error", b""))
+            answers.update({recipient: failed for recipient in recipients if recipient not in answers})
         detail = f"{type(exc).__name__}: {exc}"
-        answers.update({recipient: Answer(DeliveryStatus.DEFERRED, getattr(exc, "smtp_code", None), detail)
+        answers.update({recipient: Answer(DeliveryStatus.DEFERRED, code, detail)
                         for recipient in recipients if recipient not in answers})
         raise _Interrupted(answers) from exc
     return answers
@@ -230,9 +236,11 @@ def _send_tracked(mail: OutboxMail, smtp) -> tuple[Outcome, bool]:
     """Send a mailbox's message to the recipients it still owes and record each one's
     state: the mail's outcome (a retry while any is deferred and attempts are left), and
     False when the connection broke and must be opened anew."""
-    broken = False
+    broken, answers = False, {}
+    pending = deliveries_pending(mail)
     try:
-        answers = _transmit_each(mail, smtp, deliveries_pending(mail))
+        if pending:  # a bounce may have settled every one of them since the last try
+            answers = _transmit_each(mail, smtp, pending)
     except _Interrupted as interrupted:
         answers, broken = interrupted.answers, True
     deferred = [recipient for recipient, answer in answers.items() if answer.status == DeliveryStatus.DEFERRED]
@@ -313,6 +321,10 @@ def batch_send(*, claim: uuid.UUID, mail_ids: list[int], again: bool = False) ->
             except Exception as exc:
                 error = f"{type(exc).__name__}: {exc}"[:ERROR_MAX_CHARS]
                 retry = _retryable(exc) and OUTBOX.has_retry_left(mail.attempts)
+                if retry and mail.kind == OutboxKind.SEND:
+                    # No connection to the next hop: what it still owes is deferred, and why.
+                    deliveries_record(mail, {recipient: Answer(DeliveryStatus.DEFERRED, getattr(exc, "smtp_code", None),
+                                                               error) for recipient in deliveries_pending(mail)})
                 settle(mail, Outcome("retry" if retry else OutboxStatus.FAILED, error))
                 if isinstance(exc, (smtplib.SMTPServerDisconnected, OSError)) and smtp is not None:
                     smtp.close()  # the next mail opens a fresh connection

@@ -4,6 +4,7 @@ Gmail and ARF write them, delivered over Relay's own SMTP server to the signed R
 forged and replayed ones, webhooks, and the suppression list."""
 import smtplib
 import threading
+from datetime import timedelta
 
 import pytest
 from aiosmtpd.controller import Controller
@@ -25,7 +26,15 @@ class NextHop:
     def __init__(self) -> None:
         self.received: list = []
         self.asked: dict[str, int] = {}
+        self.transactions = 0  # MAIL commands
         self.lock = threading.Lock()
+
+    async def handle_MAIL(self, server, session, envelope, address, mail_options):
+        with self.lock:
+            self.transactions += 1
+        envelope.mail_from = address
+        envelope.mail_options.extend(mail_options)
+        return "250 OK"
 
     async def handle_RCPT(self, server, session, envelope, address, rcpt_options):
         local = address.partition("@")[0]
@@ -293,3 +302,59 @@ def test_a_bounce_that_comes_back_before_the_250_is_written_down_stands(client_p
     delivery.deliveries_record(mail, {"nobody@example.net": delivery.Answer("bounced", 550, "550 5.1.1 unknown")})
     send_all_pending()  # the next hop's 250, answered after it bounced
     assert states(mail) == {"nobody@example.net": ("bounced", 550)}
+
+
+def test_a_stream_tells_every_change_when_one_send_has_more_recipients_than_a_page(client_pro, sender_box):
+    from django.utils import timezone
+
+    mail = send(client_pro, sender_box, ["first@example.net"])
+    news = delivery.DeliveryNews(timezone.now() - timedelta(minutes=1))
+    at = timezone.now()
+    RecipientDelivery.objects.bulk_create([RecipientDelivery(mail=mail, recipient=f"r{n}@example.net", at=at)
+                                           for n in range(delivery.DeliveryNews.PAGE + 50)])
+    told = news.read(mail.mailbox_id)
+    assert len(told) == delivery.DeliveryNews.PAGE + 50 + 1  # the send's own row too
+    delivery.deliveries_record(mail, {"r7@example.net": delivery.Answer("failed", 550, "550 no")})
+    assert [(row["recipient"], row["status"]) for row in news.read(mail.mailbox_id)] == [("r7@example.net", "failed")]
+    assert news.read(mail.mailbox_id) == []
+
+
+def test_a_bounce_with_raw_8bit_text_is_read(client_pro, sent_to, smtp_server):
+    mail, bounce_to = sent_to("nobody@example.net")
+    raw = bounce_corpus.postfix(bounce_to, "nobody@example.net").replace(
+        b"User unknown in local recipient table", "Benutzer unbekannt \u00fc".encode())
+    deliver(smtp_server, bounce_to, raw)
+    status, code = states(mail)["nobody@example.net"]
+    assert (status, code) == ("bounced", 550)
+    assert "Benutzer unbekannt" in RecipientDelivery.objects.get(mail=mail).detail
+
+
+class RefusingHelo(NextHop):
+    async def handle_EHLO(self, server, session, envelope, hostname, responses):
+        return ["554 5.7.1 not you"]
+
+    async def handle_HELO(self, server, session, envelope, hostname):
+        return "554 5.7.1 not you"
+
+
+def test_a_5xx_to_ehlo_fails_each_recipient_at_once_and_is_not_retried(client_pro, sender_box, settings):
+    controller = Controller(RefusingHelo(), hostname="127.0.0.1", port=free_port())
+    controller.start()
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", controller.port
+    try:
+        mail = send(client_pro, sender_box, ["ok@example.net"])
+        assert send_all_pending() == {"failed": 1}
+    finally:
+        controller.stop()
+    assert states(mail) == {"ok@example.net": ("failed", 554)}
+
+
+def test_a_retry_with_every_recipient_settled_by_a_bounce_sends_nothing(client_pro, sender_box, next_hop):
+    mail = send(client_pro, sender_box, ["slow@example.net"])
+    with pytest.raises(RetryableBatch):
+        send_all_pending()
+    delivery.deliveries_record(mail, {"slow@example.net": delivery.Answer("bounced", 550, "550 gone")})
+    mail.refresh_from_db()
+    assert batch_send(claim=mail.claim, mail_ids=[mail.id], again=True) == {"sent": 1}
+    assert next_hop.asked == {"slow@example.net": 1} and next_hop.transactions == 1
