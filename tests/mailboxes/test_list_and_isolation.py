@@ -43,7 +43,7 @@ def test_mailbox_shape_and_message_count(client_pro):
         deliver(raw, body["address"])
     shown = client_pro.get(f"/api/v1/mailboxes/{body['id']}").json()
     assert set(shown) == {"id", "address", "status", "created_at", "expires_at", "expired_at", "message_count", "name",
-                          "tags", "metadata"}
+                          "tags", "metadata", "sandbox"}
     assert shown["message_count"] == 2
     assert shown["expires_at"].endswith("Z")
     assert client_pro.get("/api/v1/mailboxes").json()["results"][0]["message_count"] == 2
