@@ -105,6 +105,11 @@ class ClientDocumentFetcher(SafeMetadataFetcher):
             raise CIMDError("the client ID document is not JSON") from None
         if not isinstance(document, dict):
             raise CIMDError("the client ID document is not a JSON object")
+        # The one rule a registration and its update meet (client_metadata_problem): a
+        # document may name no callback a registration could not.
+        problem = client_metadata_problem(document)
+        if problem is not None:
+            raise CIMDError(f"the client ID document is refused: {problem[1]}")
         return document, _effective_max_age(headers.get("Cache-Control"))
 
 

@@ -318,16 +318,22 @@ def client_document(certificates):
 
     port = free_port()
     url = f"https://localhost:{port}/agent/client.json"
-    document = json.dumps({"client_id": url, "client_name": "An agent by its document", "redirect_uris": [REDIRECT],
-                           "grant_types": ["authorization_code", "refresh_token"], "response_types": ["code"],
-                           "token_endpoint_auth_method": "none"}).encode()
+    def document(client_id: str, redirect_uri: str) -> bytes:
+        return json.dumps({"client_id": client_id, "client_name": "An agent by its document",
+                           "redirect_uris": [redirect_uri], "grant_types": ["authorization_code", "refresh_token"],
+                           "response_types": ["code"], "token_endpoint_auth_method": "none"}).encode()
+
+    # /agent/plain-http.json names a callback no registration may name (http, not loopback).
+    documents = {"/agent/client.json": document(url, REDIRECT),
+                 "/agent/plain-http.json": document(url.replace("client.json", "plain-http.json"),
+                                                    "http://agent.example/cb")}
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802 (the standard library's name)
-            self.send_response(200 if self.path == "/agent/client.json" else 404)
+            self.send_response(200 if self.path in documents else 404)
             self.send_header("Content-Type", "application/json")
             self.end_headers()
-            self.wfile.write(document)
+            self.wfile.write(documents.get(self.path, b"{}"))
 
         def log_message(self, *args):
             pass
@@ -352,6 +358,23 @@ def relay_trusting_this_machine(module_processes, certificates):
     module_processes.wait_ready()
     wait_until(lambda: answers(base + "/readyz", status=200), timeout=30, message="the web process")
     return base
+
+
+def test_a_client_id_document_meets_the_registration_rule_too(relay_trusting_this_machine, client_document,
+                                                             transactional_db, broker):
+    relay = relay_trusting_this_machine
+    _, key = account_create_with_key(login="quinn", email="quinn@example.com", plan="pro")
+    browser = requests.Session()
+    browser.get(relay + "/inbox/sign-in", timeout=10)
+    browser.post(relay + "/inbox/sign-in", timeout=10, headers={"Referer": relay + "/inbox/sign-in"},
+                 data={"form": "key", "key": key, "csrfmiddlewaretoken": browser.cookies["csrftoken"]})
+    query = {"response_type": "code", "client_id": client_document.replace("client.json", "plain-http.json"),
+             "redirect_uri": "http://agent.example/cb", "scope": "mailboxes", "state": "s4",
+             "code_challenge": "x" * 43, "code_challenge_method": "S256", "resource": relay + "/mcp"}
+    refused = browser.get(f"{relay}/oauth/authorize?{urlencode(query)}", timeout=30, allow_redirects=False,
+                          headers={"Accept": "text/html"})
+    assert 'id="consent"' not in refused.text and refused.status_code in (400, 401, 403), refused.status_code
+    assert "agent.example" not in refused.headers.get("Location", "")
 
 
 def test_the_sdk_signs_in_as_a_client_id_metadata_document(relay_trusting_this_machine, client_document,
