@@ -278,7 +278,8 @@ class Relay:
                 raise RelayError("not_found", "That message was received, not sent: only mail the mailbox sent has "
                                               "a delivery.", 404)
             delivery = list(message.delivery or [])
-            final = bool(delivery) and all(row.status in FINAL_DELIVERY for row in delivery)
+            # None to wait for (a send from before delivery states) is final, as MCP says.
+            final = all(row.status in FINAL_DELIVERY for row in delivery)
             left = deadline - time.monotonic()
             if final or left <= 0:
                 return DeliveryReport(delivery=delivery, final=final)

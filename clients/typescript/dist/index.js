@@ -316,7 +316,8 @@ export class Relay {
                 throw new RelayError("not_found", "That message was received, not sent: only mail the mailbox sent has a "
                     + "delivery.", 404);
             }
-            const final = message.delivery.length > 0 && message.delivery.every((row) => FINAL_DELIVERY.has(row.status));
+            // None to wait for (a send from before delivery states) is final, as MCP says.
+            const final = message.delivery.every((row) => FINAL_DELIVERY.has(row.status));
             const left = deadline - Date.now();
             if (final || left <= 0) {
                 return { delivery: [...message.delivery], final };
