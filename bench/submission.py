@@ -19,7 +19,7 @@ import time
 
 from bench.common import (bench_addresses, command_line, fresh_database, record, setup_django, spawn, stop,
                           wait_until)
-from bench.smtp_ingest import blast, message, sender_dns
+from bench.smtp_ingest import _answers, blast, message, sender_dns
 
 INBOUND_PORT, SUBMISSION_PORT = 2636, 2637
 AUTH_CONNECTIONS = 300
@@ -118,14 +118,6 @@ def main() -> None:
                f"{AUTH_CONNECTIONS}): EHLO + AUTH PLAIN + QUIT {with_auth:.1f} ms vs EHLO + NOOP + QUIT "
                f"{without_auth:.1f} ms: AUTH costs **{with_auth - without_auth:.1f} ms** a connection")
     record("submission", command_line(), figures)
-
-
-def _answers(port: int) -> bool:
-    try:
-        smtplib.SMTP("127.0.0.1", port, timeout=2).quit()
-        return True
-    except OSError:
-        return False
 
 
 if __name__ == "__main__":
