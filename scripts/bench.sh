@@ -36,10 +36,12 @@ if [ "$name" = smtp_peers ] && [ ! -x var/maildev/node_modules/.bin/maildev ]; t
 fi
 # Search's million messages take ten minutes to fill: they live in a database of their
 # own, which the other benchmarks' fresh databases leave alone (its --reuse reads them).
+# Two clones benchmarking at once name their own: RELAY_BENCH_DATABASE, RELAY_BENCH_REDIS_DB.
 database=relay_bench
 [ "$name" = search ] && database=relay_bench_search
+database=${RELAY_BENCH_DATABASE:-$database}
 export DATABASE_URL="postgres://postgres@127.0.0.1:$PG_PORT/$database"
-export CELERY_BROKER_URL="redis://127.0.0.1:$REDIS_PORT/14"
+export CELERY_BROKER_URL="redis://127.0.0.1:$REDIS_PORT/${RELAY_BENCH_REDIS_DB:-14}"
 mkdir -p var/static
 export RELAY_ENV_FILE=/dev/null DJANGO_DEBUG=false PYTHONPATH=.
 export DJANGO_SECRET_KEY=relay-bench-secret-key-not-for-production-qR7sT8uV9wX0yZ1aB2
