@@ -25,8 +25,11 @@ if [ ! -f var/axe-core/node_modules/axe-core/axe.min.js ] && command -v npm >/de
 fi
 
 # The TypeScript client's tests (tests/test_client_typescript.py) compile and run it with its
-# dev dependencies, installed from its lock file (npm's registry; no browser is downloaded).
-if [ ! -d clients/typescript/node_modules/typescript ] && command -v npm >/dev/null; then
+# dev dependencies, installed from its lock file (npm's registry; no browser is downloaded),
+# and again when the lock file is newer than what npm last installed from it.
+if { [ ! -d clients/typescript/node_modules/typescript ] \
+     || [ clients/typescript/package-lock.json -nt clients/typescript/node_modules/.package-lock.json ]; } \
+   && command -v npm >/dev/null; then
   echo "installing the TypeScript client's dev dependencies into clients/typescript/node_modules" >&2
   PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --prefix clients/typescript --no-audit --no-fund --loglevel=error \
     >/dev/null || echo "warning: could not install them; the TypeScript client's tests will be skipped" >&2

@@ -1,6 +1,8 @@
 """The TypeScript client (clients/typescript/, the npm package relay-client): its types against
 Relay's OpenAPI schema, `tsc --noEmit` over it and an example Playwright spec, Node's own
-test runner against a live Relay (a gunicorn web process, mail over a real SMTP socket), the
+test runner against a live Relay (a gunicorn web process, mail over a real SMTP socket, a
+sandbox's mail sent by nodemailer to the submission port, Playwright's runner over the
+relaySandbox fixture), the
 checked-in dist/ against a fresh compile, and each install command of
 docs/client-typescript.md run as written into an empty folder. npm installs its dev
 dependencies from the lock file (scripts/test.sh does it once; no browser is downloaded)."""
@@ -15,7 +17,9 @@ import time
 import pytest
 
 from accounts.services import account_create_with_key
+from tests.conftest import SmtpServerThread
 from tests.helpers import ROOT
+from tests.ports import free_port
 from webhooks.signing import new_secret, sign
 
 PACKAGE = ROOT / "clients" / "typescript"
@@ -58,12 +62,27 @@ def test_the_package_and_the_example_playwright_spec_type_check():
     run([*NPX, "tsc", "--noEmit", "-p", "tsconfig.json"])
 
 
-def test_node_test_runner_against_a_live_relay(processes, smtp_server, sink):
+@pytest.fixture
+def smtp_server_with_submission(transactional_db, certificates, settings):
+    """The suite's SMTP server, taking mail to Relay's addresses and, on a submission port of
+    its own, the sandboxes' (nodemailer's, over STARTTLS with a certificate the test's own
+    authority signed, which the Node tests trust as RELAY_TEST_CA)."""
+    settings.RELAY_SMTP_TLS_CERT = str(certificates / "server.pem")
+    settings.RELAY_SMTP_TLS_KEY = str(certificates / "server.key")
+    server = SmtpServerThread(submission_port=free_port()).start()
+    yield server
+    server.stop()
+
+
+def test_node_test_runner_against_a_live_relay(processes, smtp_server_with_submission, sink, certificates):
+    smtp_server = smtp_server_with_submission
     # Mail sent goes out through a worker and a mailer to an SMTP sink (waitForDelivery).
     processes.env["EMAIL_URL"] = f"smtp://127.0.0.1:{sink[1]}"
     processes.worker("sender")
     processes.mailer("mailer")
-    base = processes.start_web(env={"RELAY_MAX_OPEN_WAITS": "3"})
+    # A sandbox's settings name the submission port, as the web process is told it.
+    submission_port = smtp_server.submission_port
+    base = processes.start_web(env={"RELAY_MAX_OPEN_WAITS": "3", "RELAY_SUBMISSION_PORT": str(submission_port)})
     _, key = account_create_with_key(login="typescript", plan="pro")
     _, busy_key = account_create_with_key(login="typescript-busy", plan="pro")
     secret, body, now = new_secret(), '{"type":"message.received"}', int(time.time())
@@ -72,6 +91,7 @@ def test_node_test_runner_against_a_live_relay(processes, smtp_server, sink):
                                                                                       body.encode())}}
     out = run(["node", "--test", "--test-timeout=60000", "--test-reporter=spec", *sorted(str(path) for path in (PACKAGE / "test").glob("*.test.mjs"))], env={
         "RELAY_URL": base, "RELAY_API_KEY": key, "RELAY_BUSY_API_KEY": busy_key, "RELAY_SMTP_PORT": str(smtp_server.port),
+        "RELAY_SUBMISSION_PORT": str(submission_port), "RELAY_TEST_CA": str(certificates / "ca.pem"),
         "RELAY_TEST_WEBHOOK": json.dumps(webhook)}, timeout=300)
     assert "# fail 0" in out or "ℹ fail 0" in out, out
 

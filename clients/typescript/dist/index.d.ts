@@ -15,6 +15,21 @@ export type ErrorBody = Schemas["Error"];
 /** One recipient of a sent message, and what became of it (docs/delivery.md). */
 export type Delivery = Schemas["Delivery"];
 export type Suppression = Schemas["Suppression"];
+/** A sandbox's SMTP settings: `host`, `port`, `username`, `password` (shown once), `security`. */
+export type SmtpSettings = Schemas["SmtpSettings"];
+/** The SMTP envelope of a message a sandbox caught: `mail_from` and every `rcpt_to`, Bcc included. */
+export type Envelope = Schemas["Envelope"];
+/** A fault rule as set (docs/sandbox.md, "Faults on demand"). */
+export type FaultRule = Schemas["FaultRule"];
+/** A fault rule as Relay shows it: with `remaining`, what is left of `times` (null without one). */
+export type FaultRuleShown = Schemas["FaultRuleShown"];
+/** A sandbox's mailbox with its new SMTP settings, after `rotateSmtpPassword`. */
+export type SandboxPassword = Schemas["SandboxPassword"];
+/** A sandbox just made (docs/sandbox.md): its mailbox's fields, and `smtp`, the settings an
+ * app submits with, the password among them (shown this once). */
+export type Sandbox = MailboxCreated & {
+    smtp: SmtpSettings;
+};
 /** What waitForDelivery answers: every recipient's state, and whether all are final. */
 export interface DeliveryWaited {
     delivery: Delivery[];
@@ -63,6 +78,9 @@ export interface WaitOptions {
     after?: number;
     /** Only mail whose sender is proven (verdict pass). */
     authenticated?: boolean;
+    /** Only mail with this envelope recipient, the whole address in any case (a sandbox's
+     * catch: any of its RCPT TO, so a Bcc too; other mail: the address it came to). */
+    rcpt?: string;
     signal?: AbortSignal;
 }
 export interface CreateMailboxOptions extends CallOptions {
@@ -71,6 +89,10 @@ export interface CreateMailboxOptions extends CallOptions {
     name?: string;
     tags?: string[];
     domain?: string;
+}
+export interface CreateSandboxOptions extends CallOptions {
+    ttlMinutes?: number;
+    localPart?: string;
 }
 export interface AttachmentIn {
     filename: string;
@@ -118,11 +140,23 @@ export declare class Relay {
         ttlMinutes?: number;
     }): Promise<Mailbox>;
     deleteMailbox(mailboxId: string, options?: CallOptions): Promise<true>;
+    /** A sandbox: a mailbox that also catches every mail an app submits with its SMTP settings
+     * (`smtp`), to anyone, delivering none (docs/sandbox.md). */
+    createSandbox(options?: CreateSandboxOptions): Promise<Sandbox>;
+    /** A new SMTP password for a sandbox, in its new `smtp` settings; the old one fails at once. */
+    rotateSmtpPassword(mailboxId: string, options?: CallOptions): Promise<SandboxPassword>;
+    /** Replace a sandbox's fault rules; resolves to them, each with `remaining`. */
+    setFaults(mailboxId: string, rules: FaultRule[], options?: CallOptions): Promise<FaultRuleShown[]>;
+    /** A sandbox's fault rules, each with `remaining` (what is left of `times`). */
+    getFaults(mailboxId: string, options?: CallOptions): Promise<FaultRuleShown[]>;
+    /** Remove every fault rule of a sandbox. */
+    clearFaults(mailboxId: string, options?: CallOptions): Promise<true>;
     listMessages(mailboxId: string, options?: CallOptions & {
         query?: string;
         unread?: boolean;
         authenticated?: boolean;
         direction?: "in" | "out";
+        rcpt?: string;
     }): Promise<MessageSummary[]>;
     getMessage(mailboxId: string, messageId: number, options?: CallOptions): Promise<Message>;
     /** The message exactly as received (`message/rfc822`). */
@@ -198,8 +232,25 @@ export interface BoundMailbox {
     delete(): Promise<void>;
 }
 export declare function bind(relay: Relay, mailbox: Mailbox): BoundMailbox;
+/** A sandbox bound to its client, as the `relaySandbox` fixture hands it out: a bound
+ * mailbox with its SMTP settings and its fault rules. */
+export interface BoundSandbox extends BoundMailbox {
+    /** The SMTP settings an app submits with, the password among them; `rotateSmtpPassword()` replaces them. */
+    readonly smtp: SmtpSettings;
+    /** A new password: resolves to the new settings, which `smtp` is from then on. */
+    rotateSmtpPassword(): Promise<SmtpSettings>;
+    setFaults(rules: FaultRule[]): Promise<FaultRuleShown[]>;
+    getFaults(): Promise<FaultRuleShown[]>;
+    clearFaults(): Promise<true>;
+}
+export declare function bindSandbox(relay: Relay, sandbox: Sandbox): BoundSandbox;
 /** Run `fn` with a fresh mailbox, deleted afterwards whether `fn` passes or throws: for
  * Vitest, Jest, node:test or a script. The client comes from RELAY_URL/RELAY_API_KEY unless given. */
 export declare function withMailbox<T>(fn: (mailbox: BoundMailbox) => Promise<T> | T, options?: CreateMailboxOptions & {
+    relay?: Relay;
+}): Promise<T>;
+/** Run `fn` with a fresh sandbox, deleted afterwards whether `fn` passes or throws (as
+ * `withMailbox`). The client comes from RELAY_URL/RELAY_API_KEY unless given. */
+export declare function withSandbox<T>(fn: (sandbox: BoundSandbox) => Promise<T> | T, options?: CreateSandboxOptions & {
     relay?: Relay;
 }): Promise<T>;

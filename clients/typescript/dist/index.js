@@ -200,13 +200,47 @@ export class Relay {
         await this.request("DELETE", `/mailboxes/${mailboxId}`, options);
         return true;
     }
+    // --- sandboxes ----------------------------------------------------------------------------
+    /** A sandbox: a mailbox that also catches every mail an app submits with its SMTP settings
+     * (`smtp`), to anyone, delivering none (docs/sandbox.md). */
+    async createSandbox(options = {}) {
+        const body = given({
+            ttl_ms: options.ttlMinutes === undefined ? undefined : options.ttlMinutes * 60_000,
+            local_part: options.localPart, sandbox: true,
+        });
+        const created = await inMinutes(this.json("POST", "/mailboxes", { ...options, body }));
+        if (!created.smtp) {
+            throw new Error(`Relay made mailbox ${created.id} without SMTP settings: it does not serve sandboxes.`);
+        }
+        return created;
+    }
+    /** A new SMTP password for a sandbox, in its new `smtp` settings; the old one fails at once. */
+    rotateSmtpPassword(mailboxId, options = {}) {
+        return this.json("POST", `/mailboxes/${mailboxId}/smtp-password`, options);
+    }
+    /** Replace a sandbox's fault rules; resolves to them, each with `remaining`. */
+    async setFaults(mailboxId, rules, options = {}) {
+        const answer = await this.json("PUT", `/mailboxes/${mailboxId}/faults`, {
+            ...options, body: { rules },
+        });
+        return answer.rules;
+    }
+    /** A sandbox's fault rules, each with `remaining` (what is left of `times`). */
+    async getFaults(mailboxId, options = {}) {
+        return (await this.json("GET", `/mailboxes/${mailboxId}/faults`, options)).rules;
+    }
+    /** Remove every fault rule of a sandbox. */
+    async clearFaults(mailboxId, options = {}) {
+        await this.request("DELETE", `/mailboxes/${mailboxId}/faults`, options);
+        return true;
+    }
     // --- messages -----------------------------------------------------------------------------
     async listMessages(mailboxId, options = {}) {
         const answer = await this.json("GET", `/mailboxes/${mailboxId}/messages`, {
             ...options,
             query: {
                 q: options.query, unread: options.unread || undefined, authenticated: options.authenticated || undefined,
-                direction: options.direction,
+                direction: options.direction, rcpt: options.rcpt,
             },
         });
         return answer.results;
@@ -228,8 +262,8 @@ export class Relay {
     /** The oldest message after `after` that matches, held up to `wait` seconds. */
     async firstAfter(mailboxId, wait, options) {
         const query = {
-            after: options.after, from: options.from, subject: options.subject, page_size: 1, direction: "in",
-            authenticated: options.authenticated || undefined,
+            after: options.after, from: options.from, subject: options.subject, rcpt: options.rcpt, page_size: 1,
+            direction: "in", authenticated: options.authenticated || undefined,
         };
         const path = `/mailboxes/${mailboxId}/messages`;
         let answer = await this.json("GET", path, {
@@ -278,7 +312,8 @@ export class Relay {
                 break;
             }
         }
-        const filters = [["from", options.from], ["subject", options.subject], ["after message", after]]
+        const filters = [["from", options.from], ["subject", options.subject], ["rcpt", options.rcpt],
+            ["after message", after]]
             .filter(([, value]) => value !== undefined).map(([name, value]) => `${name} ${JSON.stringify(value)}`);
         throw new WaitTimeout(`no message with a code arrived in mailbox ${mailboxId} within ${seconds} s`
             + (filters.length ? ` (${filters.join(", ")})` : ""));
@@ -525,6 +560,22 @@ export function bind(relay, mailbox) {
         },
     };
 }
+export function bindSandbox(relay, sandbox) {
+    let smtp = sandbox.smtp;
+    return {
+        ...bind(relay, sandbox),
+        get smtp() {
+            return smtp;
+        },
+        rotateSmtpPassword: async () => {
+            smtp = (await relay.rotateSmtpPassword(sandbox.id)).smtp;
+            return smtp;
+        },
+        setFaults: rules => relay.setFaults(sandbox.id, rules),
+        getFaults: () => relay.getFaults(sandbox.id),
+        clearFaults: () => relay.clearFaults(sandbox.id),
+    };
+}
 /** Run `fn` with a fresh mailbox, deleted afterwards whether `fn` passes or throws: for
  * Vitest, Jest, node:test or a script. The client comes from RELAY_URL/RELAY_API_KEY unless given. */
 export async function withMailbox(fn, options = {}) {
@@ -535,5 +586,17 @@ export async function withMailbox(fn, options = {}) {
     }
     finally {
         await mailbox.delete();
+    }
+}
+/** Run `fn` with a fresh sandbox, deleted afterwards whether `fn` passes or throws (as
+ * `withMailbox`). The client comes from RELAY_URL/RELAY_API_KEY unless given. */
+export async function withSandbox(fn, options = {}) {
+    const relay = options.relay ?? new Relay();
+    const sandbox = bindSandbox(relay, await relay.createSandbox(options));
+    try {
+        return await fn(sandbox);
+    }
+    finally {
+        await sandbox.delete();
     }
 }

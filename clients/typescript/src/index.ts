@@ -23,6 +23,20 @@ export type ErrorBody = Schemas["Error"];
 /** One recipient of a sent message, and what became of it (docs/delivery.md). */
 export type Delivery = Schemas["Delivery"];
 export type Suppression = Schemas["Suppression"];
+/** A sandbox's SMTP settings: `host`, `port`, `username`, `password` (shown once), `security`. */
+export type SmtpSettings = Schemas["SmtpSettings"];
+/** The SMTP envelope of a message a sandbox caught: `mail_from` and every `rcpt_to`, Bcc included. */
+export type Envelope = Schemas["Envelope"];
+/** A fault rule as set (docs/sandbox.md, "Faults on demand"). */
+export type FaultRule = Schemas["FaultRule"];
+/** A fault rule as Relay shows it: with `remaining`, what is left of `times` (null without one). */
+export type FaultRuleShown = Schemas["FaultRuleShown"];
+/** A sandbox's mailbox with its new SMTP settings, after `rotateSmtpPassword`. */
+export type SandboxPassword = Schemas["SandboxPassword"];
+
+/** A sandbox just made (docs/sandbox.md): its mailbox's fields, and `smtp`, the settings an
+ * app submits with, the password among them (shown this once). */
+export type Sandbox = MailboxCreated & { smtp: SmtpSettings };
 
 /** What waitForDelivery answers: every recipient's state, and whether all are final. */
 export interface DeliveryWaited {
@@ -77,6 +91,9 @@ export interface WaitOptions {
   after?: number;
   /** Only mail whose sender is proven (verdict pass). */
   authenticated?: boolean;
+  /** Only mail with this envelope recipient, the whole address in any case (a sandbox's
+   * catch: any of its RCPT TO, so a Bcc too; other mail: the address it came to). */
+  rcpt?: string;
   signal?: AbortSignal;
 }
 
@@ -86,6 +103,11 @@ export interface CreateMailboxOptions extends CallOptions {
   name?: string;
   tags?: string[];
   domain?: string;
+}
+
+export interface CreateSandboxOptions extends CallOptions {
+  ttlMinutes?: number;
+  localPart?: string;
 }
 
 export interface AttachmentIn {
@@ -332,15 +354,54 @@ export class Relay {
     return true;
   }
 
+  // --- sandboxes ----------------------------------------------------------------------------
+  /** A sandbox: a mailbox that also catches every mail an app submits with its SMTP settings
+   * (`smtp`), to anyone, delivering none (docs/sandbox.md). */
+  async createSandbox(options: CreateSandboxOptions = {}): Promise<Sandbox> {
+    const body = given({
+      ttl_ms: options.ttlMinutes === undefined ? undefined : options.ttlMinutes * 60_000,
+      local_part: options.localPart, sandbox: true,
+    });
+    const created = await inMinutes(this.json<MailboxCreated>("POST", "/mailboxes", { ...options, body }));
+    if (!created.smtp) {
+      throw new Error(`Relay made mailbox ${created.id} without SMTP settings: it does not serve sandboxes.`);
+    }
+    return created as Sandbox;
+  }
+
+  /** A new SMTP password for a sandbox, in its new `smtp` settings; the old one fails at once. */
+  rotateSmtpPassword(mailboxId: string, options: CallOptions = {}): Promise<SandboxPassword> {
+    return this.json("POST", `/mailboxes/${mailboxId}/smtp-password`, options);
+  }
+
+  /** Replace a sandbox's fault rules; resolves to them, each with `remaining`. */
+  async setFaults(mailboxId: string, rules: FaultRule[], options: CallOptions = {}): Promise<FaultRuleShown[]> {
+    const answer = await this.json<{ rules: FaultRuleShown[] }>("PUT", `/mailboxes/${mailboxId}/faults`, {
+      ...options, body: { rules },
+    });
+    return answer.rules;
+  }
+
+  /** A sandbox's fault rules, each with `remaining` (what is left of `times`). */
+  async getFaults(mailboxId: string, options: CallOptions = {}): Promise<FaultRuleShown[]> {
+    return (await this.json<{ rules: FaultRuleShown[] }>("GET", `/mailboxes/${mailboxId}/faults`, options)).rules;
+  }
+
+  /** Remove every fault rule of a sandbox. */
+  async clearFaults(mailboxId: string, options: CallOptions = {}): Promise<true> {
+    await this.request("DELETE", `/mailboxes/${mailboxId}/faults`, options);
+    return true;
+  }
+
   // --- messages -----------------------------------------------------------------------------
   async listMessages(mailboxId: string, options: CallOptions & {
-    query?: string; unread?: boolean; authenticated?: boolean; direction?: "in" | "out";
+    query?: string; unread?: boolean; authenticated?: boolean; direction?: "in" | "out"; rcpt?: string;
   } = {}): Promise<MessageSummary[]> {
     const answer = await this.json<{ results: MessageSummary[] }>("GET", `/mailboxes/${mailboxId}/messages`, {
       ...options,
       query: {
         q: options.query, unread: options.unread || undefined, authenticated: options.authenticated || undefined,
-        direction: options.direction,
+        direction: options.direction, rcpt: options.rcpt,
       },
     });
     return answer.results;
@@ -368,8 +429,8 @@ export class Relay {
   /** The oldest message after `after` that matches, held up to `wait` seconds. */
   private async firstAfter(mailboxId: string, wait: number, options: WaitOptions): Promise<number | null> {
     const query: Query = {
-      after: options.after, from: options.from, subject: options.subject, page_size: 1, direction: "in",
-      authenticated: options.authenticated || undefined,
+      after: options.after, from: options.from, subject: options.subject, rcpt: options.rcpt, page_size: 1,
+      direction: "in", authenticated: options.authenticated || undefined,
     };
     const path = `/mailboxes/${mailboxId}/messages`;
     let answer = await this.json<{ results: MessageSummary[]; count: number }>("GET", path, {
@@ -420,7 +481,8 @@ export class Relay {
         break;
       }
     }
-    const filters = [["from", options.from], ["subject", options.subject], ["after message", after]]
+    const filters = [["from", options.from], ["subject", options.subject], ["rcpt", options.rcpt],
+      ["after message", after]]
       .filter(([, value]) => value !== undefined).map(([name, value]) => `${name} ${JSON.stringify(value)}`);
     throw new WaitTimeout(`no message with a code arrived in mailbox ${mailboxId} within ${seconds} s`
       + (filters.length ? ` (${filters.join(", ")})` : ""));
@@ -694,6 +756,35 @@ export function bind(relay: Relay, mailbox: Mailbox): BoundMailbox {
   };
 }
 
+/** A sandbox bound to its client, as the `relaySandbox` fixture hands it out: a bound
+ * mailbox with its SMTP settings and its fault rules. */
+export interface BoundSandbox extends BoundMailbox {
+  /** The SMTP settings an app submits with, the password among them; `rotateSmtpPassword()` replaces them. */
+  readonly smtp: SmtpSettings;
+  /** A new password: resolves to the new settings, which `smtp` is from then on. */
+  rotateSmtpPassword(): Promise<SmtpSettings>;
+  setFaults(rules: FaultRule[]): Promise<FaultRuleShown[]>;
+  getFaults(): Promise<FaultRuleShown[]>;
+  clearFaults(): Promise<true>;
+}
+
+export function bindSandbox(relay: Relay, sandbox: Sandbox): BoundSandbox {
+  let smtp = sandbox.smtp;
+  return {
+    ...bind(relay, sandbox),
+    get smtp() {
+      return smtp;
+    },
+    rotateSmtpPassword: async () => {
+      smtp = (await relay.rotateSmtpPassword(sandbox.id)).smtp;
+      return smtp;
+    },
+    setFaults: rules => relay.setFaults(sandbox.id, rules),
+    getFaults: () => relay.getFaults(sandbox.id),
+    clearFaults: () => relay.clearFaults(sandbox.id),
+  };
+}
+
 /** Run `fn` with a fresh mailbox, deleted afterwards whether `fn` passes or throws: for
  * Vitest, Jest, node:test or a script. The client comes from RELAY_URL/RELAY_API_KEY unless given. */
 export async function withMailbox<T>(fn: (mailbox: BoundMailbox) => Promise<T> | T,
@@ -704,5 +795,18 @@ export async function withMailbox<T>(fn: (mailbox: BoundMailbox) => Promise<T> |
     return await fn(mailbox);
   } finally {
     await mailbox.delete();
+  }
+}
+
+/** Run `fn` with a fresh sandbox, deleted afterwards whether `fn` passes or throws (as
+ * `withMailbox`). The client comes from RELAY_URL/RELAY_API_KEY unless given. */
+export async function withSandbox<T>(fn: (sandbox: BoundSandbox) => Promise<T> | T,
+  options: CreateSandboxOptions & { relay?: Relay } = {}): Promise<T> {
+  const relay = options.relay ?? new Relay();
+  const sandbox = bindSandbox(relay, await relay.createSandbox(options));
+  try {
+    return await fn(sandbox);
+  } finally {
+    await sandbox.delete();
   }
 }

@@ -1,17 +1,20 @@
 /**
  * Playwright's `test` with a `relayMailbox` fixture: a fresh mailbox for each test, deleted
- * after it, passing or failing. The client comes from RELAY_URL and RELAY_API_KEY.
+ * after it, passing or failing; and `relaySandbox`, the same for a sandbox that catches what
+ * the app under test submits with its SMTP settings. The client comes from RELAY_URL and
+ * RELAY_API_KEY.
  *
  *   import { test, expect } from "relay-client/playwright";
  *   test("sign-up", async ({ page, relayMailbox }) => { ... await relayMailbox.waitForCode() ... });
  */
 import { expect, test as base } from "@playwright/test";
 
-import { bind, Relay, type BoundMailbox } from "./index.js";
+import { bind, bindSandbox, Relay, type BoundMailbox, type BoundSandbox } from "./index.js";
 
 export interface RelayFixtures {
   relay: Relay;
   relayMailbox: BoundMailbox;
+  relaySandbox: BoundSandbox;
 }
 
 export const test = base.extend<RelayFixtures>({
@@ -27,7 +30,15 @@ export const test = base.extend<RelayFixtures>({
       await mailbox.delete();
     }
   },
+  relaySandbox: async ({ relay }, use) => {
+    const sandbox = bindSandbox(relay, await relay.createSandbox());
+    try {
+      await use(sandbox);
+    } finally {
+      await sandbox.delete();
+    }
+  },
 });
 
 export { expect };
-export type { BoundMailbox };
+export type { BoundMailbox, BoundSandbox };

@@ -1,13 +1,34 @@
 // relay-client against a live Relay the suite started (tests/test_client_typescript.py):
-// RELAY_URL, RELAY_API_KEY and RELAY_SMTP_PORT say where; no HTTP is mocked.
+// RELAY_URL, RELAY_API_KEY, RELAY_SMTP_PORT and RELAY_SUBMISSION_PORT say where, RELAY_TEST_CA
+// is the authority that signed the SMTP server's certificate; no HTTP is mocked, and the
+// sandbox's mail is sent by nodemailer.
 import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { mkdtempSync, readFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
 import { test } from "node:test";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
 
-import { Relay, RelayError, WaitTimeout, verifyWebhook, withMailbox } from "../dist/index.js";
+import nodemailer from "nodemailer";
+
+import { Relay, RelayError, WaitTimeout, verifyWebhook, withMailbox, withSandbox } from "../dist/index.js";
 import { mail, sendMail } from "../test-support/smtp.mjs";
 
 const port = Number(process.env.RELAY_SMTP_PORT);
 const relay = new Relay();
+const PACKAGE = path.dirname(path.dirname(fileURLToPath(import.meta.url)));
+
+/** nodemailer as an app would set it up from a sandbox's settings: STARTTLS required, AUTH,
+ * and the server's certificate verified against the suite's own authority. */
+function transportFor(smtp) {
+  return nodemailer.createTransport({
+    host: smtp.host, port: smtp.port, secure: false, requireTLS: true, auth: { user: smtp.username, pass: smtp.password },
+    tls: { ca: readFileSync(process.env.RELAY_TEST_CA) }, connectionTimeout: 20_000, greetingTimeout: 20_000,
+    socketTimeout: 30_000,
+  });
+}
 
 test("a code sent over SMTP during waitForCode is found", async () => {
   const box = await relay.createMailbox({ ttlMinutes: 10, tags: ["ts"] });
@@ -145,4 +166,106 @@ test("a webhook signed by Relay verifies, and a changed body does not", () => {
   assert.equal(verifyWebhook(sample.body, sample.headers, sample.secret), true);
   assert.equal(verifyWebhook(sample.body + " ", sample.headers, sample.secret), false);
   assert.equal(verifyWebhook(sample.body, sample.headers, "whsec_" + Buffer.from("other").toString("base64")), false);
+});
+
+test("nodemailer submits to a sandbox over STARTTLS with AUTH, and a Bcc is found by rcpt in the envelope", async () => {
+  const sandbox = await relay.createSandbox({ ttlMinutes: 10 });
+  assert.equal(sandbox.sandbox, true);
+  assert.deepEqual([sandbox.smtp.port, sandbox.smtp.username, sandbox.smtp.security],
+    [Number(process.env.RELAY_SUBMISSION_PORT), sandbox.address, "starttls"]);
+  assert.ok(sandbox.smtp.password.length >= 16);
+  const transport = transportFor(sandbox.smtp);
+  try {
+    // First a mail without the Bcc: a wait that ignored rcpt would find this one.
+    await transport.sendMail({ from: "shop@staging.example", to: "alice@customer.example", subject: "Welcome",
+      text: "Hello." });
+    const info = await transport.sendMail({ from: "shop@staging.example", to: "alice@customer.example",
+      cc: "carol@customer.example", bcc: "books@staging.example", subject: "Your receipt", text: "Thanks." });
+    assert.match(info.response, /^250 /);
+    assert.deepEqual(info.accepted, ["alice@customer.example", "carol@customer.example", "books@staging.example"]);
+  } finally {
+    transport.close();
+  }
+  const caught = await relay.waitForMessage(sandbox.id, { rcpt: "Books@Staging.example", timeoutSeconds: 30 });
+  assert.ok(caught, "the mail with the Bcc was caught");
+  assert.equal(caught.subject, "Your receipt");
+  assert.deepEqual(caught.envelope, { mail_from: "shop@staging.example",
+    rcpt_to: ["alice@customer.example", "carol@customer.example", "books@staging.example"] });
+  assert.ok(!caught.headers.some(([name]) => name.toLowerCase() === "bcc"), "no header shows the Bcc");
+  assert.deepEqual((await relay.listMessages(sandbox.id, { rcpt: "books@staging.example" })).map(item => item.id),
+    [caught.id]);
+  assert.equal((await relay.listMessages(sandbox.id, { rcpt: "alice@customer.example" })).length, 2);
+  await relay.deleteMailbox(sandbox.id);
+});
+
+test("a fault at rcpt with times 1 fails nodemailer's first send with its 451, and the next goes through", async () => {
+  await withSandbox(async sandbox => {
+    const rules = await sandbox.setFaults([{ stage: "rcpt", code: 451, match: "*@customer.example", times: 1 }]);
+    assert.deepEqual(rules.map(rule => [rule.stage, rule.code, rule.times, rule.remaining]), [["rcpt", 451, 1, 1]]);
+    const transport = transportFor(sandbox.smtp);
+    const receipt = { from: "shop@staging.example", to: "alice@customer.example", subject: "Receipt", text: "Paid." };
+    try {
+      await assert.rejects(transport.sendMail(receipt), error => error.responseCode === 451
+        && /^451 /.test(error.response));
+      const info = await transport.sendMail(receipt);
+      assert.match(info.response, /^250 /);
+    } finally {
+      transport.close();
+    }
+    assert.deepEqual((await sandbox.getFaults()).map(rule => rule.remaining), [0]);
+    const caught = await sandbox.waitForMessage({ timeoutSeconds: 30 });
+    assert.equal(caught?.subject, "Receipt");
+    assert.equal((await sandbox.listMessages()).length, 1, "the faulted mail was not stored");
+    assert.equal(await sandbox.clearFaults(), true);
+    assert.deepEqual(await sandbox.getFaults(), []);
+  }, { relay, ttlMinutes: 10 });
+});
+
+test("a rotated SMTP password signs in and the old one is refused with 535", async () => {
+  await withSandbox(async sandbox => {
+    const old = sandbox.smtp;
+    const fresh = await sandbox.rotateSmtpPassword();
+    assert.notEqual(fresh.password, old.password);
+    assert.equal(sandbox.smtp.password, fresh.password, "the bound sandbox holds the new settings");
+    const message = { from: "app@staging.example", to: "dev@customer.example", subject: "Rotated", text: "ok" };
+    const stale = transportFor(old);
+    try {
+      await assert.rejects(stale.sendMail(message), error => error.responseCode === 535 && error.code === "EAUTH");
+    } finally {
+      stale.close();
+    }
+    const current = transportFor(sandbox.smtp);
+    try {
+      assert.match((await current.sendMail(message)).response, /^250 /);
+    } finally {
+      current.close();
+    }
+    assert.equal((await sandbox.waitForMessage({ rcpt: "dev@customer.example", timeoutSeconds: 30 }))?.subject,
+      "Rotated");
+  }, { relay });
+});
+
+test("faults are refused on a mailbox that is not a sandbox", async () => {
+  const box = await relay.createMailbox();
+  await assert.rejects(relay.setFaults(box.id, [{ stage: "rcpt", code: 451 }]), error => error instanceof RelayError
+    && error.status >= 400 && error.status < 500);
+  await relay.deleteMailbox(box.id);
+});
+
+test("Playwright's relaySandbox is a fresh sandbox for each test, deleted after it, passing or failing", async () => {
+  const folder = mkdtempSync(path.join(tmpdir(), "relay-fixture-"));
+  const record = path.join(folder, "sandboxes.jsonl");
+  const run = promisify(execFile);
+  const { stdout } = await run(process.execPath, [path.join(PACKAGE, "node_modules", "@playwright", "test", "cli.js"),
+    "test", "--config", path.join(PACKAGE, "test", "playwright", "playwright.config.mjs")], {
+    cwd: PACKAGE, env: { ...process.env, RELAY_FIXTURE_RECORD: record, RELAY_FIXTURE_OUTPUT: path.join(folder, "results"),
+      CI: "1" }, timeout: 120_000,
+  });
+  assert.match(stdout, /2 passed/, stdout);
+  const seen = readFileSync(record, "utf8").trim().split("\n").map(line => JSON.parse(line));
+  assert.equal(seen.length, 2);
+  assert.notEqual(seen[0].id, seen[1].id, "a sandbox of its own for each test");
+  for (const { id } of seen) {
+    await assert.rejects(relay.getMailbox(id), error => error instanceof RelayError && error.status === 404);
+  }
 });
