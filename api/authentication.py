@@ -26,7 +26,7 @@ ROUTES: dict[str, str | dict[str, str]] = {
     "MessageSearchView": MAIL_READ, "MessageCollectionView": {"GET": MAIL_READ, "POST": MAIL_SEND},
     "MessageDetailView": MAIL_READ, "MessageRawView": MAIL_READ, "AttachmentView": MAIL_READ,
     "OutboundCollectionView": MAIL_SEND, "OutboundDetailView": MAIL_SEND,
-    "ReplyView": MAIL_SEND, "ForwardView": MAIL_SEND, "ThreadCollectionView": MAIL_READ, "ThreadDetailView": MAIL_READ,
+    "ReplyView": MAIL_SEND, "ForwardView": MAIL_SEND, "ReleaseView": MAIL_SEND, "ThreadCollectionView": MAIL_READ, "ThreadDetailView": MAIL_READ,
     "DomainCollectionView": DOMAINS, "DomainDetailView": DOMAINS, "DomainVerifyView": DOMAINS,
     "HtmlCheckView": MAIL_READ, "LinkCheckView": MAIL_READ, "SpamCheckView": MAIL_READ, "HeaderCheckView": MAIL_READ,
     "SuppressionCollectionView": MAIL_SEND, "SuppressionDetailView": MAIL_SEND,
@@ -41,6 +41,7 @@ TOOLS: dict[str, str] = {
     "list_messages": MAIL_READ, "get_message": MAIL_READ, "wait_for_message": MAIL_READ, "wait_for_code": MAIL_READ,
     "search_messages": MAIL_READ, "get_attachment": MAIL_READ, "check_message": MAIL_READ, "list_threads": MAIL_READ, "get_thread": MAIL_READ,
     "send_message": MAIL_SEND, "reply_to_message": MAIL_SEND, "forward_message": MAIL_SEND,
+    "release_message": MAIL_SEND,
     "wait_for_delivery": MAIL_READ,
     "create_domain": DOMAINS, "list_domains": DOMAINS, "verify_domain": DOMAINS, "delete_domain": DOMAINS,
 }

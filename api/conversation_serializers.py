@@ -112,6 +112,11 @@ class ForwardSerializer(StrictSerializer):
     text = _body(required=False, default="", help_text="Written above the forwarded message.")
 
 
+class ReleaseSerializer(StrictSerializer):
+    to = RecipientListField(min_length=1, help_text="The only recipients: the envelope names these alone, never the "
+                                                    "message's own To, Cc or Bcc.")
+
+
 class SendAcceptedSerializer(serializers.Serializer):
     id = serializers.IntegerField(help_text="The outbox entry (GET …/outbox/{id}).")
     status = serializers.CharField()

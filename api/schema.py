@@ -16,9 +16,14 @@ from relay.error_table import DOMAIN_CODES, STATUS_CODES
 # or a missing mailbox, an expired one, a body too large or not JSON, a rate or a quota.
 COMMON_ERRORS = (400, 401, 403, 404, 405, 406, 410, 413, 415, 429)
 # And those only some operations answer: a taken address, login or domain name, a domain
-# still in use, a backend that cannot provision.
+# still in use, a backend that cannot provision, a suppressed recipient of a send, a release
+# of a copy of mail sent.
+_MESSAGE = "/api/v1/mailboxes/{mailbox_id}/messages"
 EXTRA_ERRORS = {("/api/v1/mailboxes", "post"): [409, 503], ("/api/v1/accounts", "post"): [409],
-                ("/api/v1/domains", "post"): [409], ("/api/v1/domains/{domain_id}", "delete"): [409]}
+                ("/api/v1/domains", "post"): [409], ("/api/v1/domains/{domain_id}", "delete"): [409],
+                (_MESSAGE, "post"): [422], (f"{_MESSAGE}/{{message_id}}/reply", "post"): [422],
+                (f"{_MESSAGE}/{{message_id}}/forward", "post"): [422],
+                (f"{_MESSAGE}/{{message_id}}/release", "post"): [409, 422]}
 ERROR_SCHEMA = {
     "type": "object",
     "required": ["code", "message"],
@@ -44,7 +49,7 @@ WAIT_PARAMETERS = [
 
 # Sending answers 202 with the outbox entry's id: say where it can be read, so that no
 # client (or fuzzer) takes it for a received message's id.
-SENDING_OPERATIONS = ("messages_send", "messages_reply", "messages_forward")
+SENDING_OPERATIONS = ("messages_send", "messages_reply", "messages_forward", "messages_release")
 SEND_LINKS = {"outbox": {"operationId": "outbox_get", "parameters": {
     "mailbox_id": "$request.path.mailbox_id", "outbound_id": "$response.body#/id"}}}
 

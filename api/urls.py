@@ -72,6 +72,8 @@ urlpatterns = [
          name="message-reply"),
     path("mailboxes/<uuid:mailbox_id>/messages/<rowid:message_id>/forward",
          pooled(views.ForwardView.as_view()), name="message-forward"),
+    path("mailboxes/<uuid:mailbox_id>/messages/<rowid:message_id>/release",
+         pooled(views.ReleaseView.as_view()), name="message-release"),
     path("mailboxes/<uuid:mailbox_id>/messages/<rowid:message_id>/checks/html",
          pooled(check_views.HtmlCheckView.as_view()), name="check-html"),
     path("mailboxes/<uuid:mailbox_id>/messages/<rowid:message_id>/checks/links",

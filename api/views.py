@@ -14,6 +14,7 @@ from api.authentication import AnonymousCreateThrottle, AnyoneWithinScope, calle
 from api.conversation_serializers import (
     ForwardSerializer,
     OutboundSerializer,
+    ReleaseSerializer,
     ReplySerializer,
     SendAcceptedSerializer,
     SendSerializer,
@@ -46,13 +47,14 @@ from mailboxes.messages import message_delete, message_mark_read
 from mailboxes.threads import thread_get, thread_list, thread_messages, thread_participants
 from relay.inbound.attachments import SAFETY_HEADERS, attachment_of, safe_filename, served_content_type
 from relay.models import OutboxMail
-from relay.outbox.outbound import forward_queue, outbound_get, outbound_list, outbound_queue, reply_queue
+from relay.outbox.outbound import (forward_queue, outbound_get, outbound_list, outbound_queue, release_queue,
+                                   reply_queue)
 from relay import reading
 from relay.backends import get_backend
 
 
 def queued(mail: OutboxMail) -> Response:
-    """202 for a send, a reply or a forward: its outbox entry, where to follow it, and
+    """202 for a send, a reply, a forward or a release: its outbox entry, where to follow it, and
     the copy kept in the mailbox."""
     location = reverse("outbound-detail", kwargs={"mailbox_id": mail.mailbox_id, "outbound_id": mail.id})
     return Response({"id": mail.id, "status": mail.status, "message_id": mail.kept_as_id},
@@ -354,6 +356,16 @@ class ForwardView(APIView):
     def post(self, request, mailbox_id, message_id):
         mailbox = reading.mailbox_open(caller=request.user, mailbox_id=mailbox_id)
         return queued(forward_queue(mailbox=mailbox, message_id=message_id, **validated(ForwardSerializer, request.data)))
+
+
+class ReleaseView(APIView):
+    @extend_schema(operation_id="messages_release",
+                   summary="Send a caught message on, as it was caught, to the addresses named and no others, behind "
+                           "a Resent-* block (needs an API key; 409 for a copy of mail the mailbox sent)",
+                   request=ReleaseSerializer, responses={202: SendAcceptedSerializer})
+    def post(self, request, mailbox_id, message_id):
+        mailbox = reading.mailbox_open(caller=request.user, mailbox_id=mailbox_id)
+        return queued(release_queue(mailbox=mailbox, message_id=message_id, **validated(ReleaseSerializer, request.data)))
 
 
 class ThreadCollectionView(APIView):

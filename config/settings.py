@@ -631,7 +631,7 @@ LOGIN_URL = "/inbox/sign-in"
 OAUTH2_PROVIDER = {
     "SCOPES": {"mailboxes": "create, renew, delete and organise your mailboxes",
                "mail:read": "read your mailboxes' mail, wait for it, and check it",
-               "mail:send": "send, reply and forward from your mailboxes",
+               "mail:send": "send, reply, forward and release from your mailboxes",
                "domains": "add, verify and remove your domains"},
     "DEFAULT_SCOPES": ["mailboxes", "mail:read"],
     "ACCESS_TOKEN_EXPIRE_SECONDS": RELAY_OAUTH_ACCESS_SECONDS,

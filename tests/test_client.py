@@ -18,6 +18,7 @@ from mailboxes.models import Mailbox
 from relay_client import Mailbox as MailboxResult, Message, Relay, RelayError, WaitTimeout, verify_webhook
 from tests.helpers import ROOT, wait_until
 from tests.mail_corpus import send_mail
+from tests.relay.inbound.test_submission import no_auth_failures  # noqa: F401 (a fixture)
 from webhooks.signing import new_secret, sign
 
 pytestmark = pytest.mark.workers
@@ -342,6 +343,51 @@ def test_a_sandbox_from_the_client_takes_djangos_send_mail_with_a_bcc(processes,
         assert caught is not None and caught.subject == "Your receipt"
         assert relay.get_message(sandbox.id, caught.id).envelope["rcpt_to"] == ["alice@customer.example",
                                                                               "books@staging.example"]
+    finally:
+        submission.stop()
+        relay.delete_mailbox(sandbox.id)
+
+
+def test_a_catch_is_found_by_its_envelope_recipient_and_released_to_one_address(processes, sink, transactional_db,
+                                                                                no_auth_failures):
+    """rcpt on list_messages and wait_for_message, then Sandbox.release through real mailer
+    and worker processes to an SMTP sink, followed with wait_for_delivery."""
+    import smtplib
+
+    from tests.conftest import SmtpServerThread
+
+    processes.env["EMAIL_URL"] = f"smtp://127.0.0.1:{sink[1]}"
+    processes.worker("sender")
+    processes.mailer("mailer")
+    base = processes.start_web()
+    _, key = account_create_with_key(login="releaser", plan="pro")
+    relay = Relay(base, key)
+    submission = SmtpServerThread(submission=True).start()
+    sandbox = relay.create_sandbox(ttl_minutes=10)
+    try:
+        receipt = b"From: shop@staging.example\r\nTo: alice@customer.example\r\nSubject: Receipt\r\n\r\nThanks\r\n"
+        with smtplib.SMTP("127.0.0.1", submission.submission_port, timeout=10) as smtp:
+            smtp.ehlo()
+            smtp.user, smtp.password = sandbox.smtp["username"], sandbox.smtp["password"]
+            smtp.auth("PLAIN", smtp.auth_plain)
+            smtp.sendmail("shop@staging.example", ["alice@customer.example", "books@staging.example"], receipt)
+            smtp.sendmail("shop@staging.example", ["bob@customer.example"], receipt.replace(b"alice", b"bob"))
+        caught = relay.wait_for_message(sandbox.id, timeout_seconds=20, rcpt="Books@Staging.example")
+        assert caught is not None and caught.envelope["rcpt_to"] == ["alice@customer.example", "books@staging.example"]
+        [to_bob] = relay.list_messages(sandbox.id, rcpt="bob@customer.example")
+        assert to_bob.id != caught.id and relay.list_messages(sandbox.id, rcpt="carol@customer.example") == []
+
+        sent = sandbox.release(caught.id, ["qa@team.example"])
+        assert sent.status == "queued"
+        report = relay.wait_for_delivery(sandbox.id, sent.message_id, timeout_seconds=60)
+        assert [(row.recipient, row.status, row.smtp_code) for row in report.delivery] == [
+            ("qa@team.example", "sent", 250)]
+        [envelope] = sink[0].received
+        assert envelope.rcpt_tos == ["qa@team.example"]
+        assert envelope.original_content.endswith(b"\r\n" + relay.get_raw(sandbox.id, caught.id))
+        with pytest.raises(RelayError) as refused:
+            relay.release_message(sandbox.id, sent.message_id, ["qa@team.example"])
+        assert (refused.value.code, refused.value.status) == ("conflict", 409)
     finally:
         submission.stop()
         relay.delete_mailbox(sandbox.id)

@@ -54,6 +54,7 @@ TOOL_SHAPES = [
     ("wait_for_message", "message", "MessageDetail"), ("wait_for_delivery", "delivery", "Delivery"),
     ("send_message", None, "SendAccepted"),
     ("reply_to_message", None, "SendAccepted"), ("forward_message", None, "SendAccepted"),
+    ("release_message", None, "SendAccepted"),
     ("list_threads", "threads", "Thread"), ("get_thread", None, "ThreadDetail"),
     ("create_domain", None, "Domain"), ("verify_domain", None, "Domain"), ("list_domains", "domains", "Domain"),
     ("create_sandbox", None, "SandboxPassword"), ("set_faults", "rules", "FaultRuleShown"),

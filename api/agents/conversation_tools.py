@@ -1,4 +1,5 @@
-"""The MCP tools for conversations (docs/agents.md): sending, replying, forwarding, threads."""
+"""The MCP tools for conversations (docs/agents.md): sending, replying, forwarding, releasing
+a sandbox's catch, threads."""
 from typing import Annotated
 
 from mcp_types import CallToolResult
@@ -10,7 +11,7 @@ from api.conversation_serializers import ThreadDetailSerializer, ThreadSerialize
 from mailboxes.threads import thread_get, thread_list, thread_messages, thread_participants
 from relay import reading
 from relay.models import OutboxMail
-from relay.outbox.outbound import forward_queue, outbound_queue, reply_queue, sending_checked
+from relay.outbox.outbound import forward_queue, outbound_queue, release_queue, reply_queue, sending_checked
 
 
 class AttachmentIn(BaseModel):
@@ -84,6 +85,22 @@ def forward_message(mailbox_id: MailboxId, message_id: MessageId,
     return _queued(forward_queue(mailbox=mailbox, message_id=message_id, **_checked(to=to, text=text)))
 
 
+@tool(output=Queued, open_world=True)
+def release_message(mailbox_id: MailboxId, message_id: MessageId,
+                    to: Annotated[list[str], Field(description="1 to 50 addresses: the only ones it is sent to.")],
+                    ) -> CallToolResult:
+    """Release mail a sandbox caught: send it on, exactly as the app sent it, to the
+    addresses in `to` and to no one else (not its own To, Cc or Bcc), with Resent-From (the
+    mailbox), Resent-To, Resent-Date and Resent-Message-ID headers before it. A send like
+    send_message, with its limits: returns {"id", "status", "message_id" (the copy kept,
+    direction out: wait_for_delivery takes it)}. Errors: forbidden (a mailbox token cannot
+    send), quota_exceeded, suppressed (an address that bounced or complained), too_large,
+    conflict (a copy of mail the mailbox sent, which cannot be released), not_found,
+    expired, invalid_request."""
+    mailbox = reading.mailbox_open(caller=calling(), mailbox_id=mailbox_id)
+    return _queued(release_queue(mailbox=mailbox, message_id=message_id, **_checked(to=to)))
+
+
 @tool(output=ThreadList, read_only=True, idempotent=True, mail=True)
 def list_threads(mailbox_id: MailboxId) -> CallToolResult:
     """The mailbox's conversations, newest activity first (the 50 latest): {"threads":
@@ -105,4 +122,4 @@ def get_thread(mailbox_id: MailboxId, thread_id: ThreadId) -> CallToolResult:
     return result(dict(ThreadDetailSerializer(thread, context=context).data))
 
 
-CONVERSATION_TOOLS = [send_message, reply_to_message, forward_message, list_threads, get_thread]
+CONVERSATION_TOOLS = [send_message, reply_to_message, forward_message, release_message, list_threads, get_thread]

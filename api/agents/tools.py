@@ -59,6 +59,9 @@ Authenticated = Annotated[bool, Field(description="Only mail whose sender is pro
                                                   "pass); a forged From is passed over.")]
 After = Annotated[int | None, Field(description="Only messages received after this message id (one of the "
                                                 "mailbox's). Omit it to accept a message already there.", ge=1)]
+Rcpt = Annotated[str | None, Field(description="Only mail to this envelope recipient, the whole address in any case "
+                                               "(a sandbox's catch: any of its RCPT TO, Bcc included; other mail: "
+                                               "the address it came to).")]
 
 
 def _mailbox_out(mailbox: Mailbox) -> dict:
@@ -162,10 +165,11 @@ def set_faults(mailbox_id: MailboxId, rules: FaultRules) -> CallToolResult:
 
 # --- messages ------------------------------------------------------------------------------------
 def _listed(*, caller: Principal, mailbox: Mailbox | None, words: str | None, unread: bool = False,
-            authenticated: bool = False, direction: str | None = None) -> dict:
+            authenticated: bool = False, direction: str | None = None, rcpt: str | None = None) -> dict:
     """The newest LISTED_MAX messages matching the search route's filters, in `mailbox` or
     in all of the caller's."""
-    search = reading.search_checked(words=words, unread=unread, authenticated=authenticated, direction=direction)
+    search = reading.search_checked(words=words, unread=unread, authenticated=authenticated, direction=direction,
+                                    rcpt=rcpt)
     with reading.messages_read(caller=caller, mailbox=mailbox, search=search) as rows:
         return {"messages": MessageSummarySerializer.represent_many(rows[:LISTED_MAX])}
 
@@ -179,6 +183,7 @@ def list_messages(mailbox_id: MailboxId,
                   direction: Annotated[Literal["in", "out"] | None, Field(
                       description="in: only mail received; out: only mail sent from the mailbox. Both when "
                                   "omitted.")] = None,
+                  rcpt: Rcpt = None,
                   ) -> CallToolResult:
     """The 50 newest messages of a mailbox, received and sent: {"messages": [{id, from,
     to, subject, received_at, size, is_read, has_attachments, authenticated, direction,
@@ -187,7 +192,7 @@ def list_messages(mailbox_id: MailboxId,
     caller = calling()
     mailbox = reading.mailbox_open(caller=caller, mailbox_id=mailbox_id, fresh=True)
     return result(_listed(caller=caller, mailbox=mailbox, words=query, unread=unread,
-                          authenticated=authenticated, direction=direction))
+                          authenticated=authenticated, direction=direction, rcpt=rcpt))
 
 
 @tool(output=MessageOut, idempotent=True, mail=True)
@@ -205,12 +210,14 @@ def get_message(mailbox_id: MailboxId, message_id: MessageId) -> CallToolResult:
 
 
 async def _first_message(mailbox_id: uuid.UUID, *, wait: int, after: int | None, from_: str | None,
-                         subject: str | None, authenticated: bool, with_code: bool) -> dict | None:
+                         subject: str | None, authenticated: bool, with_code: bool,
+                         rcpt: str | None = None) -> dict | None:
     """The first message to match, held up to `wait` seconds by the wait route's own code
     (relay.live.first_message); it ends when the MCP client hangs up."""
     found = credentials()
     caller = found.principal or await in_pool(found.authenticate)()
-    search = reading.search_checked(sender=from_, subject=subject, after=after, authenticated=authenticated)
+    search = reading.search_checked(sender=from_, subject=subject, after=after, authenticated=authenticated,
+                                    rcpt=rcpt)
     return await until_client_gone(live.first_message(
         caller=caller, authenticate=found.authenticate, mailbox_id=mailbox_id, seconds=wait, search=search,
         with_code=with_code, render=lambda message: MessageDetailSerializer(
@@ -222,7 +229,7 @@ async def _first_message(mailbox_id: uuid.UUID, *, wait: int, after: int | None,
 @tool(output=Waited, mail=True)
 async def wait_for_message(mailbox_id: MailboxId, timeout_seconds: Timeout = WAIT_DEFAULT_SECONDS,
                             from_: FromFilter = None, subject: SubjectFilter = None, after: After = None,
-                           authenticated: Authenticated = False,
+                           authenticated: Authenticated = False, rcpt: Rcpt = None,
                             ) -> CallToolResult:
     """Wait for mail: the first message matching the filters that was received after
     `after` (one already there counts), as soon as it arrives, marked read. Returns
@@ -230,14 +237,14 @@ async def wait_for_message(mailbox_id: MailboxId, timeout_seconds: Timeout = WAI
     came within timeout_seconds. Errors: expired (the mailbox ended while waiting),
     not_found, rate_limited (too many waits open at once)."""
     message = await _first_message(mailbox_id, wait=timeout_seconds, after=after, from_=from_, subject=subject,
-                                   authenticated=authenticated, with_code=False)
+                                   authenticated=authenticated, with_code=False, rcpt=rcpt)
     return result({"message": message})
 
 
 @tool(output=Code, mail=True)
 async def wait_for_code(mailbox_id: MailboxId, timeout_seconds: Timeout = WAIT_DEFAULT_SECONDS,
                          from_: FromFilter = None, subject: SubjectFilter = None, after: After = None,
-                        authenticated: Authenticated = False,
+                        authenticated: Authenticated = False, rcpt: Rcpt = None,
                          ) -> CallToolResult:
     """Wait for a verification code: the first message matching the filters, received
     after `after` (one already there counts), that holds a one-time code. Returns
@@ -245,7 +252,7 @@ async def wait_for_code(mailbox_id: MailboxId, timeout_seconds: Timeout = WAIT_D
     or {"code": null} if none came within timeout_seconds. Messages without a code are
     passed over. Errors: expired, not_found, rate_limited."""
     message = await _first_message(mailbox_id, wait=timeout_seconds, after=after, from_=from_, subject=subject,
-                                   authenticated=authenticated, with_code=True)
+                                   authenticated=authenticated, with_code=True, rcpt=rcpt)
     if message is None:
         return result({"code": None})
     return result({"code": message["codes"][0], "codes": message["codes"], "message_id": message["id"],

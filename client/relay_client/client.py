@@ -51,11 +51,18 @@ class Sandbox:
     """A sandbox (Relay's docs/sandbox.md): its mailbox and the SMTP settings an app submits
     with, the password among them (shown once, when it was made or rotated)."""
 
-    def __init__(self, mailbox: Mailbox) -> None:
+    def __init__(self, mailbox: Mailbox, relay: Relay | None = None) -> None:
         if not mailbox.smtp:
             raise ValueError("This mailbox came without SMTP settings: it is not a sandbox just made.")
         self.mailbox, self.smtp = mailbox, dict(mailbox.smtp)
         self.id, self.address = mailbox.id, mailbox.address
+        self._relay = relay
+
+    def release(self, message_id: int, to: list[str]) -> Sent:
+        """Send a message this sandbox caught on to `to` alone: Relay.release_message."""
+        if self._relay is None:
+            raise ValueError("This Sandbox was made without a client: use Relay.release_message(sandbox.id, …).")
+        return self._relay.release_message(self.id, message_id, to)
 
     def django_settings(self, *, use_tls: bool | None = None) -> dict[str, Any]:
         """Django's EMAIL_* settings for this sandbox: `settings.configure(**…)` or
@@ -142,7 +149,7 @@ class Relay:
         body = {"ttl_ms": ttl_minutes * 60_000 if ttl_minutes is not None else None, "local_part": local_part,
                 "sandbox": True}
         return Sandbox(build(Mailbox, self._json("POST", "/mailboxes",
-                                                 json={k: v for k, v in body.items() if v is not None})))
+                                                 json={k: v for k, v in body.items() if v is not None})), self)
 
     def set_faults(self, mailbox_id: str, rules: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Replace a sandbox's fault rules; returns them, each with `remaining`."""
@@ -154,11 +161,15 @@ class Relay:
 
     # --- messages -------------------------------------------------------------------------------
     def list_messages(self, mailbox_id: str, query: str | None = None, unread: bool = False,
-                      authenticated: bool = False, direction: str | None = None) -> list[Message]:
-        """The newest messages, received and sent (`direction`: "in" or "out" for one kind)."""
+                      authenticated: bool = False, direction: str | None = None,
+                      rcpt: str | None = None) -> list[Message]:
+        """The newest messages, received and sent (`direction`: "in" or "out" for one kind);
+        `rcpt`: only mail to that envelope recipient (a sandbox's catch: any of its RCPT TO,
+        a Bcc included)."""
         answer = self._json("GET", f"/mailboxes/{mailbox_id}/messages",
                             params={"q": query, "unread": True if unread else None,
-                                    "authenticated": True if authenticated else None, "direction": direction})
+                                    "authenticated": True if authenticated else None, "direction": direction,
+                                    "rcpt": rcpt})
         return [Message.from_api(item) for item in answer["results"]]
 
     def get_message(self, mailbox_id: str, message_id: int) -> Message:
@@ -195,10 +206,10 @@ class Relay:
         return found
 
     def _first_after(self, mailbox_id: str, *, wait: int, after: int | None, from_: str | None,
-                     subject: str | None, authenticated: bool = False) -> int | None:
+                     subject: str | None, authenticated: bool = False, rcpt: str | None = None) -> int | None:
         """The oldest message after `after` that matches, held up to `wait` seconds."""
         params = {"after": after, "from": from_, "subject": subject, "page_size": 1, "direction": "in",
-                  "authenticated": True if authenticated else None}
+                  "authenticated": True if authenticated else None, "rcpt": rcpt}
         answer = self._json("GET", f"/mailboxes/{mailbox_id}/messages", params={**params, "wait": wait},
                             timeout=wait + self.timeout)
         if not answer["results"]:
@@ -209,29 +220,31 @@ class Relay:
 
     def wait_for_message(self, mailbox_id: str, timeout_seconds: float = 30, from_: str | None = None,
                          subject: str | None = None, after: int | None = None,
-                         authenticated: bool = False) -> Message | None:
+                         authenticated: bool = False, rcpt: str | None = None) -> Message | None:
         """The first message matching the filters received after `after` (one already
         there counts), as soon as it arrives; None if none came in time. `authenticated`:
-        only mail whose verdict is pass (a forged sender is passed over)."""
+        only mail whose verdict is pass (a forged sender is passed over); `rcpt`: only mail
+        to that envelope recipient."""
         deadline = time.monotonic() + timeout_seconds
         while True:
             wait = min(WAIT_CHUNK_SECONDS, max(0, round(deadline - time.monotonic())))
             found = self._first_after(mailbox_id, wait=wait, after=after, from_=from_, subject=subject,
-                                      authenticated=authenticated)
+                                      authenticated=authenticated, rcpt=rcpt)
             if found is not None:
                 return self.get_message(mailbox_id, found)
             if time.monotonic() >= deadline - 0.5:
                 return None
 
     def wait_for_code(self, mailbox_id: str, timeout_seconds: float = 30, from_: str | None = None,
-                      subject: str | None = None, after: int | None = None, authenticated: bool = False) -> str:
+                      subject: str | None = None, after: int | None = None, authenticated: bool = False,
+                      rcpt: str | None = None) -> str:
         """The most likely code of the first matching message that has one (messages
         without a code are passed over). Raises WaitTimeout if none came in time."""
         deadline = time.monotonic() + timeout_seconds
         while True:
             left = max(0.0, deadline - time.monotonic())
             message = self.wait_for_message(mailbox_id, left, from_=from_, subject=subject, after=after,
-                                            authenticated=authenticated)
+                                            authenticated=authenticated, rcpt=rcpt)
             if message is None:
                 break
             if message.codes:
@@ -240,7 +253,7 @@ class Relay:
             if time.monotonic() >= deadline:
                 break
         filters = ", ".join(f"{name} {value!r}" for name, value in (("from", from_), ("subject", subject),
-                                                                     ("after message", after)) if value)
+                                                                     ("to", rcpt), ("after message", after)) if value)
         raise WaitTimeout(f"no message with a code arrived in mailbox {mailbox_id} within {timeout_seconds:g} s"
                           + (f" ({filters})" if filters else ""))
 
@@ -265,9 +278,17 @@ class Relay:
         return build(Sent, self._json("POST", f"/mailboxes/{mailbox_id}/messages/{message_id}/forward",
                                       json=_given({"to": to, "text": text})))
 
+    def release_message(self, mailbox_id: str, message_id: int, to: list[str]) -> Sent:
+        """Send a message a sandbox caught on, exactly as it was caught, to `to` and no one
+        else (not its own To, Cc or Bcc), behind Resent-From/-To/-Date/-Message-ID headers.
+        A send like send_message, in its limits; a copy of mail the mailbox sent is a
+        `conflict` RelayError."""
+        return build(Sent, self._json("POST", f"/mailboxes/{mailbox_id}/messages/{message_id}/release",
+                                      json={"to": to}))
+
     def wait_for_delivery(self, mailbox_id: str, message_id: int, timeout_seconds: float = 30) -> DeliveryReport:
         """What became of a message the mailbox sent (`message_id`: the `message_id` that
-        send_message, reply_to_message or forward_message gave), once every recipient is
+        send_message, reply_to_message, forward_message or release_message gave), once every recipient is
         final (sent, failed, bounced, complained) or `timeout_seconds` pass: then `.final` is
         False, not an error. A message the mailbox received is a not_found RelayError."""
         deadline = time.monotonic() + timeout_seconds

@@ -2,12 +2,14 @@
 what may go into one (no character any line breaker splits on, SECURITY.md "Mail out";
 strict addresses), its bytes made once and DKIM-signed (relaxed/relaxed, with the From
 domain's key or RELAY_DKIM_PRIVATE_KEY_FILE's), its outbox row written in the
-transaction that causes it."""
+transaction that causes it. A release (docs/sandbox.md) is built here too: a caught
+message's bytes as they were, behind a Resent-* block."""
 import logging
 import re
 import uuid
+from datetime import datetime, timezone
 from email.mime.base import MIMEBase
-from email.utils import parseaddr
+from email.utils import format_datetime, parseaddr
 
 import dkim
 from django.conf import settings
@@ -17,7 +19,7 @@ from domains.keys import KeyUnreadable
 from domains.services import signing_key
 from mailboxes.errors import InvalidRequest
 from mailboxes.mail_format import breaks_line
-from relay.models import KIND_PRIORITY, OutboxMail
+from relay.models import KIND_PRIORITY, OutboxKind, OutboxMail
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +80,51 @@ def mail_build(*, kind: str, to: list[str], subject: str, text: str, html: str =
     return mail
 
 
+# OutboxMail.subject's length (RFC 5322's line): a caught subject may be longer; the row only names it.
+SUBJECT_MAX_CHARS = 998
+# Header lines are folded before this many characters where they can be (RFC 5322 2.1.1).
+FOLD_AT = 78
+
+
+def mail_resent(*, mailbox, to: list[str], raw: bytes, subject: str, at: datetime) -> OutboxMail:
+    """A caught message sent on from `mailbox` to `to`, unsaved: its bytes exactly as they
+    were, behind a Resent-From/-To/-Date/-Message-ID block (RFC 5322 3.6.6: prepended, so a
+    message resent again keeps each block), DKIM-signed for the mailbox's domain. Its
+    envelope's recipients are `to` alone, whatever its own To, Cc or Bcc say."""
+    for value in to:
+        address(value, "to")
+    eol = _line_ending(raw)
+    domain = mailbox.address.rpartition("@")[2]
+    block = [f"Resent-From: {mailbox.address}", _folded("Resent-To:", to, eol),
+             f"Resent-Date: {format_datetime(at.astimezone(timezone.utc), usegmt=True)}",
+             f"Resent-Message-ID: <{uuid.uuid4().hex}@{domain}>"]
+    resent = eol.join(line.encode() for line in block) + eol + raw
+    mail = OutboxMail(kind=OutboxKind.SEND, priority=KIND_PRIORITY[OutboxKind.SEND], to=list(to), cc=[], bcc=[],
+                      subject=subject[:SUBJECT_MAX_CHARS], text="", from_email=mailbox.address, mailbox=mailbox)
+    mail.message = dkim_signed(resent, mail.from_email)
+    return mail
+
+
+def _line_ending(raw: bytes) -> bytes:
+    """The line ending the message's header is written with (CRLF unless its first line ends
+    with a bare LF), so the block prepended to it reads as one header."""
+    first = raw.find(b"\n")
+    return b"\n" if first > 0 and raw[first - 1:first] != b"\r" else b"\r\n"
+
+
+def _folded(name: str, addresses: list[str], eol: bytes) -> str:
+    """`name` and the addresses, comma-separated, folded at FOLD_AT where an address allows."""
+    lines, line = [], name
+    for index, value in enumerate(addresses):
+        item = value + ("," if index < len(addresses) - 1 else "")
+        if line != name and len(line) + 1 + len(item) > FOLD_AT:
+            lines.append(line)
+            line = ""
+        line = f"{line} {item}"
+    lines.append(line)
+    return eol.decode().join(lines)
+
+
 def _message(mail: OutboxMail) -> EmailMultiAlternatives:
     email = EmailMultiAlternatives(subject=mail.subject, body=mail.text, from_email=mail.from_email, to=mail.to,
                                    cc=mail.cc, bcc=mail.bcc)
@@ -107,7 +154,8 @@ def mail_queue(**fields) -> OutboxMail:
 
 # --- the signature --------------------------------------------------------------------------
 SIGNED_HEADERS = [b"from", b"to", b"cc", b"subject", b"date", b"message-id", b"reply-to", b"mime-version",
-                  b"content-type", b"content-transfer-encoding", b"in-reply-to", b"references"]
+                  b"content-type", b"content-transfer-encoding", b"in-reply-to", b"references",
+                  b"resent-from", b"resent-to", b"resent-date", b"resent-message-id"]
 
 
 def dkim_signed(message: bytes, from_email: str) -> bytes:
@@ -122,9 +170,15 @@ def dkim_signed(message: bytes, from_email: str) -> bytes:
     if key is None:
         return message
     selector, private_pem = key
+    # A released message's header is whatever an app wrote: a line dkimpy cannot read
+    # leaves the mail unsigned rather than unsent.
     present = {line.split(b":", 1)[0].strip().lower() for line in message.split(b"\r\n\r\n", 1)[0].split(b"\r\n")
                if b":" in line and not line[:1].isspace()}
-    signature = dkim.sign(message, selector.encode(), domain.encode(), private_pem,
-                          include_headers=[name for name in SIGNED_HEADERS if name in present],
-                          canonicalize=(b"relaxed", b"relaxed"))
+    try:
+        signature = dkim.sign(message, selector.encode(), domain.encode(), private_pem,
+                              include_headers=[name for name in SIGNED_HEADERS if name in present],
+                              canonicalize=(b"relaxed", b"relaxed"))
+    except dkim.MessageFormatError as exc:
+        logger.warning("mail from %s goes unsigned: dkimpy cannot read its header (%s)", domain, exc)
+        return message
     return signature + message

@@ -1,7 +1,8 @@
 """Sending mail from a mailbox: an outbox row within the plan's quotas, and a copy kept in
 the mailbox (direction "out") in the same transaction; replies and forwards (docs/api.md)
 are sends whose recipients, subject and headers come from a message of the same mailbox
-(RFC 5322, 3.6.4), kept in its thread."""
+(RFC 5322, 3.6.4), kept in its thread; a release sends a caught message on as it was
+(RFC 5322, 3.6.6; docs/sandbox.md)."""
 import base64
 import binascii
 import functools
@@ -19,7 +20,7 @@ from django.db import transaction
 from django.db.models import QuerySet
 
 from accounts.models import Account, plan_limit
-from mailboxes.errors import Forbidden, Gone, InvalidRequest, MessageTooLarge, NotFound, QuotaExceeded
+from mailboxes.errors import Conflict, Forbidden, Gone, InvalidRequest, MessageTooLarge, NotFound, QuotaExceeded
 from mailboxes.mail_format import FORWARD_PREFIX, NOT_ONE_LINE, REPLY_PREFIX, breaks_line, header, lineage_of
 from mailboxes.messages import MailboxFull, recipient_by_id
 from mailboxes.models import Direction, Mailbox, Message
@@ -27,7 +28,7 @@ from core.clock import db_now
 from relay import reading
 from relay.ingest import message_ingest
 from relay.models import OutboxKind, OutboxMail
-from relay.outbox.build import mail_build, one_line, strict_address
+from relay.outbox.build import mail_build, mail_resent, one_line, strict_address
 from relay.outbox.delivery import deliveries_start, suppressions_check
 
 DAY = timedelta(days=1)
@@ -158,19 +159,32 @@ def outbound_queue(*, mailbox: Mailbox, to: list[str], subject: str, text: str, 
                    joining: int | None = None) -> OutboxMail:
     """Queue a message from an account's `mailbox` within its plan, keeping its copy in the
     mailbox (thread `joining`); `headers` and `parts` for replies and forwards."""
-    if mailbox.owner_id is None:
-        raise Forbidden("Sending mail needs an API key: anonymous mailbox tokens cannot send.")
+    may_send(mailbox)
     for attachment in attachments:
         one_line(attachment.filename, "attachments")
     if sum(len(attachment.content) for attachment in attachments) > settings.RELAY_MAX_MESSAGE_BYTES:
         raise MessageTooLarge()
+    return _queued(mailbox, [*to, *cc, *bcc], joining, lambda: mail_build(
+        kind=OutboxKind.SEND, mailbox=mailbox, from_email=mailbox.address, to=to, cc=cc, bcc=bcc, reply_to=reply_to,
+        subject=subject, text=text, html=html, headers=headers,
+        attachments=[*parts, *(attachment.part() for attachment in attachments)], verbatim=verbatim))
+
+
+def may_send(mailbox: Mailbox) -> None:
+    """Forbidden for a mailbox no account owns: an anonymous token cannot send (docs/api.md)."""
+    if mailbox.owner_id is None:
+        raise Forbidden("Sending mail needs an API key: anonymous mailbox tokens cannot send.")
+
+
+def _queued(mailbox: Mailbox, recipients: list[str], joining: int | None, build: Callable[[], OutboxMail]
+            ) -> OutboxMail:
+    """Every send's one path into the outbox, in one transaction: the plan's limits and the
+    suppression list for `recipients` (the envelope's), the mail `build` makes within the
+    size limit, its copy kept in the mailbox, a queued state for each recipient."""
     with transaction.atomic():
-        check_send(mailbox.owner, len(to) + len(cc) + len(bcc))
-        suppressions_check(account_id=mailbox.owner_id, recipients=[*to, *cc, *bcc])
-        mail = mail_build(kind=OutboxKind.SEND, mailbox=mailbox, from_email=mailbox.address, to=to, cc=cc, bcc=bcc,
-                          reply_to=reply_to, subject=subject, text=text, html=html, headers=headers,
-                          attachments=[*parts, *(attachment.part() for attachment in attachments)],
-                          verbatim=verbatim)
+        check_send(mailbox.owner, len(recipients))
+        suppressions_check(account_id=mailbox.owner_id, recipients=recipients)
+        mail = build()
         if len(mail.message) > settings.RELAY_MAX_MESSAGE_BYTES:
             raise MessageTooLarge()
         mail.kept_as_id = _keep_sent_copy(mailbox, bytes(mail.message), joining)
@@ -284,3 +298,19 @@ def forward_queue(*, mailbox: Mailbox, message_id: int, to: list[str], text: str
     return outbound_queue(mailbox=mailbox, to=to, subject=subject_with("Fwd:", FORWARD_PREFIX, original.subject),
                           text=f"{text}\n\n{introduction}\n" if text else f"{introduction}\n", parts=[part],
                           verbatim={placeholder: raw}, joining=original.thread_id)
+
+
+# --- releases (docs/sandbox.md, "Release") ----------------------------------------------------
+def release_queue(*, mailbox: Mailbox, message_id: int, to: list[str]) -> OutboxMail:
+    """Send message `message_id` of `mailbox` (a sandbox's catch, or any mail it received) on
+    to `to` and to no one else, as it was caught, behind a Resent-* block: a send like any
+    other (limits, suppression, the outbox, each recipient's state), kept in its thread.
+    Conflict for a copy of mail the mailbox sent: that went out already, as a send."""
+    may_send(mailbox)
+    original = reading.message_get(mailbox=mailbox, message_id=message_id)
+    if original.direction == Direction.OUT:
+        raise Conflict("That message is a copy of mail this mailbox sent; only mail it caught or received can be "
+                       "released.")
+    raw = reading.message_raw(mailbox=mailbox, message_id=message_id)
+    return _queued(mailbox, to, original.thread_id, lambda: mail_resent(
+        mailbox=mailbox, to=to, raw=raw, subject=original.subject, at=db_now()))

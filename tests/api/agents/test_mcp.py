@@ -37,7 +37,8 @@ pytestmark = pytest.mark.workers
 TOOLS = {"create_mailbox", "list_mailboxes", "get_mailbox", "renew_mailbox", "delete_mailbox", "list_messages",
          "get_message", "wait_for_message", "wait_for_code", "send_message", "search_messages", "get_attachment",
          "create_domain", "list_domains", "verify_domain", "delete_domain", "reply_to_message", "forward_message",
-         "list_threads", "get_thread", "check_message", "wait_for_delivery", "create_sandbox", "set_faults"}
+         "list_threads", "get_thread", "check_message", "wait_for_delivery", "create_sandbox", "set_faults",
+         "release_message"}
 
 
 # --- the two transports -----------------------------------------------------------------------
@@ -132,7 +133,8 @@ def test_the_tools_are_listed_with_their_schemas_and_descriptions(mcp_http, owne
     for tool in tools.values():
         assert len(tool.description) > 60, tool.name
     waiting = tools["wait_for_code"].input_schema
-    assert set(waiting["properties"]) == {"mailbox_id", "timeout_seconds", "from", "subject", "after", "authenticated"}
+    assert set(waiting["properties"]) == {"mailbox_id", "timeout_seconds", "from", "subject", "after", "authenticated",
+                                          "rcpt"}
     assert waiting["required"] == ["mailbox_id"]
     assert waiting["properties"]["timeout_seconds"]["maximum"] == 60
     assert tools["send_message"].input_schema["required"] == ["mailbox_id", "to", "subject", "text"]
@@ -589,7 +591,7 @@ def test_the_server_and_its_tools_describe_themselves_for_a_model(mcp_http, owne
         assert tool.annotations.destructive_hint is (name in ("delete_mailbox", "delete_domain")), name
         # Sending mail, asking the world's DNS about a domain and asking a message's links reach outside Relay.
         assert tool.annotations.open_world_hint is (name in ("send_message", "reply_to_message", "forward_message",
-                                                             "verify_domain", "check_message")), name
+                                                             "release_message", "verify_domain", "check_message")), name
         assert tool.output_schema and tool.output_schema["type"] == "object", name
         assert tool.input_schema.get("additionalProperties") is False, name
         assert "\n" not in tool.description and "  " not in tool.description, name
@@ -629,6 +631,7 @@ def test_every_result_matches_its_output_schema(mcp_http, owner, smtp_server):
                 "mailbox_id": box["id"], "message_id": results["send_message"]["message_id"], "timeout_seconds": 0})
             results["reply_to_message"] = await call(session, "reply_to_message", {**ids, "text": "Thanks."})
             results["forward_message"] = await call(session, "forward_message", {**ids, "to": ["y@example.com"]})
+            results["release_message"] = await call(session, "release_message", {**ids, "to": ["z@example.com"]})
             results["list_threads"] = await call(session, "list_threads", {"mailbox_id": box["id"]})
             results["get_thread"] = await call(session, "get_thread", {
                 "mailbox_id": box["id"], "thread_id": results["list_threads"]["threads"][0]["id"]})

@@ -49,3 +49,24 @@ def test_mail_from_relays_own_domain_is_signed_only_with_the_key_file(client_pro
     settings.RELAY_DKIM_PRIVATE_KEY_FILE = str(key_file)
     raw = queued_bytes(box["id"])
     assert dkim_keys.verify(raw, dns.port) == [("pass", "relay.localhost", "relay")]
+
+
+def test_a_release_is_signed_for_the_mailboxs_domain_over_its_resent_fields(client_pro, dns, senders, settings,
+                                                                             tmp_path):
+    from relay.outbox.outbound import release_queue
+    from tests.helpers import deliver
+
+    box = client_pro.post("/api/v1/mailboxes", {"ttl_ms": 600_000}, format="json").json()
+    caught = b"From: shop@staging.example\r\nTo: alice@customer.example\r\nSubject: Receipt\r\n\r\nThanks\r\n"
+    [message_id] = deliver(caught, box["address"])
+    # A selector of its own: the suite's DNS server keeps what other tests published under "relay".
+    key_file, record = dkim_keys.new_key(tmp_path, "relay.localhost", "release")
+    dns.publish("release._domainkey.relay.localhost", "TXT", record)
+    settings.RELAY_DKIM_PRIVATE_KEY_FILE, settings.RELAY_DKIM_SELECTOR = str(key_file), "release"
+    mail = release_queue(mailbox=Mailbox.objects.get(id=box["id"]), message_id=message_id, to=["qa@team.example"])
+    raw = bytes(mail.message)
+    assert raw.startswith(b"DKIM-Signature:") and raw.endswith(b"\r\n" + caught)
+    tags = signature_tags(raw)
+    assert (tags["d"], tags["s"]) == ("relay.localhost", "release")
+    assert {"resent-from", "resent-to", "resent-date", "resent-message-id", "from"} <= set(tags["h"].split(":"))
+    assert dkim_keys.verify(raw, dns.port) == [("pass", "relay.localhost", "release")]
