@@ -184,10 +184,16 @@ export declare class Relay {
         to: string[];
         text?: string;
     }): Promise<Sent>;
+    /** Send a message the mailbox caught on, exactly as it was caught, to `to` and no one else
+     * (not its own To, Cc or Bcc), behind Resent-From/-To/-Date/-Message-ID headers
+     * (docs/sandbox.md, "Release"). A send like sendMessage, in its limits: its `message_id` is
+     * the copy kept, for waitForDelivery. A copy of mail the mailbox sent is a `conflict`
+     * RelayError (409); an anonymous sandbox's token, `forbidden` (403). */
+    releaseMessage(mailboxId: string, messageId: number, to: string | string[], options?: CallOptions): Promise<Sent>;
     /** What became of a message the mailbox sent (`messageId`: the `message_id` sendMessage,
-     * replyToMessage or forwardMessage gave), once every recipient is final (sent, failed,
-     * bounced, complained) or `timeoutSeconds` (default 30) pass: then `final` is false, not
-     * an error. Rejects with a not_found RelayError for a message the mailbox received. */
+     * replyToMessage, forwardMessage or releaseMessage gave), once every recipient is final
+     * (sent, failed, bounced, complained) or `timeoutSeconds` (default 30) pass: then `final`
+     * is false, not an error. Rejects with a not_found RelayError for a message the mailbox received. */
     waitForDelivery(mailboxId: string, messageId: number, options?: {
         timeoutSeconds?: number;
         signal?: AbortSignal;
@@ -242,6 +248,8 @@ export interface BoundSandbox extends BoundMailbox {
     setFaults(rules: FaultRule[]): Promise<FaultRuleShown[]>;
     getFaults(): Promise<FaultRuleShown[]>;
     clearFaults(): Promise<true>;
+    /** Send a message this sandbox caught on to `to` alone: `Relay.releaseMessage`. */
+    release(messageId: number, to: string | string[]): Promise<Sent>;
 }
 export declare function bindSandbox(relay: Relay, sandbox: Sandbox): BoundSandbox;
 /** Run `fn` with a fresh mailbox, deleted afterwards whether `fn` passes or throws: for

@@ -338,10 +338,19 @@ export class Relay {
             ...options, body: given({ to: options.to, text: options.text }),
         });
     }
+    /** Send a message the mailbox caught on, exactly as it was caught, to `to` and no one else
+     * (not its own To, Cc or Bcc), behind Resent-From/-To/-Date/-Message-ID headers
+     * (docs/sandbox.md, "Release"). A send like sendMessage, in its limits: its `message_id` is
+     * the copy kept, for waitForDelivery. A copy of mail the mailbox sent is a `conflict`
+     * RelayError (409); an anonymous sandbox's token, `forbidden` (403). */
+    releaseMessage(mailboxId, messageId, to, options = {}) {
+        const body = { to: typeof to === "string" ? [to] : to };
+        return this.json("POST", `/mailboxes/${mailboxId}/messages/${messageId}/release`, { ...options, body });
+    }
     /** What became of a message the mailbox sent (`messageId`: the `message_id` sendMessage,
-     * replyToMessage or forwardMessage gave), once every recipient is final (sent, failed,
-     * bounced, complained) or `timeoutSeconds` (default 30) pass: then `final` is false, not
-     * an error. Rejects with a not_found RelayError for a message the mailbox received. */
+     * replyToMessage, forwardMessage or releaseMessage gave), once every recipient is final
+     * (sent, failed, bounced, complained) or `timeoutSeconds` (default 30) pass: then `final`
+     * is false, not an error. Rejects with a not_found RelayError for a message the mailbox received. */
     async waitForDelivery(mailboxId, messageId, options = {}) {
         const deadline = Date.now() + (options.timeoutSeconds ?? 30) * 1000;
         let pause = 200;
@@ -574,6 +583,7 @@ export function bindSandbox(relay, sandbox) {
         setFaults: rules => relay.setFaults(sandbox.id, rules),
         getFaults: () => relay.getFaults(sandbox.id),
         clearFaults: () => relay.clearFaults(sandbox.id),
+        release: (messageId, to) => relay.releaseMessage(sandbox.id, messageId, to),
     };
 }
 /** Run `fn` with a fresh mailbox, deleted afterwards whether `fn` passes or throws: for

@@ -514,10 +514,21 @@ export class Relay {
     });
   }
 
+  /** Send a message the mailbox caught on, exactly as it was caught, to `to` and no one else
+   * (not its own To, Cc or Bcc), behind Resent-From/-To/-Date/-Message-ID headers
+   * (docs/sandbox.md, "Release"). A send like sendMessage, in its limits: its `message_id` is
+   * the copy kept, for waitForDelivery. A copy of mail the mailbox sent is a `conflict`
+   * RelayError (409); an anonymous sandbox's token, `forbidden` (403). */
+  releaseMessage(mailboxId: string, messageId: number, to: string | string[], options: CallOptions = {}):
+    Promise<Sent> {
+    const body: Schemas["Release"] = { to: typeof to === "string" ? [to] : to };
+    return this.json("POST", `/mailboxes/${mailboxId}/messages/${messageId}/release`, { ...options, body });
+  }
+
   /** What became of a message the mailbox sent (`messageId`: the `message_id` sendMessage,
-   * replyToMessage or forwardMessage gave), once every recipient is final (sent, failed,
-   * bounced, complained) or `timeoutSeconds` (default 30) pass: then `final` is false, not
-   * an error. Rejects with a not_found RelayError for a message the mailbox received. */
+   * replyToMessage, forwardMessage or releaseMessage gave), once every recipient is final
+   * (sent, failed, bounced, complained) or `timeoutSeconds` (default 30) pass: then `final`
+   * is false, not an error. Rejects with a not_found RelayError for a message the mailbox received. */
   async waitForDelivery(mailboxId: string, messageId: number,
     options: { timeoutSeconds?: number; signal?: AbortSignal } = {}): Promise<DeliveryWaited> {
     const deadline = Date.now() + (options.timeoutSeconds ?? 30) * 1000;
@@ -766,6 +777,8 @@ export interface BoundSandbox extends BoundMailbox {
   setFaults(rules: FaultRule[]): Promise<FaultRuleShown[]>;
   getFaults(): Promise<FaultRuleShown[]>;
   clearFaults(): Promise<true>;
+  /** Send a message this sandbox caught on to `to` alone: `Relay.releaseMessage`. */
+  release(messageId: number, to: string | string[]): Promise<Sent>;
 }
 
 export function bindSandbox(relay: Relay, sandbox: Sandbox): BoundSandbox {
@@ -782,6 +795,7 @@ export function bindSandbox(relay: Relay, sandbox: Sandbox): BoundSandbox {
     setFaults: rules => relay.setFaults(sandbox.id, rules),
     getFaults: () => relay.getFaults(sandbox.id),
     clearFaults: () => relay.clearFaults(sandbox.id),
+    release: (messageId, to) => relay.releaseMessage(sandbox.id, messageId, to),
   };
 }
 
