@@ -1,13 +1,14 @@
 """The TypeScript client (clients/typescript/, the npm package relay-client): its types against
 Relay's OpenAPI schema, `tsc --noEmit` over it and an example Playwright spec, Node's own
 test runner against a live Relay (a gunicorn web process, mail over a real SMTP socket, a
-sandbox's mail sent by nodemailer to the submission port, Playwright's runner over the
-relaySandbox fixture), the
-checked-in dist/ against a fresh compile, and each install command of
+sandbox's mail sent by nodemailer to the submission port and one released through the
+outbox's worker and mailer to an SMTP sink, Playwright's runner over the relaySandbox
+fixture), the checked-in dist/ against a fresh compile, and each install command of
 docs/client-typescript.md run as written into an empty folder. npm installs its dev
 dependencies from the lock file (scripts/test.sh does it once; no browser is downloaded)."""
-import json
+import base64
 import filecmp
+import json
 import os
 import re
 import shutil
@@ -20,6 +21,7 @@ from accounts.services import account_create_with_key
 from tests.conftest import SmtpServerThread
 from tests.helpers import ROOT
 from tests.ports import free_port
+from tests.relay.outbox.test_release import resent_block
 from webhooks.signing import new_secret, sign
 
 PACKAGE = ROOT / "clients" / "typescript"
@@ -74,8 +76,12 @@ def smtp_server_with_submission(transactional_db, certificates, settings):
     server.stop()
 
 
-def test_node_test_runner_against_a_live_relay(processes, smtp_server_with_submission, sink, certificates):
+def test_node_test_runner_against_a_live_relay(processes, smtp_server_with_submission, sink, certificates, tmp_path):
+    """Node's runner over test/*.test.mjs; then, for the catch a Node test released, what
+    the next hop (the SMTP sink) got: the caught bytes behind a Resent-* block, enveloped
+    to the address named and to no one else."""
     smtp_server = smtp_server_with_submission
+    released = tmp_path / "released.jsonl"
     # Mail sent goes out through a worker and a mailer to an SMTP sink (waitForDelivery).
     processes.env["EMAIL_URL"] = f"smtp://127.0.0.1:{sink[1]}"
     processes.worker("sender")
@@ -92,8 +98,16 @@ def test_node_test_runner_against_a_live_relay(processes, smtp_server_with_submi
     out = run(["node", "--test", "--test-timeout=60000", "--test-reporter=spec", *sorted(str(path) for path in (PACKAGE / "test").glob("*.test.mjs"))], env={
         "RELAY_URL": base, "RELAY_API_KEY": key, "RELAY_BUSY_API_KEY": busy_key, "RELAY_SMTP_PORT": str(smtp_server.port),
         "RELAY_SUBMISSION_PORT": str(submission_port), "RELAY_TEST_CA": str(certificates / "ca.pem"),
-        "RELAY_TEST_WEBHOOK": json.dumps(webhook)}, timeout=300)
+        "RELAY_TEST_WEBHOOK": json.dumps(webhook), "RELAY_RELEASE_RECORD": str(released)}, timeout=300)
     assert "# fail 0" in out or "ℹ fail 0" in out, out
+
+    [release] = [json.loads(line) for line in released.read_text().splitlines()]
+    raw = base64.b64decode(release["raw"])
+    [envelope] = [envelope for envelope in sink[0].received if release["to"] in envelope.rcpt_tos]
+    assert envelope.rcpt_tos == [release["to"]]  # never the catch's To, Cc or Bcc
+    block = resent_block(envelope.original_content, raw)
+    assert [name for name, _ in block] == ["Resent-From", "Resent-To", "Resent-Date", "Resent-Message-ID"]
+    assert (dict(block)["Resent-From"], dict(block)["Resent-To"]) == (release["from"], release["to"])
 
 
 def install_commands() -> list[str]:

@@ -4,7 +4,7 @@
 // sandbox's mail is sent by nodemailer.
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { mkdtempSync, readFileSync } from "node:fs";
+import { appendFileSync, mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { test } from "node:test";
@@ -243,6 +243,69 @@ test("a rotated SMTP password signs in and the old one is refused with 535", asy
     assert.equal((await sandbox.waitForMessage({ rcpt: "dev@customer.example", timeoutSeconds: 30 }))?.subject,
       "Rotated");
   }, { relay });
+});
+
+test("a catch nodemailer submitted is released (202) to the one address named, and a sent copy is refused with 409",
+  async () => {
+    // The client over the platform's fetch, each answer's status seen on its way back.
+    const answers = [];
+    const watched = new Relay({ fetch: async (url, init) => {
+      const response = await fetch(url, init);
+      answers.push([init.method, new URL(url).pathname, response.status]);
+      return response;
+    } });
+    await withSandbox(async sandbox => {
+      const transport = transportFor(sandbox.smtp);
+      try {
+        await transport.sendMail({ from: "shop@staging.example", to: "alice@customer.example",
+          cc: "carol@customer.example", bcc: "books@staging.example", subject: "Your order shipped",
+          text: "It is on its way." });
+      } finally {
+        transport.close();
+      }
+      const caught = await sandbox.waitForMessage({ rcpt: "books@staging.example", timeoutSeconds: 30 });
+      assert.ok(caught, "the app's mail was caught");
+
+      const sent = await sandbox.release(caught.id, "qa-release@team.example");
+      assert.deepEqual(Object.keys(sent).sort(), ["id", "message_id", "status"]);
+      assert.equal(sent.status, "queued");
+      assert.deepEqual(answers.filter(([method]) => method === "POST").at(-1),
+        ["POST", `/api/v1/mailboxes/${sandbox.id}/messages/${caught.id}/release`, 202]);
+
+      // Through the outbox's worker and mailer to the SMTP next hop: the named address, no other.
+      const waited = await watched.waitForDelivery(sandbox.id, sent.message_id, { timeoutSeconds: 60 });
+      assert.equal(waited.final, true);
+      assert.deepEqual(waited.delivery.map(row => [row.recipient, row.status, row.smtp_code]),
+        [["qa-release@team.example", "sent", 250]]);
+      const copy = await sandbox.getMessage(sent.message_id);
+      assert.deepEqual([copy.direction, copy.subject, copy.thread_id], ["out", "Your order shipped", caught.thread_id]);
+      // What the next hop should have: the caught bytes behind the Resent-* block (the caller checks).
+      appendFileSync(process.env.RELAY_RELEASE_RECORD, JSON.stringify({ to: "qa-release@team.example",
+        from: sandbox.address, raw: Buffer.from(await sandbox.relay.getRaw(sandbox.id, caught.id)).toString("base64") })
+        + "\n");
+
+      await assert.rejects(watched.releaseMessage(sandbox.id, sent.message_id, ["qa-release@team.example"]),
+        error => error instanceof RelayError && error.status === 409 && error.code === "conflict");
+      assert.equal(answers.at(-1)[2], 409);
+    }, { relay: watched, ttlMinutes: 10 });
+  });
+
+test("an anonymous sandbox's token cannot release its catch: a RelayError 403", async () => {
+  const anonymous = new Relay({ apiKey: "" }); // no key: the sandbox comes with a token of its own
+  const sandbox = await anonymous.createSandbox();
+  assert.ok(sandbox.token);
+  const transport = transportFor(sandbox.smtp);
+  try {
+    await transport.sendMail({ from: "shop@staging.example", to: "alice@customer.example", subject: "Hi", text: "x" });
+  } finally {
+    transport.close();
+  }
+  const holder = new Relay({ apiKey: sandbox.token });
+  const caught = await holder.waitForMessage(sandbox.id, { timeoutSeconds: 30 });
+  assert.ok(caught);
+  await assert.rejects(holder.releaseMessage(sandbox.id, caught.id, "qa@team.example"),
+    error => error instanceof RelayError && error.status === 403 && error.code === "forbidden");
+  await holder.deleteMailbox(sandbox.id);
 });
 
 test("faults are refused on a mailbox that is not a sandbox", async () => {
