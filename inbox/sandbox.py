@@ -21,10 +21,17 @@ def password_placeholder() -> str:
     return _("<shown once: press 'New password' for another>")
 
 
-def snippets(smtp: dict) -> list[dict]:
+def snippets(smtp: dict, *, tls: bool = True) -> list[dict]:
     """The sandbox's settings (lifecycle.smtp_settings, its password or the placeholder) as
-    Django, Rails, Laravel, nodemailer and Spring are configured: each {id, name, where, text}."""
+    Django, Rails, Laravel, nodemailer and Spring are configured: each {id, name, where,
+    text}. Without `tls` (this Relay has no certificate, so offers no STARTTLS) each says
+    so, as an app on the same host then signs in without it."""
     host, port, user, password = smtp["host"], smtp["port"], smtp["username"], smtp["password"]
+    use_tls, ruby_tls, laravel_tls, java_tls = (
+        ("True  # STARTTLS", "true", "tls", "true") if tls else
+        ("False  # this Relay has no certificate: from the same host only", "false", "null", "false"))
+    node_tls = ("  secure: false,     // STARTTLS: the connection starts plain\n  requireTLS: true,\n" if tls else
+                "  secure: false,\n  ignoreTLS: true,   // this Relay has no certificate: from the same host only\n")
     return [
         {"id": "django", "name": "Django", "where": "settings.py", "text": (
             'EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"\n'
@@ -32,7 +39,7 @@ def snippets(smtp: dict) -> list[dict]:
             f"EMAIL_PORT = {port}\n"
             f'EMAIL_HOST_USER = "{user}"\n'
             f'EMAIL_HOST_PASSWORD = "{password}"\n'
-            "EMAIL_USE_TLS = True  # STARTTLS\n")},
+            f"EMAIL_USE_TLS = {use_tls}\n")},
         {"id": "rails", "name": "Rails", "where": "config/environments/staging.rb", "text": (
             "config.action_mailer.delivery_method = :smtp\n"
             "config.action_mailer.smtp_settings = {\n"
@@ -41,7 +48,7 @@ def snippets(smtp: dict) -> list[dict]:
             f'  user_name: "{user}",\n'
             f'  password: "{password}",\n'
             "  authentication: :plain,\n"
-            "  enable_starttls: true\n"
+            f"  enable_starttls: {ruby_tls}" + ("" if tls else ",\n  enable_starttls_auto: false") + "\n"
             "}\n")},
         {"id": "laravel", "name": "Laravel", "where": ".env", "text": (
             "MAIL_MAILER=smtp\n"
@@ -49,14 +56,13 @@ def snippets(smtp: dict) -> list[dict]:
             f"MAIL_PORT={port}\n"
             f'MAIL_USERNAME="{user}"\n'
             f'MAIL_PASSWORD="{password}"\n'
-            "MAIL_ENCRYPTION=tls\n")},
+            f"MAIL_ENCRYPTION={laravel_tls}\n")},
         {"id": "nodemailer", "name": "Node.js (nodemailer)", "where": "mailer.js", "text": (
             'const nodemailer = require("nodemailer");\n\n'
             "const transporter = nodemailer.createTransport({\n"
             f'  host: "{host}",\n'
             f"  port: {port},\n"
-            "  secure: false,     // STARTTLS: the connection starts plain\n"
-            "  requireTLS: true,\n"
+            f"{node_tls}"
             f'  auth: {{ user: "{user}", pass: "{password}" }},\n'
             "});\n")},
         {"id": "spring", "name": "Spring", "where": "application.properties", "text": (
@@ -65,8 +71,8 @@ def snippets(smtp: dict) -> list[dict]:
             f"spring.mail.username={user}\n"
             f"spring.mail.password={password}\n"
             "spring.mail.properties.mail.smtp.auth=true\n"
-            "spring.mail.properties.mail.smtp.starttls.enable=true\n"
-            "spring.mail.properties.mail.smtp.starttls.required=true\n")},
+            f"spring.mail.properties.mail.smtp.starttls.enable={java_tls}\n"
+            f"spring.mail.properties.mail.smtp.starttls.required={java_tls}\n")},
     ]
 
 

@@ -26,6 +26,7 @@ CAUGHT = (b"From: Shop <shop@staging.example>\r\nTo: Alice <alice@customer.examp
 def submission_port(settings):
     settings.RELAY_SUBMISSION_PORT = 2587
     settings.RELAY_SMTP_PUBLIC_HOST = "smtp.relay.test"
+    settings.RELAY_SMTP_TLS_CERT = "/etc/relay/smtp.pem"  # only read by the SMTP process: STARTTLS offered
 
 
 def new_sandbox(browser: Client, **fields) -> tuple[Mailbox, str]:
@@ -289,3 +290,14 @@ def test_without_a_submission_port_the_page_says_so_and_offers_no_snippet(db, se
     settings.RELAY_SUBMISSION_PORT = 0
     sandbox, page = new_sandbox(Client())
     assert 'id="no-submission"' in page and 'id="snippet-django"' not in page
+
+
+def test_without_a_certificate_the_page_and_its_snippets_say_starttls_is_not_offered(db, settings):
+    settings.RELAY_SMTP_TLS_CERT = ""
+    sandbox, page = new_sandbox(Client())
+    text = unescape(page)
+    assert 'id="smtp-security">none<' in page and 'id="no-tls"' in page
+    for snippet in ("EMAIL_USE_TLS = False", "enable_starttls: false", "MAIL_ENCRYPTION=null", "ignoreTLS: true",
+                    "spring.mail.properties.mail.smtp.starttls.enable=false"):
+        assert snippet in text, snippet
+    assert "EMAIL_USE_TLS = True" not in text and "requireTLS" not in text and " --tls " not in text
