@@ -188,7 +188,7 @@ def sandbox_screenshot(driver, base: str, owner) -> None:
                    rcpt_to=["alice@customer.example", "audit@shop.example"])
     faults_set(mailbox=sandbox, rules=[{"stage": "rcpt", "code": 451, "message": "Greylisted, try later",
                                         "match": "*@customer.example", "times": 2}])
-    driver.set_window_size(1280, 1500)
+    driver.set_window_size(1280, 2100)
     driver.get(f"{base}/inbox/{sandbox.id}")
     driver.find_element("id", "new-password").click()
     wait_until(lambda: driver.find_elements("id", "smtp-password"), 10, "the new password")
