@@ -3,7 +3,7 @@ list of the same page (its newest 50), each timed from request to last byte over
 alternating, in the same run, on one gunicorn web process; (2) from the `250` of a mail
 sent over SMTP to its row drawn in headless Chromium's open mailbox page (a
 MutationObserver in the page stamps each row), at `--rate` mails a second; and (3) a
-screenshot of each page into docs/screenshots/ (the README shows them).
+screenshot of each page into docs/screenshots/ (the README and docs/inbox.md show them).
 
     scripts/bench.sh inbox [--requests 300] [--mails 100] [--rate 10] [--no-screenshots]
 """
@@ -17,7 +17,7 @@ import requests
 
 from bench.common import ROOT, command_line, fresh_database, record, spawn, wait_until
 
-WEB, SMTP = 8766, 2766
+WEB, SMTP, SUBMISSION = 8766, 2766, 2767
 SHOTS = ROOT / "docs" / "screenshots"
 HOSTILE_HTML = ("<h2>Your order</h2><p>Confirm with the code <b>482913</b> or <a href='https://shop.example/confirm'>"
                 "this link</a>.</p><img src='https://tracker.example/pixel.gif' alt='(a tracking pixel, blocked)'>")
@@ -64,8 +64,10 @@ def main() -> None:
         message_ingest(raw=mail(full.address, f"Order {number}", HOSTILE_HTML).as_bytes(),
                        mail_from="orders@shop.example", recipients=[recipient])
     spawn("inbox-web", [".venv/bin/python", "-m", "gunicorn", "config.asgi", "-k", "uvicorn_worker.UvicornWorker",
-                        "-w", "1", "-b", f"127.0.0.1:{WEB}"], ready="Booting worker")
-    spawn("inbox-smtp", [".venv/bin/python", "manage.py", "runsmtp", "--port", str(SMTP)], ready="SMTP listening")
+                        "-w", "1", "-b", f"127.0.0.1:{WEB}"], env={"RELAY_SUBMISSION_PORT": str(SUBMISSION)},
+          ready="Booting worker")
+    spawn("inbox-smtp", [".venv/bin/python", "manage.py", "runsmtp", "--port", str(SMTP),
+                         "--submission-port", str(SUBMISSION)], ready="SMTP listening")
     base = f"http://127.0.0.1:{WEB}"
     wait_until(lambda: ready(base), 60, "the web process")
 
@@ -157,6 +159,7 @@ def screenshots(driver, base: str, full, key: str) -> None:
         driver.get(base + path)
         time.sleep(0.5)  # the frame and fonts settle before the picture
         driver.save_screenshot(str(SHOTS / f"{name}.png"))
+    sandbox_screenshot(driver, base, full.owner)
     driver.delete_all_cookies()
     driver.get(base + "/")
     driver.save_screenshot(str(SHOTS / "home.png"))
@@ -165,6 +168,34 @@ def screenshots(driver, base: str, full, key: str) -> None:
     driver.find_element("id", "get-address").click()
     time.sleep(0.5)
     driver.save_screenshot(str(SHOTS / "mailbox-375.png"))
+
+
+def sandbox_screenshot(driver, base: str, owner) -> None:
+    """A sandbox's page just after "New password" (the one time it is shown): its settings,
+    a caught mail with a Bcc among its envelope recipients, and a fault rule."""
+    from accounts.identity import Caller
+    from mailboxes.faults import faults_set
+    from mailboxes.lifecycle import mailbox_create
+    from mailboxes.messages import recipient_by_address
+    from relay.backends import get_backend
+    from relay.ingest import message_ingest
+
+    sandbox, _ = mailbox_create(backend=get_backend(), caller=Caller(owner=owner), local_part="staging", domain=None,
+                                ttl_ms=3_600_000, sandbox=True)
+    receipt = mail("alice@customer.example", "Your receipt #1042")
+    message_ingest(raw=receipt.as_bytes(), mail_from="orders@shop.example",
+                   recipients=[recipient_by_address(sandbox.address)],
+                   rcpt_to=["alice@customer.example", "audit@shop.example"])
+    faults_set(mailbox=sandbox, rules=[{"stage": "rcpt", "code": 451, "message": "Greylisted, try later",
+                                        "match": "*@customer.example", "times": 2}])
+    driver.set_window_size(1280, 2100)
+    driver.get(f"{base}/inbox/{sandbox.id}")
+    driver.find_element("id", "new-password").click()
+    wait_until(lambda: driver.find_elements("id", "smtp-password"), 10, "the new password")
+    driver.execute_script("document.querySelector('#snippet-django').open = true; window.scrollTo(0, 0)")
+    time.sleep(0.5)
+    driver.save_screenshot(str(SHOTS / "sandbox.png"))
+    driver.set_window_size(1280, 900)
 
 
 if __name__ == "__main__":

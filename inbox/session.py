@@ -6,6 +6,7 @@ import logging
 import uuid
 
 from django.contrib import auth
+from django.core import signing
 
 from accounts import identity
 from accounts.errors import Forbidden
@@ -21,6 +22,9 @@ API_KEY = "inbox_api_key"
 MAILBOXES_COOKIE = "relay_mailboxes"
 # The anonymous mailboxes one browser keeps (newest first); older ones drop off the list.
 MAILBOXES_KEPT = 20
+# A sandbox's SMTP password, just made, on its way to the one page that shows it.
+PASSWORD_COOKIE = "relay_smtp_once"
+PASSWORD_SECONDS = 300
 
 
 def sign_in(request, account: Account, *, api_key_id: int | None = None) -> None:
@@ -96,3 +100,41 @@ def anonymous_mailboxes(request) -> list[Mailbox]:
     found = {mailbox.id: mailbox for mailbox in Mailbox.objects.visible().filter(id__in=list(kept), owner=None)}
     return [found[mailbox_id] for mailbox_id in kept
             if mailbox_id in found and found[mailbox_id].token_hash == identity.secret_digest(kept[mailbox_id])]
+
+
+# --- a sandbox's SMTP password, shown once ------------------------------------------------------
+def password_cookie_path(mailbox_id: uuid.UUID) -> str:
+    return f"/inbox/{mailbox_id}"
+
+
+def show_password_once(request, response, mailbox_id: uuid.UUID, password: str) -> None:
+    """Carry a sandbox's new SMTP password across the redirect to its page (POST, redirect,
+    GET), which shows it and forgets it: signed, HttpOnly, for that page's path only and a
+    few minutes. The server keeps only its digest."""
+    value = signing.dumps({"mailbox": str(mailbox_id), "password": password}, salt=PASSWORD_COOKIE)
+    response.set_cookie(PASSWORD_COOKIE, value, max_age=PASSWORD_SECONDS, path=password_cookie_path(mailbox_id),
+                        httponly=True, samesite="Strict", secure=request.is_secure())
+
+
+def password_to_show(request, mailbox: Mailbox) -> str | None:
+    """The password show_password_once sent for `mailbox`, if it is still the sandbox's (not
+    rotated since, nor too old)."""
+    value = request.COOKIES.get(PASSWORD_COOKIE)
+    if value is None:
+        return None
+    try:
+        found = signing.loads(value, salt=PASSWORD_COOKIE, max_age=PASSWORD_SECONDS)
+    except signing.BadSignature:
+        return None
+    if not isinstance(found, dict) or found.get("mailbox") != str(mailbox.id):
+        return None
+    password = found.get("password")
+    if not isinstance(password, str) or identity.secret_digest(password) != mailbox.smtp_password_hash:
+        return None
+    return password
+
+
+def password_forget(request, response, mailbox_id: uuid.UUID) -> None:
+    """The page that showed the password (or would have) tells the browser to drop it."""
+    if PASSWORD_COOKIE in request.COOKIES:
+        response.delete_cookie(PASSWORD_COOKIE, path=password_cookie_path(mailbox_id), samesite="Strict")

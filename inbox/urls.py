@@ -23,6 +23,8 @@ urlpatterns = [
     path("<uuid:mailbox_id>/events", views.mailbox_events, name="inbox-events"),
     path("<uuid:mailbox_id>/renew", pooled_page(views.mailbox_renew), name="inbox-renew"),
     path("<uuid:mailbox_id>/delete", pooled_page(views.mailbox_remove), name="inbox-delete"),
+    path("<uuid:mailbox_id>/smtp-password", pooled_page(views.sandbox_password), name="inbox-smtp-password"),
+    path("<uuid:mailbox_id>/faults", pooled_page(views.sandbox_faults), name="inbox-faults"),
     path("<uuid:mailbox_id>/<int:message_id>", pooled_page(views.message_page, spam_pool), name="inbox-message"),
     path("<uuid:mailbox_id>/<int:message_id>/html", pooled_page(views.message_html), name="inbox-message-html"),
     path("<uuid:mailbox_id>/<int:message_id>/cid/<str:content_id>", pooled_page(views.message_part),

@@ -26,16 +26,16 @@ from accounts import services as accounts
 from accounts.credentials import api_key_revoke
 from accounts.oauth import consent_form_action
 from accounts.oauth_apps import oauth_app_revoke, oauth_apps_of
-from accounts.errors import Forbidden, RelayError
+from accounts.errors import Forbidden, InvalidRequest, RelayError
 from accounts.inputs import BIGINT_MAX, whole_number
 from checks import html_support, message_checks
 from core.client_address import client_group_of
 from core.pools import in_pool
 from core.rate_limits import rate_limit_take
 from domains.models import Domain, DomainStatus
-from inbox import session
+from inbox import sandbox, session
 from inbox.mail_html import frame_hint, policy, shown_html_of
-from mailboxes import lifecycle
+from mailboxes import faults, lifecycle
 from mailboxes.errors import NotFound, RateLimited
 from mailboxes.mail_format import lineage_of
 from mailboxes.messages import message_mark_read
@@ -111,25 +111,33 @@ def sender_badge(*, direction: str, authenticated: bool) -> tuple[str, bool]:
     return (_("verified sender"), True) if authenticated else (_("unverified"), False)
 
 
-def _rows(mailbox, words: str = "", after: int = 0, *, oldest_first: bool = False) -> list[dict]:
-    """The newest LISTED messages of `mailbox` (matching `words`, newer than `after`), each
-    as inbox/templates/inbox/rows.html shows a row: its words and times made here, since a
-    filter or a tag per row in the template cost most of the page's time."""
-    with reading.messages_read(caller=None, mailbox=mailbox, search={"words": words}) as matching:
+def _rows(mailbox, words: str = "", after: int = 0, *, oldest_first: bool = False, rcpt: str = "") -> list[dict]:
+    """The newest LISTED messages of `mailbox` (matching `words` and, in a sandbox, the
+    envelope recipient `rcpt`; newer than `after`), each as inbox/templates/inbox/rows.html
+    shows a row: its words and times made here, since a filter or a tag per row in the
+    template cost most of the page's time. A sandbox's rows name their envelope recipients."""
+    with reading.messages_read(caller=None, mailbox=mailbox, search={"words": words, "rcpt": rcpt}) as matching:
         matching = matching.filter(id__gt=after) if after else matching
         found = list((matching.order_by("id") if oldest_first else matching).values_list(
             "id", "from_header", "envelope_from", "subject", "received_at", "is_read", "authenticated", "direction",
-            "content__codes")[:LISTED])
-    prefix = reverse("inbox-mailbox", args=[mailbox.id]) + "/"
+            "content__codes", *(("rcpt_to", "to_header", "cc_header") if mailbox.sandbox else ()))[:LISTED])
+    prefix = reverse("inbox-mailbox", args=[mailbox.id])
     no_sender, no_subject = _("(no sender)"), _("(no subject)")
     rows = []
-    for message_id, from_header, envelope_from, subject, received_at, is_read, authenticated, direction, codes in found:
+    for message_id, from_header, envelope_from, subject, received_at, is_read, authenticated, direction, codes, \
+            *envelope in found:
         sender = shown_sender(from_header, envelope_from)
         badge, passed = sender_badge(direction=direction, authenticated=authenticated)
-        rows.append({"id": message_id, "href": f"{prefix}{message_id}", "css": "row" if is_read else "row unread",
-                     "unread": not is_read, "sender": sender or no_sender, "subject": subject or no_subject,
-                     "iso": received_at.isoformat(), "time": received_at.strftime("%Y-%m-%d %H:%M:%S UTC"),
-                     "badge_class": "badge pass" if passed else "badge", "badge": badge, "code": (codes or [""])[0]})
+        row = {"id": message_id, "href": f"{prefix}/{message_id}", "css": "row" if is_read else "row unread",
+               "unread": not is_read, "sender": sender or no_sender, "subject": subject or no_subject,
+               "iso": received_at.isoformat(), "time": received_at.strftime("%Y-%m-%d %H:%M:%S UTC"),
+               "badge_class": "badge pass" if passed else "badge", "badge": badge, "code": (codes or [""])[0]}
+        if envelope and envelope[0]:
+            recipients = sandbox.envelope_recipients(*envelope)
+            row["rcpt"] = [{**recipient, "href": f"{prefix}?{urlencode({'rcpt': recipient['address']})}"}
+                           for recipient in recipients[:sandbox.ROW_RECIPIENTS]]
+            row["rcpt_more"] = len(recipients) - len(row["rcpt"])
+        rows.append(row)
     return rows
 
 
@@ -169,9 +177,18 @@ def home(request):
 def anonymous_new(request):
     _limited(request, "anon_create", _("Too many mailboxes from this address; try again later."))
     mailbox, token = lifecycle.mailbox_create(backend=get_backend(), caller=None, local_part=None, domain=None,
-                                              ttl_ms=None)
-    response = HttpResponseRedirect(reverse("inbox-mailbox", args=[mailbox.id]))
+                                              ttl_ms=None, sandbox=request.POST.get("sandbox") == "1")
+    response = _to_new_mailbox(request, mailbox)
     session.keep_token(request, response, mailbox.id, token)
+    return response
+
+
+def _to_new_mailbox(request, mailbox) -> HttpResponseRedirect:
+    """To a new mailbox's page; a sandbox's shows its SMTP password, this once."""
+    if not mailbox.sandbox:
+        return HttpResponseRedirect(reverse("inbox-mailbox", args=[mailbox.id]))
+    response = HttpResponseRedirect(reverse("inbox-mailbox", args=[mailbox.id]) + "#smtp")
+    session.show_password_once(request, response, mailbox.id, mailbox.smtp_password)
     return response
 
 
@@ -265,15 +282,16 @@ def account_mailboxes(request):
             mailbox, _token = lifecycle.mailbox_create(backend=get_backend(), caller=caller,
                                                        local_part=request.POST.get("local_part", "").strip() or None,
                                                        domain=request.POST.get("domain", "").strip() or None,
-                                                       ttl_ms=ttl_ms)
-            return HttpResponseRedirect(reverse("inbox-mailbox", args=[mailbox.id]))
+                                                       ttl_ms=ttl_ms, sandbox=request.POST.get("sandbox") == "1")
+            return _to_new_mailbox(request, mailbox)
         except RelayError as exc:
             problem = exc.message
     mailboxes = reading.mailbox_list(caller=caller, include_expired=True)[:200]
     domains = [*settings.RELAY_DOMAINS, *Domain.objects.filter(owner=caller.owner, status=DomainStatus.VERIFIED)
                .values_list("name", flat=True)]
     return render(request, "inbox/mailboxes.html", {
-        "signed_in": caller.owner, "mailboxes": mailboxes, "domains": domains, "problem": problem},
+        "signed_in": caller.owner, "mailboxes": mailboxes, "domains": domains, "problem": problem,
+        "sandbox_asked": request.method == "POST" and request.POST.get("sandbox") == "1"},
         status=400 if problem else 200)
 
 
@@ -282,12 +300,36 @@ def account_mailboxes(request):
 @page
 def mailbox_page(request, mailbox_id: uuid.UUID):
     caller, mailbox = _caller_mailbox(request, mailbox_id)
+    return _mailbox_page(request, caller, mailbox)
+
+
+def _mailbox_page(request, caller, mailbox, *, rule_form: dict | None = None, rule_problem: RelayError | None = None):
+    """A mailbox's page; a sandbox's with its SMTP settings, snippets and fault rules (the
+    fault editor's refused form and its error, when it was refused: a 400)."""
     words = request.GET.get("q", "").strip()[:200]
-    return render(request, "inbox/mailbox.html", {
-        "mailbox": mailbox, "rows": _rows(mailbox, words), "q": words,
-        "live": mailbox.status == MailboxStatus.ACTIVE, "signed_in": caller.owner, "smtp_port": settings.RELAY_SMTP_PORT,
+    rcpt = request.GET.get("rcpt", "").strip()
+    rcpt = reading.search_text("rcpt", rcpt) if rcpt and mailbox.sandbox else ""
+    live = mailbox.status == MailboxStatus.ACTIVE
+    context = {
+        "mailbox": mailbox, "rows": _rows(mailbox, words, rcpt=rcpt), "q": words, "rcpt": rcpt,
+        "live": live, "signed_in": caller.owner, "smtp_port": settings.RELAY_SMTP_PORT,
         "smtp_host": request.get_host().rsplit(":", 1)[0] if request.get_host().count(":") == 1 else request.get_host(),
-        "seconds_left": max(0, int((mailbox.expires_at - timezone.now()).total_seconds()))})
+        "seconds_left": max(0, int((mailbox.expires_at - timezone.now()).total_seconds()))}
+    password = None
+    if mailbox.sandbox:
+        password = session.password_to_show(request, mailbox) if live else None
+        smtp = lifecycle.smtp_settings(mailbox=mailbox, password=password or sandbox.password_placeholder())
+        context |= {
+            "smtp": smtp, "password": password, "tls": bool(settings.RELAY_SMTP_TLS_CERT),
+            "snippets": sandbox.snippets(smtp, tls=bool(settings.RELAY_SMTP_TLS_CERT)) if smtp["port"] else [],
+            "rules": sandbox.rules_shown(faults.faults_get(mailbox=mailbox)), "stages": sandbox.stage_choices(),
+            "rule_form": rule_form or {}, "rule_field": getattr(rule_problem, "field", None) or "rules",
+            "rule_problem": rule_problem.message if rule_problem else None}
+    response = render(request, "inbox/mailbox.html", context, status=400 if rule_problem else 200)
+    session.password_forget(request, response, mailbox.id)  # a reload shows it no more
+    if password:
+        response["Cache-Control"] = "no-store"  # nor does the browser's cache keep it
+    return response
 
 
 async def mailbox_events(request, mailbox_id: uuid.UUID):
@@ -342,6 +384,41 @@ def mailbox_renew(request, mailbox_id: uuid.UUID):
     return HttpResponseRedirect(reverse("inbox-mailbox", args=[mailbox_id]))
 
 
+@require_POST
+@page
+def sandbox_password(request, mailbox_id: uuid.UUID):
+    """A new SMTP password for the sandbox (the old one fails at once), shown once on its page."""
+    _, mailbox = _caller_mailbox(request, mailbox_id, live=True)
+    password = lifecycle.sandbox_password_rotate(mailbox=mailbox)
+    response = HttpResponseRedirect(reverse("inbox-mailbox", args=[mailbox_id]) + "#smtp")
+    session.show_password_once(request, response, mailbox_id, password)
+    return response
+
+
+@require_POST
+@page
+def sandbox_faults(request, mailbox_id: uuid.UUID):
+    """The fault editor: `add` a rule (checked by mailboxes.faults; refused, the page again
+    with the form as sent and why), `remove` one by its id, or `clear` them all."""
+    caller, mailbox = _caller_mailbox(request, mailbox_id, live=True)
+    if not mailbox.sandbox:
+        raise NotFound("No such sandbox.")
+    action = request.POST.get("action")
+    if action == "add":
+        try:
+            faults.fault_rule_add(mailbox=mailbox, rule=sandbox.rule_from_form(request.POST))
+        except InvalidRequest as refused:
+            return _mailbox_page(request, caller, mailbox, rule_form=request.POST.dict(), rule_problem=refused)
+    elif action == "remove":
+        faults.fault_rule_remove(mailbox=mailbox, rule_id=whole_number(request.POST.get("rule", ""), field="rule",
+                                                                       default=0))
+    elif action == "clear":
+        faults.faults_clear(mailbox=mailbox)
+    else:
+        raise InvalidRequest("action must be add, remove or clear.", field="action")
+    return HttpResponseRedirect(reverse("inbox-mailbox", args=[mailbox_id]) + "#faults")
+
+
 @require_http_methods(["GET", "POST"])
 @page
 def mailbox_remove(request, mailbox_id: uuid.UUID):
@@ -383,6 +460,9 @@ def message_page(request, mailbox_id: uuid.UUID, message_id: int):
         "attachments": [{"number": number, **meta, "filename": without_format_characters(meta.get("filename"))}
                         for number, meta in enumerate(message.content.attachments, 1)],
         "delivery": _delivery(message),
+        # A sandbox's catch: every RCPT TO, a Bcc told apart (no header names it).
+        "envelope": sandbox.envelope_recipients(message.rcpt_to, message.to_header, message.cc_header)
+        if message.rcpt_to else [],
     }
     if tab == "html" and message.content.html:
         context["frame_hint"] = frame_hint(message.content.html)

@@ -3,17 +3,29 @@
 (function () {
   "use strict";
 
+  // A copy button says "Copied" a moment, and the page's status region says it to a screen
+  // reader (a button's changed label is not announced). Without script the buttons stay
+  // hidden and the values are text to select.
+  function announce(text) {
+    var status = document.getElementById("copy-status");
+    if (!status) { return; }
+    status.textContent = "";
+    setTimeout(function () { status.textContent = text; }, 50);
+  }
+
   function enableCopy(root) {
     root.querySelectorAll("button.copy[data-copy]").forEach(function (button) {
       if (!navigator.clipboard) { return; }
       button.hidden = false;
       if (button.dataset.ready) { return; }
       button.dataset.ready = "1";
-      var label = button.textContent;
+      var label = button.innerHTML;
       button.addEventListener("click", function () {
         navigator.clipboard.writeText(button.dataset.copy).then(function () {
-          button.textContent = document.body.dataset.copied || label;
-          setTimeout(function () { button.textContent = label; }, 1500);
+          var copied = document.body.dataset.copied || "Copied";
+          button.textContent = copied;
+          announce(copied);
+          setTimeout(function () { button.innerHTML = label; }, 1500);
         });
       });
     });
