@@ -196,7 +196,8 @@ class SmtpSettingsSerializer(serializers.Serializer):
     port = serializers.IntegerField(allow_null=True, help_text="The submission port; null when none is served.")
     username = serializers.CharField(help_text="The sandbox's address.")
     password = serializers.CharField(help_text="Shown once; stored hashed.")
-    security = serializers.ChoiceField(choices=["starttls"])
+    security = serializers.ChoiceField(choices=["starttls", "none"], help_text=(
+        '"none" where this Relay has no TLS certificate: no STARTTLS, AUTH from the same host only.'))
 
 
 class MailboxCreatedSerializer(MailboxSerializer):

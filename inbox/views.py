@@ -320,8 +320,8 @@ def _mailbox_page(request, caller, mailbox, *, rule_form: dict | None = None, ru
         password = session.password_to_show(request, mailbox) if live else None
         smtp = lifecycle.smtp_settings(mailbox=mailbox, password=password or sandbox.password_placeholder())
         context |= {
-            "smtp": smtp, "password": password, "tls": bool(settings.RELAY_SMTP_TLS_CERT),
-            "snippets": sandbox.snippets(smtp, tls=bool(settings.RELAY_SMTP_TLS_CERT)) if smtp["port"] else [],
+            "smtp": smtp, "password": password, "tls": smtp["security"] == "starttls",
+            "snippets": sandbox.snippets(smtp, tls=smtp["security"] == "starttls") if smtp["port"] else [],
             "rules": sandbox.rules_shown(faults.faults_get(mailbox=mailbox)), "stages": sandbox.stage_choices(),
             "rule_form": rule_form or {}, "rule_field": getattr(rule_problem, "field", None) or "rules",
             "rule_problem": rule_problem.message if rule_problem else None}

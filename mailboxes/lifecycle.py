@@ -323,9 +323,12 @@ def mailbox_create(*, backend, caller: Caller | None, local_part: str | None, do
 
 
 def smtp_settings(*, mailbox: Mailbox, password: str) -> dict:
-    """What an app is configured with to submit to a sandbox (docs/sandbox.md), every door's."""
+    """What an app is configured with to submit to a sandbox (docs/sandbox.md), every door's.
+    `security` is "none" where this Relay has no certificate (make run): it offers no
+    STARTTLS then, and AUTH goes without it from the same host only."""
     return {"host": settings.RELAY_SMTP_PUBLIC_HOST, "port": settings.RELAY_SUBMISSION_PORT or None,
-            "username": mailbox.address, "password": password, "security": "starttls"}
+            "username": mailbox.address, "password": password,
+            "security": "starttls" if settings.RELAY_SMTP_TLS_CERT else "none"}
 
 
 def sandbox_password_rotate(*, mailbox: Mailbox) -> str:

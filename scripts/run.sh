@@ -118,10 +118,22 @@ Relay is starting:
 Logs: every line below names its process (web, worker, links, beat, smtp, mailer). Press Ctrl-C to stop.
 
 MSG
+# The banner comes before the web's first answer can (migrations, imports): say when it answers.
+(for _ in $(seq 600); do
+  if $BIN/python -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)' \
+      "http://127.0.0.1:$WEB_PORT/readyz" 2>/dev/null; then
+    echo "Relay is ready: http://127.0.0.1:$WEB_PORT/"
+    exit 0
+  fi
+  sleep 0.5
+done) &
 # If any process dies on its own, stop the others rather than run half a service.
 set +e
 wait -n "${pids[@]}"
 status=$?
+# Ctrl-C reaches every process of the group at once, and one may end before this shell
+# runs its trap: let the trap run (it exits 0) before calling the end unexpected.
+sleep 0.5
 if [ "$stopping" = 0 ]; then
   echo "a Relay process exited (status $status); stopping the rest" >&2
   stop

@@ -37,10 +37,10 @@ def as_from_a_terminal() -> None:
 
 class Stack:
     def __init__(self, tmp_path, **env) -> None:
-        self.web, self.smtp = free_port(), free_port()
+        self.web, self.smtp, self.submission = free_port(), free_port(), free_port()
         self.env = {key: value for key, value in os.environ.items() if key not in NOT_INHERITED}
         self.env.update({"RELAY_VAR_DIR": str(tmp_path / "var"), "RELAY_WEB_PORT": str(self.web),
-                         "RELAY_SMTP_PORT": str(self.smtp), **env})
+                         "RELAY_SMTP_PORT": str(self.smtp), "RELAY_SUBMISSION_PORT": str(self.submission), **env})
         self.log = tmp_path / "run.log"
         self.proc = None
 
@@ -118,6 +118,7 @@ def test_the_readme_commands_work_as_written_and_ctrl_c_stops_cleanly(stack):
     home = urllib.request.urlopen(f"http://127.0.0.1:{stack.web}/", timeout=5).read().decode()
     assert "Get an address" in home and 'href="/api/docs/"' in home  # the web inbox, linking the docs
     assert f"http://127.0.0.1:{stack.web}/ " in stack.output()  # the banner's inbox line
+    assert f"Relay is ready: http://127.0.0.1:{stack.web}/" in stack.output()  # said once it answers
     # The page's own files, as a browser fetches them after it, served whole.
     for asset in re.findall(r'(?:href|src)="(/static/[^"]+)"', home):
         served = urllib.request.urlopen(f"http://127.0.0.1:{stack.web}{asset}", timeout=5)

@@ -7,6 +7,7 @@ from tests.helpers import create_mailbox
 
 def test_a_sandbox_is_created_with_its_smtp_settings_shown_once(client_pro, settings):
     settings.RELAY_SMTP_PUBLIC_HOST, settings.RELAY_SUBMISSION_PORT = "smtp.relay.test", 2587
+    settings.RELAY_SMTP_TLS_CERT = "/etc/relay/tls/cert.pem"  # only read by the SMTP process
     box = create_mailbox(client_pro, sandbox=True, local_part="staging")
     assert box["sandbox"] is True
     smtp = box["smtp"]
@@ -18,6 +19,15 @@ def test_a_sandbox_is_created_with_its_smtp_settings_shown_once(client_pro, sett
     assert smtp["password"] not in repr(Mailbox.objects.filter(id=box["id"]).values().get())
     shown_again = client_pro.get(f"/api/v1/mailboxes/{box['id']}").json()
     assert shown_again["sandbox"] is True and "smtp" not in shown_again
+
+
+def test_a_relay_without_a_certificate_says_its_sandboxes_have_no_security(client_pro, settings):
+    # make run has none: it offers no STARTTLS, so an app told "starttls" would fail to connect.
+    settings.RELAY_SMTP_TLS_CERT = ""
+    assert create_mailbox(client_pro, sandbox=True)["smtp"]["security"] == "none"
+    box = create_mailbox(client_pro, sandbox=True)
+    rotated = client_pro.post(f"/api/v1/mailboxes/{box['id']}/smtp-password").json()
+    assert rotated["smtp"]["security"] == "none"
 
 
 def test_a_mailbox_is_no_sandbox_unless_asked(client_pro):

@@ -1428,9 +1428,10 @@ export interface components {
         };
         /**
          * @description * `starttls` - starttls
+         *     * `none` - none
          * @enum {string}
          */
-        SecurityEnum: "starttls";
+        SecurityEnum: "starttls" | "none";
         Send: {
             /** @description A list of addresses (a single string counts as a list of one). */
             to: string[];
@@ -1464,6 +1465,12 @@ export interface components {
             username: string;
             /** @description Shown once; stored hashed. */
             password: string;
+            /**
+             * @description "none" where this Relay has no TLS certificate: no STARTTLS, AUTH from the same host only.
+             *
+             *     * `starttls` - starttls
+             *     * `none` - none
+             */
             security: components["schemas"]["SecurityEnum"];
         };
         SpamCheck: {
