@@ -142,17 +142,37 @@ def cpu_seconds(pid: int) -> float:
 
 
 def postgres_cpu_seconds() -> float:
-    """CPU time of every PostgreSQL process on this machine (the server and its backends)."""
+    """CPU time of the PostgreSQL processes that work for this run: the backends (and
+    autovacuum workers) of DATABASE_URL's database, and the server's own processes that
+    serve every database (the postmaster, WAL writer, checkpointer, background writer).
+    Another database's backends are left out: the machine is shared, and other
+    engineers' tests would count as this run's work."""
+    from urllib.parse import urlsplit
+
+    database = urlsplit(os.environ["DATABASE_URL"]).path.lstrip("/")
     total = 0.0
     for entry in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{entry}/stat") as stat:
                 text = stat.read()
-            if text.rsplit(")", 1)[0].endswith("(postgres"):
+            if not text.rsplit(")", 1)[0].endswith("(postgres"):
+                continue
+            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                title = cmdline.read().replace(b"\0", b" ").decode(errors="replace")
+            # A backend's title is "postgres: CLUSTER: USER DATABASE HOST(PORT) STATE".
+            if _serves_every_database(title) or f" {database} " in f"{title} ":
                 total += _stat_cpu_seconds(text)
         except (OSError, ValueError, IndexError):  # not a process, or one that just ended
             pass
     return total
+
+
+_SHARED_PROCESSES = ("checkpointer", "background writer", "walwriter", "autovacuum launcher",
+                     "logical replication launcher", "stats collector", "archiver")
+
+
+def _serves_every_database(title: str) -> bool:
+    return not title.startswith("postgres:") or title.rstrip().endswith(_SHARED_PROCESSES)
 
 
 def machine() -> str:

@@ -31,8 +31,10 @@ import psycopg2
 
 from bench.common import (bench_addresses, celery_worker, command_line, cpu_seconds, fresh_database,
                           postgres_cpu_seconds, record, rss_mb, setup_django, spawn, stop, wait_until)
+from tests.ports import free_port
 
-RELAY_PORT, BARE_PORT = 2626, 2627
+# Free ports, picked when the run starts: two clones (or engineers) may benchmark at once.
+RELAY_PORT, BARE_PORT = free_port(), free_port()
 LATENCY_MESSAGES = 500
 
 BARE_SERVER = f"""
@@ -69,7 +71,6 @@ def sender_dns():
     """NSD serving the sender's SPF (this machine's address) and DMARC records with a
     300 s TTL; stop() it after. Relay's resolver: RELAY_DNS_RESOLVERS=127.0.0.1:<port>."""
     from tests import dns_server
-    from tests.helpers import free_port
 
     if not dns_server.installed():
         raise SystemExit("needs nsd (scripts/bench.sh installs it)")

@@ -19,15 +19,18 @@ version) and NSD with apt when missing.
 import argparse
 import json
 import shutil
+import signal
 import sys
 import urllib.request
+from pathlib import Path
 
 from bench.common import (ROOT, bench_addresses, celery_worker, command_line, cpu_seconds, fresh_database,
                           postgres_cpu_seconds, record, setup_django, spawn, stop, wait_until)
 from bench.smtp_ingest import BARE_PORT, BARE_SERVER, RELAY_PORT, _answers, blast, sender_dns
+from tests.ports import free_port
 
 MAILDEV = ROOT / "var" / "maildev" / "node_modules" / ".bin" / "maildev"
-MAILDEV_SMTP, MAILDEV_WEB = 2630, 2631
+MAILDEV_SMTP, MAILDEV_WEB = free_port(), free_port()
 WARM_UP = 200
 
 
@@ -48,10 +51,19 @@ def measure(port: int, addresses: list[str], messages: int, connections: int, pa
     return rate, {name: (read() - before[name]) * 1000 / total for name, read in parts.items()}
 
 
+def py_spy(pid: int, output: str):
+    """py-spy sampling `pid` (only the thread holding the GIL) into `output`, folded; stop() it."""
+    return spawn("peers-py-spy", [str(Path(sys.executable).parent / "py-spy"), "record", "--gil", "-r", "250",
+                                  "-f", "raw", "-o", str(Path(output).resolve()), "-p", str(pid)])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=4000)
     parser.add_argument("--connections", type=int, default=8)
+    parser.add_argument("--py-spy", metavar="FILE",
+                        help="sample runsmtp with py-spy while Relay's messages arrive (the thread holding the GIL, "
+                             "250 Hz), folded stacks into FILE")
     args = parser.parse_args()
     if not MAILDEV.exists():
         raise SystemExit(f"maildev is not installed at {MAILDEV} (scripts/bench.sh smtp_peers installs it)")
@@ -82,9 +94,13 @@ def main() -> None:
                                       {"server": lambda: cpu_seconds(bare.pid)})
         maildev_rate, maildev_cpu = measure(MAILDEV_SMTP, addresses, args.messages, args.connections,
                                             {"server": lambda: cpu_seconds(maildev.pid)})
+        profiler = py_spy(relay.pid, args.py_spy) if args.py_spy else None
         relay_rate, relay_cpu = measure(RELAY_PORT, addresses, args.messages, args.connections,
                                         {"runsmtp": lambda: cpu_seconds(relay.pid), "PostgreSQL": postgres_cpu_seconds,
                                          "worker": lambda: cpu_seconds(worker.pid)})
+        if profiler is not None:
+            profiler.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+            profiler.wait(60)
         maildev_held = maildev_count()
         relay_held = Message.objects.count()
         relay_passed = Message.objects.filter(authenticated=True).count()

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from email._header_value_parser import get_addr_spec, get_angle_addr
 from email.errors import HeaderParseError
 
-from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
+from aiosmtpd.smtp import MISSING, SMTP, AuthResult, Envelope, LoginPassword, Session, _DataState
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import close_old_connections, connections
@@ -39,6 +39,8 @@ STORAGE_THREADS = 4
 # Verdicts wait on DNS: each client group runs a few at once, and the pool has a thread
 # for every connection allowed, so a slow sender waits for its own slots only.
 VERDICTS_PER_CLIENT = 4
+# DATA reads all its reader holds at once; more than it can ever hold.
+READ_ALL = 1 << 24
 
 
 class DatabasePool:
@@ -252,11 +254,99 @@ class RelaySMTP(SMTP):
         handler.deliveries_in_flight += 1
         handler.idle.clear()
         try:
-            await super().smtp_DATA(arg)
+            await self._data(arg)
         finally:
             handler.deliveries_in_flight -= 1
             if not handler.deliveries_in_flight:
                 handler.idle.set()
+
+    async def _data(self, arg: str) -> None:
+        """aiosmtpd's DATA (the same checks, answers and hooks), the message read in the
+        chunks it arrived in rather than line by line (_message_read)."""
+        if await self.check_helo_needed() or await self.check_auth_needed("DATA"):
+            return
+        if not self.envelope.rcpt_tos:
+            await self.push("503 Error: need RCPT command")
+            return
+        if arg:
+            await self.push("501 Syntax: DATA")
+            return
+        await self.push("354 End data with <CR><LF>.<CR><LF>")
+        received, state = await self._message_read()
+        if state is not _DataState.NOMINAL:
+            await self.push("500 Line too long (see RFC5321 4.5.3.1.6)" if state is _DataState.TOO_LONG
+                            else "552 Error: Too much mail data")
+            self._set_post_data_state()
+            return
+        # RFC 5321 4.5.2: a line's leading dot was doubled by the client.
+        original_content = (received[1:] if received.startswith(b".") else received).replace(b"\r\n.", b"\r\n")
+        content = original_content
+        if self._decode_data:
+            try:
+                content = original_content.decode(*("utf-8", "surrogateescape") if self.enable_SMTPUTF8
+                                                  else ("ascii", "strict"))
+            except UnicodeDecodeError:
+                await self.push("500 Error: strict ASCII mode")
+                return
+        self.envelope.content, self.envelope.original_content = content, original_content
+        status = await self._call_handler_hook("DATA")
+        self._set_post_data_state()
+        await self.push("250 OK" if status is MISSING else status)
+
+    async def _message_read(self) -> tuple[bytes, _DataState]:
+        """The message up to its ending line (a lone dot), and whether it kept aiosmtpd's
+        limits: the data size and the line length. Read as it arrived, a chunk at a time
+        (a 10 KB message is a read or two, where aiosmtpd awaits each of its ~100 lines);
+        what the client sent after the dot is handed back to the reader for the next
+        command. Past the size limit the rest is read and dropped until the dot."""
+        reader, limit = self._reader, self.data_size_limit
+        received, searched = bytearray(), 0
+        over: _DataState | None = None  # once past the size limit: the answer owed
+        while True:
+            try:
+                # Everything the reader holds: its buffer never reaches READ_ALL (the
+                # transport pauses past twice the line limit; one recv is at most 256 KiB).
+                chunk = await reader.read(READ_ALL)
+            except asyncio.CancelledError:
+                logger.info("connection lost during DATA")
+                self._writer.close()
+                raise
+            if not chunk:  # end of stream: aiosmtpd's eof_received cancels this task
+                self._writer.close()
+                raise asyncio.CancelledError()
+            received += chunk
+            if over is None and received.startswith(b".\r\n"):
+                end = 0  # an empty message: its first line is the dot
+            else:
+                end = received.find(b"\r\n.\r\n", max(0, searched - 4))
+                end = -1 if end < 0 else end + 2
+            if end >= 0:
+                if leftover := bytes(received[end + 3:]):
+                    reader.feed_data(leftover)  # the reader is empty: read() took all it had
+                del received[end:]
+                return bytes(received), self._data_state(received) if over is None else over
+            if over is None and limit and len(received) > limit:
+                # Which limit a line broke first is judged on what came before; the rest is dropped.
+                over = self._data_state(received[:limit + 1])
+            if over is not None:
+                del received[:-4]
+            searched = len(received)
+
+    def _data_state(self, received: bytes) -> _DataState:
+        """aiosmtpd's verdict on the lines of `received`: TOO_LONG or TOO_MUCH for whichever
+        limit a line broke first, else NOMINAL."""
+        limit = self.data_size_limit
+        longest = max(map(len, received.split(b"\r\n"))) + 2
+        if longest <= self.line_length_limit and not (limit and len(received) > limit):
+            return _DataState.NOMINAL
+        total = 0
+        for line in received.split(b"\r\n"):
+            if len(line) + 2 > self.line_length_limit:
+                return _DataState.TOO_LONG
+            total += len(line) + 2
+            if limit and total > limit:
+                return _DataState.TOO_MUCH
+        return _DataState.NOMINAL
 
     def _getaddr(self, arg: str):
         # aiosmtpd's own builds a typing.Protocol class on every call; same parse, memoized.
