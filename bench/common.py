@@ -3,13 +3,19 @@
 Run the benchmarks through `scripts/bench.sh NAME` (or `make bench-NAME`), which makes
 sure PostgreSQL and Redis are up and points DATABASE_URL at a scratch database."""
 import atexit
+import contextlib
 import datetime
+import fcntl
+import json
 import os
+import random
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
+import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -141,18 +147,30 @@ def cpu_seconds(pid: int) -> float:
     return total
 
 
-def postgres_cpu_seconds() -> float:
-    """CPU time of every PostgreSQL process on this machine (the server and its backends)."""
+def postgres_cpu_seconds(database: str | None = None) -> float:
+    """CPU time of every PostgreSQL process on this machine (the server and its backends),
+    or only of the backends connected to `database` (on a machine others benchmark on too)."""
     total = 0.0
     for entry in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{entry}/stat") as stat:
                 text = stat.read()
+            if database:
+                with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                    if f" {database} ".encode() not in cmdline.read():
+                        continue
             if text.rsplit(")", 1)[0].endswith("(postgres"):
                 total += _stat_cpu_seconds(text)
         except (OSError, ValueError, IndexError):  # not a process, or one that just ended
             pass
     return total
+
+
+def database_name() -> str:
+    """The database DATABASE_URL names."""
+    from urllib.parse import urlsplit
+
+    return urlsplit(os.environ["DATABASE_URL"]).path.lstrip("/")
 
 
 def machine() -> str:
@@ -170,6 +188,68 @@ def record(section: str, command: str, figures: str) -> None:
         raise SystemExit(f"{RESULTS} has no {marker} line")
     RESULTS.write_text(text.replace(marker, marker + "\n" + row, 1))
     print(row)
+
+
+@contextlib.contextmanager
+def measuring():
+    """Held while a figure is measured: benchmarks of one clone run at once (the curves'
+    search fill beside another curve, say) take turns measuring, and neither times its
+    figures under the other's load."""
+    LOGS.mkdir(parents=True, exist_ok=True)
+    with open(LOGS / "measuring.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def get(url: str, key: str, timeout: float = 90) -> dict:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"})
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return json.loads(response.read())
+
+
+def hold_idle_waiters(count: int, mailbox_ids: list, key: str, stop_event: threading.Event, *, port: int,
+                      staggered: bool = False) -> list:
+    """`count` clients of the API at `port`, each re-asking `?wait=60` on a mailbox where
+    nothing arrives. `staggered`: each client's first wait lasts a random 1-60 s, so that
+    their re-asks spread over the minute as a crowd's would, not all at once."""
+    def waiter(mailbox_id, wait: int) -> None:
+        while not stop_event.is_set():
+            try:
+                get(f"http://127.0.0.1:{port}/api/v1/mailboxes/{mailbox_id}/messages?wait={wait}", key)
+            except Exception:
+                time.sleep(0.5)
+            wait = 60
+    rng = random.Random(count)
+    threads = [threading.Thread(target=waiter, args=(mailbox_ids[i % len(mailbox_ids)],
+                                                     rng.randint(1, 60) if staggered else 60), daemon=True)
+               for i in range(count)]
+    for thread in threads:
+        thread.start()
+    return threads
+
+
+def plot_curve(path: Path, title: str, xlabel: str, ylabel: str, series: dict[str, tuple[list, list]]) -> None:
+    """One PNG of cost curves: each series (name: xs, ys) as a line with its points, on
+    log-log axes (the sizes span decades), the first series Relay's, the others baselines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(8, 4.5), dpi=100)
+    for (name, (xs, ys)), style in zip(series.items(), ("o-", "s--", "^:", "d-.")):
+        axes.plot(xs, ys, style, label=name)
+    axes.set_xscale("symlog" if min(min(xs) for xs, _ in series.values()) <= 0 else "log")
+    axes.set_yscale("log")
+    axes.set_xlabel(xlabel)
+    axes.set_ylabel(ylabel)
+    axes.set_title(title, fontsize=10)
+    axes.grid(True, which="both", alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)
+    print(f"wrote {path}")
 
 
 def command_line() -> str:
