@@ -20,7 +20,8 @@ and each curve's points as a row of the "Cost curves" table in docs/benchmarks.m
 
 `--quick` draws each curve to a smaller maximum (ingest 100 KB, search 30 k, expiry
 3 k, waits 100), for a check of the machinery in a few minutes. Each curve runs in a
-process of its own. The search curve refills a database of its own: RELAY_BENCH_DATABASE
+process of its own; curves run at once (two `scripts/bench.sh curves` of one clone, say
+the search fill beside the others) take turns measuring their points (`measuring`). The search curve refills a database of its own: RELAY_BENCH_DATABASE
 with `_search` after it (relay_bench_search by default, the one `search --reuse` reads).
 """
 import argparse
