@@ -3,13 +3,19 @@
 Run the benchmarks through `scripts/bench.sh NAME` (or `make bench-NAME`), which makes
 sure PostgreSQL and Redis are up and points DATABASE_URL at a scratch database."""
 import atexit
+import contextlib
 import datetime
+import fcntl
+import json
 import os
+import random
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
+import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -141,15 +147,13 @@ def cpu_seconds(pid: int) -> float:
     return total
 
 
-def postgres_cpu_seconds() -> float:
+def postgres_cpu_seconds(database: str | None = None) -> float:
     """CPU time of the PostgreSQL processes that work for this run: the backends (and
-    autovacuum workers) of DATABASE_URL's database, and the server's own processes that
-    serve every database (the postmaster, WAL writer, checkpointer, background writer).
-    Another database's backends are left out: the machine is shared, and other
-    engineers' tests would count as this run's work."""
-    from urllib.parse import urlsplit
-
-    database = urlsplit(os.environ["DATABASE_URL"]).path.lstrip("/")
+    autovacuum workers) of `database` (default DATABASE_URL's), and the server's own
+    processes that serve every database (the postmaster, WAL writer, checkpointer,
+    background writer). Another database's backends are left out: the machine is shared,
+    and other engineers' tests would count as this run's work."""
+    database = database or database_name()
     total = 0.0
     for entry in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -175,6 +179,13 @@ def _serves_every_database(title: str) -> bool:
     return not title.startswith("postgres:") or title.rstrip().endswith(_SHARED_PROCESSES)
 
 
+def database_name() -> str:
+    """The database DATABASE_URL names."""
+    from urllib.parse import urlsplit
+
+    return urlsplit(os.environ["DATABASE_URL"]).path.lstrip("/")
+
+
 def machine() -> str:
     with open("/proc/meminfo") as meminfo:
         mem_kib = int(re.search(r"MemTotal:\s+(\d+)", meminfo.read()).group(1))
@@ -190,6 +201,68 @@ def record(section: str, command: str, figures: str) -> None:
         raise SystemExit(f"{RESULTS} has no {marker} line")
     RESULTS.write_text(text.replace(marker, marker + "\n" + row, 1))
     print(row)
+
+
+@contextlib.contextmanager
+def measuring():
+    """Held while a figure is measured: benchmarks of one clone run at once (the curves'
+    search fill beside another curve, say) take turns measuring, and neither times its
+    figures under the other's load."""
+    LOGS.mkdir(parents=True, exist_ok=True)
+    with open(LOGS / "measuring.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def get(url: str, key: str, timeout: float = 90) -> dict:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"})
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return json.loads(response.read())
+
+
+def hold_idle_waiters(count: int, mailbox_ids: list, key: str, stop_event: threading.Event, *, port: int,
+                      staggered: bool = False) -> list:
+    """`count` clients of the API at `port`, each re-asking `?wait=60` on a mailbox where
+    nothing arrives. `staggered`: each client's first wait lasts a random 1-60 s, so that
+    their re-asks spread over the minute as a crowd's would, not all at once."""
+    def waiter(mailbox_id, wait: int) -> None:
+        while not stop_event.is_set():
+            try:
+                get(f"http://127.0.0.1:{port}/api/v1/mailboxes/{mailbox_id}/messages?wait={wait}", key)
+            except Exception:
+                time.sleep(0.5)
+            wait = 60
+    rng = random.Random(count)
+    threads = [threading.Thread(target=waiter, args=(mailbox_ids[i % len(mailbox_ids)],
+                                                     rng.randint(1, 60) if staggered else 60), daemon=True)
+               for i in range(count)]
+    for thread in threads:
+        thread.start()
+    return threads
+
+
+def plot_curve(path: Path, title: str, xlabel: str, ylabel: str, series: dict[str, tuple[list, list]]) -> None:
+    """One PNG of cost curves: each series (name: xs, ys) as a line with its points, on
+    log-log axes (the sizes span decades), the first series Relay's, the others baselines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(8, 4.5), dpi=100)
+    for (name, (xs, ys)), style in zip(series.items(), ("o-", "s--", "^:", "d-.")):
+        axes.plot(xs, ys, style, label=name)
+    axes.set_xscale("symlog" if min(min(xs) for xs, _ in series.values()) <= 0 else "log")
+    axes.set_yscale("log")
+    axes.set_xlabel(xlabel)
+    axes.set_ylabel(ylabel)
+    axes.set_title(title, fontsize=10)
+    axes.grid(True, which="both", alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)
+    print(f"wrote {path}")
 
 
 def command_line() -> str:

@@ -16,10 +16,10 @@ from bench.common import (celery_worker, command_line, fresh_database, record, r
                           wait_until)
 
 
-def noop_baseline(count: int, broker) -> tuple[float, float]:
+def noop_baseline(count: int, broker, *, consume_only: bool = True) -> tuple[float, float | None]:
     """No-op tasks per second on 2 workers, two ways: published from a worker while the
     workers consume (as the sweep publishes expire tasks: the like-for-like floor), and
-    consumed from a queue filled beforehand (consumption alone)."""
+    consumed from a queue filled beforehand (consumption alone; None without `consume_only`)."""
     from bench.tasks import fan_out, noop
     from config.celery import app
 
@@ -31,6 +31,8 @@ def noop_baseline(count: int, broker) -> tuple[float, float]:
                and broker.hlen("unacked") == 0, 3600, "the no-op tasks")
     with_publish = count / (time.monotonic() - started)
     stop(*workers)
+    if not consume_only:
+        return with_publish, None
 
     broker.flushdb()
     workers = [celery_worker(f"noop{i}", queues="idle") for i in range(2)]

@@ -36,6 +36,19 @@ def body_text(rng: random.Random) -> str:
 
 
 def fill(messages: int, contents: int) -> tuple:
+    started = time.monotonic()
+    key, mailbox = corpus_start(contents)
+    corpus_grow(0, messages)
+    print(f"filled {messages:,} messages in {time.monotonic() - started:.0f} s", flush=True)
+    started = time.monotonic()
+    index_size, table_size = corpus_index()
+    print(f"indexed in {time.monotonic() - started:.0f} s: index {index_size}, messages {table_size}", flush=True)
+    return key, mailbox, index_size, table_size
+
+
+def corpus_start(contents: int) -> tuple:
+    """The owner (its key) and its MAILBOXES mailboxes (the first of them), and `contents`
+    distinct bodies in a temporary table of this connection, for corpus_grow."""
     from django.db import connection
 
     from accounts.services import account_create_with_key
@@ -43,9 +56,7 @@ def fill(messages: int, contents: int) -> tuple:
 
     owner, key = account_create_with_key(login="bench", plan="enterprise")
     rng = random.Random(7)
-    started = time.monotonic()
     with connection.cursor() as cursor:
-        cursor.execute("DROP INDEX content_words_gin")  # built once at the end, faster than row by row
         cursor.execute("CREATE TEMP TABLE bodies (n int, text text, words tsvector)")
         cursor.executemany("INSERT INTO bodies (n, text) VALUES (%s, %s)",
                            [(n, body_text(rng)) for n in range(contents)])
@@ -56,60 +67,77 @@ def fill(messages: int, contents: int) -> tuple:
             "SELECT gen_random_uuid(), %s, 's' || i || '@relay.localhost', 'active', now(), now() + interval '7 days', "
             " 0, 0, '', '', 0, '', '', '[]', '{}' FROM generate_series(1, %s) AS i", [owner.id, MAILBOXES])
         cursor.execute("CREATE TEMP TABLE boxes AS SELECT row_number() OVER () - 1 AS n, id FROM mailboxes_mailbox")
+    return key, Mailbox.objects.filter(owner=owner).first()
+
+
+def corpus_grow(have: int, messages: int) -> None:
+    """Messages number `have` + 1 to `messages` of corpus_start's owner, without the word
+    index (dropped: built once at the end by corpus_index, faster than row by row)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT owner_id FROM mailboxes_mailbox WHERE id = (SELECT id FROM boxes WHERE n = 0)")
+        owner_id = cursor.fetchone()[0]
+        cursor.execute("DROP INDEX IF EXISTS content_words_gin")
         # One content per message, as ingest makes them: a body, the message's own subject,
         # and the words of both (the raw bytes are left out: search never reads them).
+        cursor.execute("DROP TABLE IF EXISTS subjects")
         cursor.execute("CREATE TEMP TABLE subjects AS SELECT i, 'Order ' || i || CASE WHEN i %% 100000 = 7 "
                        " THEN ' zebra' WHEN i %% 1000 = 3 THEN ' quartz' ELSE '' END AS subject "
-                       "FROM generate_series(1, %s) AS i", [messages])
+                       "FROM generate_series(%s, %s) AS i", [have + 1, messages])
+        cursor.execute("SELECT count(*) FROM bodies")
+        contents = cursor.fetchone()[0]
         cursor.execute("SELECT coalesce(max(id), 0) FROM mailboxes_messagecontent")
-        first = cursor.fetchone()[0] + 1
+        first = cursor.fetchone()[0] + 1 - (have + 1)  # message i's content is first + i
         cursor.execute(
             "INSERT INTO mailboxes_messagecontent (id, raw, text, html, headers, attachments, parsed_fully, "
             " created_at, words) "
-            "SELECT %s + s.i - 1, '', b.text, '', '[]', '[]', true, now(), b.words || to_tsvector('simple', s.subject) "
+            "SELECT %s + s.i, '', b.text, '', '[]', '[]', true, now(), b.words || to_tsvector('simple', s.subject) "
             "FROM subjects s JOIN bodies b ON b.n = s.i %% %s", [first, contents])
         cursor.execute("SELECT setval(pg_get_serial_sequence('mailboxes_messagecontent', 'id'), "
                        "(SELECT max(id) FROM mailboxes_messagecontent))")
         cursor.execute(
             "INSERT INTO mailboxes_message (mailbox_id, owner_id, content_id, received_at, envelope_from, "
             " envelope_to, from_header, to_header, subject, size, has_attachments, is_read) "
-            "SELECT x.id, %s, %s + s.i - 1, now() - s.i * interval '1 second', 'sender@example.com', '', "
+            "SELECT x.id, %s, %s + s.i, now() - s.i * interval '1 second', 'sender@example.com', '', "
             " 'sender@example.com', '', s.subject, 10240, false, false "
-            "FROM subjects s JOIN boxes x ON x.n = s.i %% %s", [owner.id, first, MAILBOXES])
-        cursor.execute("UPDATE mailboxes_mailbox SET message_count = %s", [messages // MAILBOXES])
-    print(f"filled {messages:,} messages in {time.monotonic() - started:.0f} s", flush=True)
-    # The index the migration makes, built over the filled table as a restore would.
-    started = time.monotonic()
+            "FROM subjects s JOIN boxes x ON x.n = s.i %% %s", [owner_id, first, MAILBOXES])
+        cursor.execute("UPDATE mailboxes_mailbox SET message_count = %s WHERE id IN (SELECT id FROM boxes)",
+                       [messages // MAILBOXES])
+
+
+def corpus_index() -> tuple[str, str]:
+    """The index the migration makes, built over the filled table as a restore would, and
+    the tables analysed; the index's size and the messages' with their contents."""
+    from django.db import connection
+
     connection.set_autocommit(True)
     with connection.cursor() as cursor:
         cursor.execute("SET maintenance_work_mem = '1GB'")
         cursor.execute("CREATE INDEX content_words_gin ON mailboxes_messagecontent USING gin (words)")
         for table in ("mailboxes_messagecontent", "mailboxes_message", "mailboxes_mailbox"):
             cursor.execute(f"VACUUM ANALYZE {table}")
+    return corpus_sizes()
+
+
+def corpus_sizes() -> tuple[str, str]:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
         cursor.execute("SELECT pg_size_pretty(pg_relation_size('content_words_gin')), "
                        "pg_size_pretty(pg_total_relation_size('mailboxes_messagecontent')"
                        " + pg_total_relation_size('mailboxes_message'))")
-        index_size, table_size = cursor.fetchone()
-    print(f"indexed in {time.monotonic() - started:.0f} s: index {index_size}, messages {table_size}", flush=True)
-    mailbox = Mailbox.objects.filter(owner=owner).first()
-    return key, mailbox, index_size, table_size
+        return cursor.fetchone()
 
 
 def reuse() -> tuple:
-    from django.db import connection
-
     from accounts.models import Account
     from accounts.credentials import api_key_create
     from mailboxes.models import Mailbox
 
     owner = Account.objects.get(login="bench")
     _, key = api_key_create(account=owner)
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_size_pretty(pg_relation_size('content_words_gin')), "
-                       "pg_size_pretty(pg_total_relation_size('mailboxes_messagecontent')"
-                       " + pg_total_relation_size('mailboxes_message'))")
-        index_size, table_size = cursor.fetchone()
-    return key, Mailbox.objects.filter(owner=owner).first(), index_size, table_size
+    return (key, Mailbox.objects.filter(owner=owner).first(), *corpus_sizes())
 
 
 def ingest_cost(count: int) -> tuple[float, float]:
@@ -142,6 +170,19 @@ def ingest_cost(count: int) -> tuple[float, float]:
     return stored, (time.perf_counter() - started) * 1000 / count
 
 
+def wrk_with_cpu(web, path: str, *, database: str | None = None, **load) -> dict:
+    """wrk's figures (bench/api.py) for `path`, and where each request's time went: CPU
+    milliseconds per request of the web workers (`web`, their parent), of PostgreSQL (every
+    process, or the backends of `database`) and of wrk itself, which share the machine's cores."""
+    parts = {"web": lambda: cpu_seconds(web.pid), "PostgreSQL": lambda: postgres_cpu_seconds(database),
+             "wrk": lambda: sum(os.times()[2:4])}
+    before = {name: read() for name, read in parts.items()}
+    result = wrk(path, **load)
+    result["cpu_ms"] = {name: (read() - before[name]) * 1000 / max(1, result["requests"])
+                        for name, read in parts.items()}
+    return result
+
+
 def cpu(result: dict) -> str:
     """CPU per request, and the rate at which those milliseconds fill every core."""
     spent = result["cpu_ms"]
@@ -172,17 +213,9 @@ def main() -> None:
                              "-w", str(args.workers), "-b", f"127.0.0.1:{PORT}"], env={"RELAY_LOG_LEVEL": "WARNING"})
     wait_until(lambda: _answers(f"http://127.0.0.1:{PORT}/api/schema/"), 60, "gunicorn")
     load = dict(key=key, seconds=args.seconds, connections=args.connections)
-    # Where each request's time goes: CPU milliseconds per request of the web workers,
-    # of PostgreSQL and of wrk itself, which share the machine's cores.
-    parts = {"web": lambda: cpu_seconds(web.pid), "PostgreSQL": postgres_cpu_seconds,
-             "wrk": lambda: sum(os.times()[2:4])}
 
     def measured(path: str, **options) -> dict:
-        before = {name: read() for name, read in parts.items()}
-        result = wrk(path, **{**load, **options})
-        result["cpu_ms"] = {name: (read() - before[name]) * 1000 / max(1, result["requests"])
-                            for name, read in parts.items()}
-        return result
+        return wrk_with_cpu(web, path, **{**load, **options})
 
     try:
         wrk(f"/api/v1/mailboxes/{mailbox.id}", **{**load, "seconds": 3})  # warm up every worker

@@ -19,6 +19,7 @@ threads with nothing else running, to show what PostgreSQL alone allows here.
     scripts/bench.sh smtp_ingest [--messages 4000] [--connections 8] [--processes N]
 """
 import argparse
+import functools
 import os
 import smtplib
 import sys
@@ -37,8 +38,10 @@ from tests.ports import free_port
 RELAY_PORT, BARE_PORT = free_port(), free_port()
 LATENCY_MESSAGES = 500
 
-BARE_SERVER = f"""
+# The bare server's port is its first argument: `python -c BARE_SERVER PORT`.
+BARE_SERVER = """
 import asyncio
+import sys
 from aiosmtpd.controller import Controller
 
 class Discard:
@@ -49,7 +52,7 @@ class Discard:
     async def handle_DATA(self, server, session, envelope):
         return "250 OK"
 
-controller = Controller(Discard(), hostname="127.0.0.1", port={BARE_PORT})
+controller = Controller(Discard(), hostname="127.0.0.1", port=int(sys.argv[1]))
 controller.start()
 print("ready", flush=True)
 import signal
@@ -61,10 +64,15 @@ controller.stop()
 SENDER = "bench@bench.test"
 
 
-def message(to: str, number: int) -> bytes:
-    body = ("Relay benchmark line, long enough to look like mail. " * 2 + "\r\n") * 95
+@functools.cache
+def _body(size: int) -> str:
+    return ("Relay benchmark line, long enough to look like mail. " * 2 + "\r\n") * (size // 108 + 1)
+
+
+def message(to: str, number: int, size: int = 10_240) -> bytes:
+    """A plain-text message of `size` bytes (10 KB unless told) from SENDER to `to`."""
     return (f"From: {SENDER}\r\nTo: {to}\r\nSubject: bench {number}\r\n"
-            f"Message-ID: <{number}@bench.test>\r\n\r\n{body}").encode()[:10_240]
+            f"Message-ID: <{number}@bench.test>\r\n\r\n{_body(size)}").encode()[:size]
 
 
 def sender_dns():
@@ -80,8 +88,8 @@ def sender_dns():
     return server
 
 
-def blast(port: int, addresses: list[str], total: int, connections: int) -> float:
-    """Send `total` messages over `connections` parallel SMTP sessions; messages/s."""
+def blast(port: int, addresses: list[str], total: int, connections: int, size: int = 10_240) -> float:
+    """Send `total` messages of `size` bytes over `connections` parallel SMTP sessions; messages/s."""
     per_connection = total // connections
     errors: list[Exception] = []
 
@@ -90,7 +98,7 @@ def blast(port: int, addresses: list[str], total: int, connections: int) -> floa
             smtp = smtplib.SMTP("127.0.0.1", port, timeout=30)
             for n in range(per_connection):
                 to = addresses[(index + n) % len(addresses)]
-                smtp.sendmail(SENDER, [to], message(to, index * per_connection + n))
+                smtp.sendmail(SENDER, [to], message(to, index * per_connection + n, size))
             smtp.quit()
         except Exception as exc:  # reported below
             errors.append(exc)
@@ -180,7 +188,7 @@ def main() -> None:
     addresses = bench_addresses()
 
     dns = sender_dns()
-    bare = spawn("smtp-bare", [sys.executable, "-c", BARE_SERVER], ready="ready")
+    bare = spawn("smtp-bare", [sys.executable, "-c", BARE_SERVER, str(BARE_PORT)], ready="ready")
     servers = [spawn(f"smtp-relay-{number}", [sys.executable, "manage.py", "runsmtp", "--port", str(RELAY_PORT),
                                               *(["--reuse-port"] if args.processes > 1 else [])],
                      env={"RELAY_LOG_LEVEL": "WARNING", "RELAY_DNS_RESOLVERS": f"127.0.0.1:{dns.port}"},

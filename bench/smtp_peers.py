@@ -78,7 +78,7 @@ def main() -> None:
     store.mkdir(parents=True)
 
     dns = sender_dns()
-    bare = spawn("peers-bare", [sys.executable, "-c", BARE_SERVER], ready="ready")
+    bare = spawn("peers-bare", [sys.executable, "-c", BARE_SERVER, str(BARE_PORT)], ready="ready")
     maildev = spawn("peers-maildev", [str(MAILDEV), "--smtp", str(MAILDEV_SMTP), "--web", str(MAILDEV_WEB),
                                       "--ip", "127.0.0.1", "--web-ip", "127.0.0.1", "--mail-directory", str(store)],
                     ready="MailDev API running")

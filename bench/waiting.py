@@ -18,11 +18,10 @@ import sys
 import textwrap
 import threading
 import time
-import urllib.request
 
 from bench.api import PORT, _answers, wrk
-from bench.common import (celery_worker, command_line, fresh_database, record, setup_django, spawn, stop,
-                          wait_until)
+from bench.common import (celery_worker, command_line, fresh_database, get, hold_idle_waiters, record, setup_django,
+                          spawn, stop, wait_until)
 
 SMTP_PORT = 2597
 RECEIVER_PORT = 2596
@@ -47,27 +46,6 @@ RECEIVER = textwrap.dedent(f"""
     print("ready", flush=True)
     server.serve_forever()
 """)
-
-
-def get(url: str, key: str, timeout: float = 90) -> dict:
-    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"})
-    with urllib.request.urlopen(request, timeout=timeout) as response:
-        return json.loads(response.read())
-
-
-def hold_idle_waiters(count: int, mailbox_ids: list, key: str, stop_event: threading.Event) -> list:
-    """`count` clients, each re-asking `?wait=60` on a mailbox where nothing arrives."""
-    def waiter(mailbox_id) -> None:
-        while not stop_event.is_set():
-            try:
-                get(f"http://127.0.0.1:{PORT}/api/v1/mailboxes/{mailbox_id}/messages?wait=60", key)
-            except Exception:
-                time.sleep(0.5)
-    threads = [threading.Thread(target=waiter, args=(mailbox_ids[i % len(mailbox_ids)],), daemon=True)
-               for i in range(count)]
-    for thread in threads:
-        thread.start()
-    return threads
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -173,7 +151,7 @@ def main() -> None:
     wait_until(lambda: _answers(f"http://127.0.0.1:{PORT}/api/schema/"), 60, "the ASGI server")
     stop_idle = threading.Event()
     try:
-        idle = hold_idle_waiters(args.idle, quiet_ids, key, stop_idle)
+        idle = hold_idle_waiters(args.idle, quiet_ids, key, stop_idle, port=PORT)
         time.sleep(2)
         latencies = wake_latency(key, target, args.messages)
         stop_idle.set()
@@ -181,7 +159,7 @@ def main() -> None:
         wrk("/api/v1/whoami", **{**load, "seconds": 3})
         alone = wrk(f"/api/v1/mailboxes/{target.id}", **load)
         stop_crowd = threading.Event()
-        hold_idle_waiters(args.crowd, quiet_ids, key, stop_crowd)
+        hold_idle_waiters(args.crowd, quiet_ids, key, stop_crowd, port=PORT)
         time.sleep(3)
         crowded = wrk(f"/api/v1/mailboxes/{target.id}", **load)
         stop_crowd.set()

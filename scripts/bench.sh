@@ -3,7 +3,7 @@
 # PostgreSQL and Redis as for the tests (services.sh); a scratch database relay_bench.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-name=${1:?usage: scripts/bench.sh expiry_burst|expiry_lag|api|smtp_ingest|smtp_peers|submission|store_cost|mailer|waiting|dashboard|limiter_burst|broker_burst|search|soak|mcp_wait|mcp_cost|cyrus_read|verdicts [ARGS]}
+name=${1:?usage: scripts/bench.sh expiry_burst|expiry_lag|api|smtp_ingest|smtp_peers|submission|store_cost|mailer|waiting|dashboard|limiter_burst|broker_burst|search|soak|mcp_wait|mcp_cost|cyrus_read|verdicts|curves [ARGS]}
 shift
 . scripts/services.sh
 # The HTTP benchmarks drive load with wrk; install it when missing and this user may.
@@ -20,7 +20,7 @@ if [ "$name" = cyrus_read ] && [ ! -x /usr/lib/cyrus/bin/master ] && [ "$(id -u)
 fi
 # The verdicts benchmark runs an NSD of its own and signs with Mail::DKIM, the SMTP ones
 # serve their sender's records from an NSD; install Debian's when missing.
-if [[ "$name" =~ ^(verdicts|smtp_ingest|smtp_peers|submission)$ ]] && { ! command -v nsd >/dev/null || ! perl -MMail::DKIM -e1 2>/dev/null; } \
+if [[ "$name" =~ ^(verdicts|smtp_ingest|smtp_peers|submission|curves)$ ]] && { ! command -v nsd >/dev/null || ! perl -MMail::DKIM -e1 2>/dev/null; } \
     && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   echo "installing nsd, opendkim-tools and libmail-dkim-perl for the $name benchmark" >&2
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
@@ -37,6 +37,7 @@ fi
 # Search's million messages take ten minutes to fill: they live in a database of their
 # own, which the other benchmarks' fresh databases leave alone (its --reuse reads them).
 # Two clones benchmarking at once name their own: RELAY_BENCH_DATABASE, RELAY_BENCH_REDIS_DB.
+# The curves' search corpus is refilled in this database's name with _search after it.
 database=relay_bench
 [ "$name" = search ] && database=relay_bench_search
 database=${RELAY_BENCH_DATABASE:-$database}
