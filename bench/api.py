@@ -19,13 +19,13 @@ from bench.common import command_line, fresh_database, record, setup_django, spa
 PORT = 8765
 
 
-def wrk(path: str, *, key: str, seconds: int, connections: int, script: str | None = None) -> dict:
+def wrk(path: str, *, key: str, seconds: int, connections: int, script: str | None = None, port: int = PORT) -> dict:
     # wrk wants at least one connection per thread.
     args = ["wrk", "-t", str(min(2, connections)), "-c", str(connections), "-d", f"{seconds}s", "--latency",
             "-H", f"Authorization: Bearer {key}"]
     if script:
         args += ["-s", script]
-    output = subprocess.run(args + [f"http://127.0.0.1:{PORT}{path}"], capture_output=True, text=True, check=True,
+    output = subprocess.run(args + [f"http://127.0.0.1:{port}{path}"], capture_output=True, text=True, check=True,
                             env={"RELAY_KEY": key, "PATH": "/usr/bin:/bin"}).stdout
     p99 = re.search(r"99%\s+([\d.]+)(us|ms|s)", output)
     scale = {"us": 0.001, "ms": 1, "s": 1000}[p99.group(2)]

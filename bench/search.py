@@ -17,9 +17,10 @@ import random
 import sys
 import time
 
-from bench.api import PORT, _answers, wrk
+from bench.api import _answers, wrk
 from bench.common import (command_line, cpu_seconds, fresh_database, postgres_cpu_seconds, record, setup_django, spawn,
                           stop, wait_until)
+from bench.soak_parts import free_port
 
 VOCABULARY = 30_000
 MAILBOXES = 10_000
@@ -168,10 +169,11 @@ def main() -> None:
         fresh_database()
         setup_django()
         key, mailbox, index_size, table_size = fill(args.messages, args.contents)
+    port = free_port()  # another clone's benchmark may hold the usual one
     web = spawn("gunicorn", [sys.executable, "-m", "gunicorn", "config.asgi", "-k", "uvicorn_worker.UvicornWorker",
-                             "-w", str(args.workers), "-b", f"127.0.0.1:{PORT}"], env={"RELAY_LOG_LEVEL": "WARNING"})
-    wait_until(lambda: _answers(f"http://127.0.0.1:{PORT}/api/schema/"), 60, "gunicorn")
-    load = dict(key=key, seconds=args.seconds, connections=args.connections)
+                             "-w", str(args.workers), "-b", f"127.0.0.1:{port}"], env={"RELAY_LOG_LEVEL": "WARNING"})
+    wait_until(lambda: _answers(f"http://127.0.0.1:{port}/api/schema/"), 60, "gunicorn")
+    load = dict(key=key, seconds=args.seconds, connections=args.connections, port=port)
     # Where each request's time goes: CPU milliseconds per request of the web workers,
     # of PostgreSQL and of wrk itself, which share the machine's cores.
     parts = {"web": lambda: cpu_seconds(web.pid), "PostgreSQL": postgres_cpu_seconds,
