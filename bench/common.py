@@ -141,15 +141,23 @@ def cpu_seconds(pid: int) -> float:
     return total
 
 
-def postgres_cpu_seconds() -> float:
-    """CPU time of every PostgreSQL process on this machine (the server and its backends)."""
+def postgres_cpu_seconds(database: str | None = None) -> float:
+    """CPU time of every PostgreSQL process on this machine (the server and its backends),
+    or, given `database`, of the backends connected to it alone: on a machine shared with
+    other benchmarks, theirs are not this run's. (A backend that exits meanwhile takes
+    its CPU with it: count only where connections are kept.)"""
     total = 0.0
     for entry in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{entry}/stat") as stat:
                 text = stat.read()
-            if text.rsplit(")", 1)[0].endswith("(postgres"):
-                total += _stat_cpu_seconds(text)
+            if not text.rsplit(")", 1)[0].endswith("(postgres"):
+                continue
+            if database is not None:
+                with open(f"/proc/{entry}/cmdline", "rb") as cmdline:  # "postgres: [CLUSTER: ]USER DATABASE HOST(PORT) STATE"
+                    if database.encode() not in cmdline.read().split():
+                        continue
+            total += _stat_cpu_seconds(text)
         except (OSError, ValueError, IndexError):  # not a process, or one that just ended
             pass
     return total
