@@ -13,37 +13,19 @@ import os
 import re
 
 import django
-from asgiref.sync import ThreadSensitiveContext
 from django.conf import settings
-from django.core.handlers.asgi import ASGIHandler
 from django.urls import get_resolver
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 # Read by config/settings.py: under ASGI a request's thread-sensitive sync parts run on a
-# thread that is not the pooled views' (RelayASGIHandler), so a database connection kept
+# thread that is not the pooled views' (core.pools.KeptThreadsASGIHandler), so a database connection kept
 # open past the request there (CONN_MAX_AGE) would pile up to PostgreSQL's limit.
 os.environ["RELAY_SERVING_ASGI"] = "1"
 django.setup(set_prefix=False)
 
-from core.pools import REQUEST_THREADS  # noqa: E402 (needs Django set up)
+from core.pools import KeptThreadsASGIHandler  # noqa: E402 (needs Django set up)
 
-
-class RelayASGIHandler(ASGIHandler):
-    """Django's ASGI handler, each request's thread-sensitive calls on a thread kept for
-    the next request (core.pools.RequestThreads) rather than one started for it."""
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            raise ValueError(f"Django can only handle ASGI/HTTP connections, not {scope['type']}.")
-        thread = REQUEST_THREADS.take()
-        try:
-            async with ThreadSensitiveContext(executor=thread):
-                await self.handle(scope, receive, send)
-        finally:
-            REQUEST_THREADS.give_back(thread)
-
-
-django_app = RelayASGIHandler()
+django_app = KeptThreadsASGIHandler()
 
 from api.agents.server import http_app  # noqa: E402 (needs Django set up)
 from api.errors import MESSAGES, error_body  # noqa: E402

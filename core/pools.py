@@ -7,8 +7,9 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from functools import wraps
 
-from asgiref.sync import sync_to_async
+from asgiref.sync import ThreadSensitiveContext, sync_to_async
 from django.conf import settings
+from django.core.handlers.asgi import ASGIHandler
 from django.db import connections
 from django.views.decorators.csrf import csrf_exempt
 
@@ -128,6 +129,21 @@ class RequestThreads:
 
 # The event loop's thread takes and gives back (one per process): as many as requests at once.
 REQUEST_THREADS = RequestThreads(most=64)
+
+
+class KeptThreadsASGIHandler(ASGIHandler):
+    """Django's ASGI handler (config/asgi.py), each request's thread-sensitive calls on a
+    thread of REQUEST_THREADS, kept for the next request, rather than one started for it."""
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            raise ValueError(f"Django can only handle ASGI/HTTP connections, not {scope['type']}.")
+        thread = REQUEST_THREADS.take()
+        try:
+            async with ThreadSensitiveContext(executor=thread):
+                await self.handle(scope, receive, send)
+        finally:
+            REQUEST_THREADS.give_back(thread)
 
 
 def usable_connections() -> None:
