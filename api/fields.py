@@ -28,6 +28,21 @@ def validated(serializer_class, data) -> dict:
     return serializer.validated_data
 
 
+class FieldsBoundOnce:
+    """For a serializer reading a request's query (plain fields, no context): its fields
+    built and bound once per class, as RenderedOnce's are for an answer (DRF deep-copies
+    every declared field for each serializer it makes); the fields keep no state while
+    validating, so the threads serving requests may share them."""
+
+    @property
+    def fields(self):
+        fields = type(self).__dict__.get("_fields_bound_once")
+        if fields is None:  # a race builds them twice, harmlessly
+            fields = super().fields
+            type(self)._fields_bound_once = fields
+        return fields
+
+
 # Refuses unknown fields, naming them ("ttl" must not silently mean the default). A comment:
 # the schema would show a docstring on every request body.
 class StrictSerializer(serializers.Serializer):

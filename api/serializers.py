@@ -8,6 +8,7 @@ from rest_framework import serializers
 
 from api.fields import (
     DomainField,
+    FieldsBoundOnce,
     LocalPartField,
     QueryChoiceField,
     QueryDateTimeField,
@@ -111,7 +112,7 @@ class MailboxListQuerySerializer(serializers.Serializer):
     ordering = QueryChoiceField(choices=MAILBOX_ORDERINGS, required=False, default="-created_at")
 
 
-class MessageSearchQuerySerializer(serializers.Serializer):
+class MessageSearchQuerySerializer(FieldsBoundOnce, serializers.Serializer):
     q = SearchTextField("words", required=False,
                         help_text='Words in the subject or text, all of them ("a phrase", or, -word work too).')
     vars()["from"] = SearchTextField("sender", required=False, source="sender",

@@ -12,16 +12,20 @@ import json
 import os
 import re
 
+import django
 from django.conf import settings
-from django.core.asgi import get_asgi_application
 from django.urls import get_resolver
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-# Read by config/settings.py: under ASGI each request runs its sync parts in a thread
-# of its own, so a database connection kept open past the request (CONN_MAX_AGE) would
-# be left behind with that thread, and they would pile up to PostgreSQL's limit.
+# Read by config/settings.py: under ASGI a request's thread-sensitive sync parts run on a
+# thread that is not the pooled views' (core.pools.KeptThreadsASGIHandler), so a database connection kept
+# open past the request there (CONN_MAX_AGE) would pile up to PostgreSQL's limit.
 os.environ["RELAY_SERVING_ASGI"] = "1"
-django_app = get_asgi_application()
+django.setup(set_prefix=False)
+
+from core.pools import KeptThreadsASGIHandler  # noqa: E402 (needs Django set up)
+
+django_app = KeptThreadsASGIHandler()
 
 from api.agents.server import http_app  # noqa: E402 (needs Django set up)
 from api.errors import MESSAGES, error_body  # noqa: E402

@@ -7,8 +7,9 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from functools import wraps
 
-from asgiref.sync import sync_to_async
+from asgiref.sync import ThreadSensitiveContext, sync_to_async
 from django.conf import settings
+from django.core.handlers.asgi import ASGIHandler
 from django.db import connections
 from django.views.decorators.csrf import csrf_exempt
 
@@ -83,6 +84,66 @@ class _Place:
 DNS_CHECKS = BoundedPool("domain checks", 4, retry_after=5, waiting=28)
 SPAM_CHECKS = BoundedPool("spam checks", settings.RELAY_SPAMD_THREADS, retry_after=settings.RELAY_SPAMD_TIMEOUT_SECONDS)
 CLIENT_DOCUMENTS = BoundedPool("client ID document fetches", settings.RELAY_CLIENT_DOCUMENT_THREADS, retry_after=5)
+
+
+class _RequestThread(ThreadPoolExecutor):
+    """One thread for a request's thread-sensitive calls, counting the calls not yet done."""
+
+    def __init__(self) -> None:
+        super().__init__(max_workers=1, thread_name_prefix="request")
+        self._counting = threading.Lock()
+        self.pending = 0
+
+    def submit(self, fn, /, *args, **kwargs):
+        with self._counting:
+            self.pending += 1
+        future = super().submit(fn, *args, **kwargs)
+        future.add_done_callback(self._done)
+        return future
+
+    def _done(self, future) -> None:
+        with self._counting:
+            self.pending -= 1
+
+
+class RequestThreads:
+    """The threads Django runs a request's thread-sensitive calls on (its signals, the
+    response's close, a view that is not pooled), one request at a time each, kept for
+    the next request instead of a thread started and joined for every one (asgiref's
+    default, which holds the event loop while each starts). A thread still busy when its
+    request ends (a cancelled call) is not kept."""
+
+    def __init__(self, most: int) -> None:
+        self.most = most
+        self.free: list[_RequestThread] = []
+
+    def take(self) -> _RequestThread:
+        return self.free.pop() if self.free else _RequestThread()
+
+    def give_back(self, thread: _RequestThread) -> None:
+        if thread.pending == 0 and len(self.free) < self.most:
+            self.free.append(thread)
+        else:
+            thread.shutdown(wait=False)
+
+
+# The event loop's thread takes and gives back (one per process): as many as requests at once.
+REQUEST_THREADS = RequestThreads(most=64)
+
+
+class KeptThreadsASGIHandler(ASGIHandler):
+    """Django's ASGI handler (config/asgi.py), each request's thread-sensitive calls on a
+    thread of REQUEST_THREADS, kept for the next request, rather than one started for it."""
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            raise ValueError(f"Django can only handle ASGI/HTTP connections, not {scope['type']}.")
+        thread = REQUEST_THREADS.take()
+        try:
+            async with ThreadSensitiveContext(executor=thread):
+                await self.handle(scope, receive, send)
+        finally:
+            REQUEST_THREADS.give_back(thread)
 
 
 def usable_connections() -> None:

@@ -161,16 +161,28 @@ def words_match(words: str, *, vector: str, texts: tuple[str, ...]) -> Q:
     return found
 
 
+# A word search's plan on PostgreSQL: bitmap scans only (so the GIN index is used; the
+# planner ignores TOAST's cost) and no parallel workers.
+_WORDS_PLAN = ("SET LOCAL enable_seqscan = off; SET LOCAL enable_indexscan = off;"
+               " SET LOCAL max_parallel_workers_per_gather = 0")
+
+
 @contextmanager
 def words_plan() -> Iterator[None]:
-    """Run a word search inside this: on PostgreSQL, bitmap scans only (so the GIN index is
-    used; the planner ignores TOAST's cost) and no parallel workers."""
+    """Run a word search inside this: the word search's plan, for the transaction it opens."""
     if not _postgresql():
         yield
         return
     with transaction.atomic():
         with connection.cursor() as cursor:
-            cursor.execute("SET LOCAL enable_seqscan = off; SET LOCAL enable_indexscan = off;"
-                           " SET LOCAL max_parallel_workers_per_gather = 0")
+            cursor.execute(_WORDS_PLAN)
         yield
+
+
+def under_words_plan(sql: str) -> str:
+    """One statement, `sql`, to run under the word search's plan in the same trip to the
+    server: on PostgreSQL the settings ahead of it in one query string, which the server
+    runs as one transaction of its own, so SET LOCAL lasts until the statement's end and
+    no transaction is opened and committed around it (words_plan's three more trips)."""
+    return f"{_WORDS_PLAN}; {sql}" if _postgresql() else sql
 

@@ -19,8 +19,10 @@ from mailboxes.mail_format import NOT_ONE_LINE, breaks_line
 from mailboxes.messages import contents_index_all_words
 from mailboxes.models import Mailbox, MailboxStatus, Message, MessageContent
 from core.clock import db_now
-from core.storage import clock_read, clock_sql, json_list_has, keeps_search_words, words_match, words_plan
+from core.storage import (clock_read, clock_sql, json_list_has, keeps_search_words, under_words_plan, words_match,
+                          words_plan)
 from relay import mailserver
+from relay.backends import mail_store
 
 # --- the entry ------------------------------------------------------------------------------------
 # What a search's text filters take, and the names callers give them (the API's query
@@ -82,12 +84,12 @@ def mailboxes_lazy_expire(*, mailboxes, now: datetime | None = None) -> int:
             return ended
 
 
-def mailboxes_freshen(caller: Caller) -> QuerySet:
+def mailboxes_freshen(caller: Caller) -> None:
     """Before a read across all the caller's mailboxes (a search): the mail server's
-    newest deliveries into them are read first. Returns the mailboxes the caller sees."""
-    visible = mailboxes_visible_to(caller)
-    mailserver.read_now(visible)
-    return visible
+    newest deliveries into them are read first (nothing to read where Relay's own SMTP
+    stores the mail)."""
+    if mail_store() is not None:
+        mailserver.read_now(mailboxes_visible_to(caller))
 
 
 def message_search(*, caller: Caller | None, mailbox: Mailbox | None = None, words: str = "",
@@ -106,7 +108,7 @@ def _message_search_pages(*, caller: Caller | None, mailbox: Mailbox | None = No
     as an OwnerWordSearch, the owed words written first."""
     if (words and mailbox is None and after is None and caller is not None and caller.owner is not None
             and not any(filters.values()) and keeps_search_words()):
-        contents_index_all_words(messages=messages_in_scope(caller=caller))
+        contents_index_all_words(messages=lambda: messages_in_scope(caller=caller))
         return OwnerWordSearch(owner_id=caller.owner.id, words=words)
     return message_search(caller=caller, mailbox=mailbox, words=words, after=after, **filters)
 
@@ -154,6 +156,9 @@ def messages_read(*, caller: Caller | None, search: dict, mailbox: Mailbox | Non
     client pages), to be made into the door's answer inside the block, which runs under
     the word search's plan."""
     rows = (_message_search_pages if pages else message_search)(caller=caller, mailbox=mailbox, **search)
+    if isinstance(rows, OwnerWordSearch):  # its one statement carries the plan
+        yield rows
+        return
     with words_search_plan(search.get("words", "")):
         yield rows
 
@@ -294,7 +299,7 @@ class OwnerWordSearch:
 
     def page_with_total(self, offset: int, limit: int) -> list[Message]:
         """Messages offset to offset + limit, each with `relay_total`: how many match in all."""
-        return list(Message.objects.raw(self.PAGE, [self.owner_id, self.words, limit, offset]))
+        return list(Message.objects.raw(under_words_plan(self.PAGE), [self.owner_id, self.words, limit, offset]))
 
 
 def messages_in_scope(*, caller: Caller | None, mailbox: Mailbox | None = None) -> QuerySet:

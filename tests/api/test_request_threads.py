@@ -1,0 +1,66 @@
+"""The web process's Django handler (core.pools.KeptThreadsASGIHandler, config/asgi.py): a
+request's thread-sensitive calls (Django's request signals, the response's close, a view
+that is not pooled) run on one thread, kept for the next request, instead of a thread
+started and joined for each; a thread still busy when its request ends is not kept."""
+import threading
+
+from asgiref.sync import async_to_sync
+from asgiref.testing import ApplicationCommunicator
+from django.core.signals import request_finished, request_started
+
+from core.pools import KeptThreadsASGIHandler, RequestThreads
+
+
+def _get(app, path: str) -> int:
+    async def run() -> int:
+        scope = {"type": "http", "method": "GET", "path": path, "raw_path": path.encode(), "query_string": b"",
+                 "headers": [(b"host", b"localhost")], "http_version": "1.1", "scheme": "http",
+                 "server": ("localhost", 80), "client": ("127.0.0.1", 40000), "root_path": ""}
+        communicator = ApplicationCommunicator(app, scope)
+        await communicator.send_input({"type": "http.request", "body": b""})
+        start = await communicator.receive_output(30)
+        while (await communicator.receive_output(30)).get("more_body"):
+            pass
+        await communicator.wait(30)  # the handler returned: its thread is given back
+        return start["status"]
+
+    return async_to_sync(run)()
+
+
+def test_each_requests_thread_sensitive_calls_share_a_thread_kept_for_the_next_request(db):
+    seen = []
+
+    def started(**kwargs):
+        seen.append(("started", threading.get_ident()))
+
+    def finished(**kwargs):
+        seen.append(("finished", threading.get_ident()))
+
+    request_started.connect(started)
+    request_finished.connect(finished)
+    try:
+        app = KeptThreadsASGIHandler()
+        statuses = [_get(app, "/api/v1/mailboxes") for _ in range(3)]
+    finally:
+        request_started.disconnect(started)
+        request_finished.disconnect(finished)
+    assert statuses == [401, 401, 401]
+    assert [event for event, _ in seen] == ["started", "finished"] * 3
+    threads = {thread for _, thread in seen}
+    assert len(threads) == 1 and threading.get_ident() not in threads
+
+
+def test_a_thread_still_busy_when_its_request_ends_is_not_kept():
+    threads = RequestThreads(most=4)
+    idle = threads.take()
+    idle.submit(lambda: None).result(timeout=10)
+    threads.give_back(idle)
+    assert threads.take() is idle
+
+    busy, release = threads.take(), threading.Event()
+    call = busy.submit(release.wait, 10)
+    threads.give_back(busy)
+    assert busy not in threads.free
+    release.set()
+    call.result(timeout=10)
+    assert threads.take() is not busy
