@@ -63,7 +63,7 @@ if ! redis_up $REDIS_PORT; then
 fi
 
 
-# RabbitMQ, for the worker tests that run on it too (tests/expiry/test_workers.py): the local
+# RabbitMQ, for the worker tests that run on it too (tests/expiry/test_workers_rabbitmq.py): the local
 # one, started if it is down and the server is installed; without it those tests skip.
 rabbitmq_up() {  # rabbitmq_up PORT
   $BIN/python -c "import socket,sys; socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=2).close()" "$1" >/dev/null 2>&1

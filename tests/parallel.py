@@ -9,8 +9,10 @@ pytest plugin (pytest.ini loads it with `-p`) that keeps the xdist workers apart
   waiters, and counts of subscriptions (`PUBSUB NUMPAT`) would add up both.
 - Everything else a test starts (Cyrus, NSD, spamd, Chromium, SMTP servers, web processes)
   is under its own temp dir on free ports already. What one file shares with itself (the
-  RabbitMQ queues of tests/expiry/test_workers.py, the namespaces of tests/hosts.py) stays
-  on one worker: `--dist loadfile` sends a file's tests to one worker.
+  RabbitMQ queues of tests/expiry/test_workers_rabbitmq.py, the namespaces of tests/hosts.py)
+  stays on one worker: `--dist loadfile` sends a file's tests to one worker.
+- The order: the longest files first (below), so neither worker is left with a long file
+  at the end while the other has nothing to do.
 
 Without xdist (`scripts/test.sh tests/…`) this does nothing."""
 import atexit
@@ -19,6 +21,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections import OrderedDict
 from pathlib import Path
 
 import redis
@@ -71,3 +74,39 @@ _worker = os.environ.get("PYTEST_XDIST_WORKER")
 if _worker:
     # Before pytest-django imports config.settings: the broker URL is read once, there.
     os.environ["CELERY_BROKER_URL"] = _private_redis(_worker)
+
+
+# --- Which file goes first -------------------------------------------------------------------------
+# `--dist loadfile` hands each worker a file at a time, most tests first; by time, a long
+# file that starts late holds the whole run while the other worker has nothing left. This
+# scheduler hands them out longest first instead, by the seconds each took in a whole run
+# (tests/file_seconds.json, written by RELAY_TEST_FILE_SECONDS=tests/file_seconds.json make
+# test; tests/slowest_files.py). A file not in it (a new one) is reckoned at the suite's
+# mean seconds a test, times its tests. Only the order changes: a file still runs whole on
+# one worker.
+FILE_SECONDS = Path(__file__).with_name("file_seconds.json")
+
+
+class LongestFirst(OrderedDict):
+    """xdist's queue of files (path: {test id: done}), handing out the longest first."""
+
+    def popitem(self, last: bool = True):
+        if not hasattr(self, "estimates"):  # the first file asked for: the queue is complete
+            import json
+
+            known = json.loads(FILE_SECONDS.read_text()) if FILE_SECONDS.exists() else {}
+            measured = [(seconds, len(self[path])) for path, seconds in known.items() if path in self]
+            per_test = sum(s for s, _ in measured) / max(1, sum(n for _, n in measured)) if measured else 1.0
+            self.estimates = {path: known.get(path, len(tests) * per_test) for path, tests in self.items()}
+        path = max(self, key=lambda path: self.estimates.get(path, 0.0))
+        return path, self.pop(path)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "loadfile":
+        return None  # xdist's own
+    from xdist.scheduler import LoadFileScheduling
+
+    scheduler = LoadFileScheduling(config, log)
+    scheduler.workqueue = LongestFirst()
+    return scheduler

@@ -18,17 +18,26 @@ from mailboxes.models import Mailbox
 from relay_client import Mailbox as MailboxResult, Message, Relay, RelayError, WaitTimeout, verify_webhook
 from tests.helpers import ROOT, wait_until
 from tests.mail_corpus import send_mail
+from tests.stalwart_fake import MAIL_SERVER_ID, TOKEN
 from tests.relay.inbound.test_submission import no_auth_failures  # noqa: F401 (a fixture)
 from webhooks.signing import new_secret, sign
 
 pytestmark = pytest.mark.workers
 
 
+@pytest.fixture(scope="module")
+def web(module_processes, stalwart_server):
+    """One web process for the tests that only talk to it, on the fake Stalwart as `processes`
+    would start it: starting one per test was most of their time. Each test still has rows
+    of its own, an empty Redis and a reset Stalwart (`live`)."""
+    return module_processes.start_web(env={"RELAY_BACKEND": "stalwart", "STALWART_URL": stalwart_server.url,
+                                           "STALWART_TOKEN": TOKEN, "RELAY_AUTHSERV_ID": MAIL_SERVER_ID})
+
+
 @pytest.fixture
-def live(processes):
-    base = processes.start_web()
+def live(web, transactional_db, stalwart, broker):
     _, key = account_create_with_key(login="tester", plan="pro")
-    return base, key
+    return web, key
 
 
 @pytest.fixture

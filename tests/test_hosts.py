@@ -16,7 +16,7 @@ import requests
 from accounts.services import account_create_with_key
 from mailboxes.models import Mailbox
 from tests.conftest import CELERY, WEB_READY
-from tests.expiry.test_workers import assert_each_deprovisioned_once_and_never_early, wait_settled
+from tests.expiry.workers import assert_each_deprovisioned_once_and_never_early, wait_settled
 from tests.helpers import answers, free_port, wait_until
 from tests.hosts import Hosts, why_no_hosts
 from tests.mail_corpus import mail

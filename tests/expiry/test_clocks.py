@@ -13,7 +13,7 @@ from django_celery_beat.models import PeriodicTask
 from core.schedules import SWEEP_TASK_NAME
 from mailboxes.models import Mailbox
 from tests.conftest import CELERY
-from tests.expiry.test_workers import assert_each_deprovisioned_once_and_never_early, wait_settled
+from tests.expiry.workers import assert_each_deprovisioned_once_and_never_early, wait_settled
 from tests.helpers import make_mailboxes
 
 pytestmark = pytest.mark.workers

@@ -1,6 +1,6 @@
 """Each case of the expire decision (docs/architecture.md): what one expire task does with one
 mailbox, run in this process against the fake Stalwart. Real worker processes are in
-test_workers.py; the sweep is in test_sweep.py."""
+workers.py (test_workers_redis.py, test_workers_rabbitmq.py); the sweep is in test_sweep.py."""
 import threading
 import uuid
 from datetime import timedelta

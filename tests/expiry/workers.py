@@ -1,8 +1,12 @@
 """The expiry engine with real `celery worker` and `celery beat` processes, real
 PostgreSQL and the fake Stalwart: many workers, overlapping sweeps, and faults. Every
-test runs on both brokers Relay supports in production: Redis, and RabbitMQ (where there
-is no Redis at all: the cache, the backend limiter and waiters fall back to the
-database, as they do in a Redis-free deployment)."""
+test here runs on both brokers Relay supports in production, each in a file of its own
+that gives its `on_broker` fixture: Redis (test_workers_redis.py), and RabbitMQ
+(test_workers_rabbitmq.py; there is no Redis at all: the cache, the backend limiter and
+waiters fall back to the database, as they do in a Redis-free deployment). Two files, so
+that `--dist loadfile` can run them on both cores at once: the Redis ones use the xdist
+worker's own Redis, while the RabbitMQ ones share the machine's server and stay together.
+This module is not collected itself (its name does not start with test_)."""
 import shutil
 import statistics
 import subprocess
@@ -16,13 +20,11 @@ from mailboxes.models import Mailbox
 from tests.helpers import make_mailbox, make_mailboxes, wait_until
 from tests.stalwart_fake import CONCURRENCY, FORBIDDEN_IN_BODY, HTTP_503, RATE_LIMITED
 
-pytestmark = pytest.mark.workers
-
 RABBITMQ = "amqp://guest:guest@127.0.0.1:5672//"
 QUEUES = ("celery", "sweep")
 
 
-def _rabbitmq_answers() -> bool:
+def rabbitmq_answers() -> bool:
     try:
         with kombu.Connection(RABBITMQ, connect_timeout=2) as connection:
             connection.ensure_connection(max_retries=1)
@@ -84,15 +86,6 @@ class RabbitBroker:
 
 def _rabbitmqctl(*args: str) -> str:
     return subprocess.run(["rabbitmqctl", *args], check=True, capture_output=True, text=True, timeout=60).stdout
-
-
-@pytest.fixture(params=["redis", "rabbitmq"])
-def on_broker(request, processes, broker):
-    if request.param == "rabbitmq":
-        if not _rabbitmq_answers():
-            pytest.skip("RabbitMQ is not running on 127.0.0.1:5672 (make test starts the machine's server)")
-        return RabbitBroker(broker, processes)
-    return RedisBroker(broker, processes)
 
 
 def settled(ids) -> int:
