@@ -99,21 +99,15 @@ def rule_from_form(form) -> dict:
     the field a number could not be read from."""
     rule = {"stage": form.get("stage", ""), "message": form.get("message", "").strip(),
             "match": form.get("match", "").strip()}
-    code = whole_number(form.get("code", "").strip(), field="code", low=400, high=599)
-    if code is not None:
-        rule["code"] = code
-    probability = _decimal(form.get("probability", ""), field="probability",
-                           message="probability must be a number from 0 to 1.")
-    if probability is not None:
-        rule["probability"] = probability
-    times = whole_number(form.get("times", "").strip(), field="times", low=1, high=TIMES_MAX)
-    if times is not None:
-        rule["times"] = times
-    delay = _decimal(form.get("delay_seconds", ""), field="delay_seconds",
-                     message="delay_seconds must be a number from 0 to 30.")
-    if delay is not None:
-        rule["delay_seconds"] = delay
-    return rule
+    numbers = {
+        "code": whole_number(form.get("code", "").strip(), field="code", low=400, high=599),
+        "probability": _decimal(form.get("probability", ""), field="probability",
+                                message="probability must be a number from 0 to 1."),
+        "times": whole_number(form.get("times", "").strip(), field="times", low=1, high=TIMES_MAX),
+        "delay_seconds": _decimal(form.get("delay_seconds", ""), field="delay_seconds",
+                                  message="delay_seconds must be a number from 0 to 30."),
+    }
+    return rule | {name: value for name, value in numbers.items() if value is not None}
 
 
 def rules_shown(rules: list) -> list[dict]:

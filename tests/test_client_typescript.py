@@ -88,7 +88,10 @@ def test_node_test_runner_against_a_live_relay(processes, smtp_server_with_submi
     processes.mailer("mailer")
     # A sandbox's settings name the submission port, as the web process is told it.
     submission_port = smtp_server.submission_port
-    base = processes.start_web(env={"RELAY_MAX_OPEN_WAITS": "3", "RELAY_SUBMISSION_PORT": str(submission_port)})
+    # The web process names the security the SMTP process offers (starttls): it has the certificate too.
+    base = processes.start_web(env={"RELAY_MAX_OPEN_WAITS": "3", "RELAY_SUBMISSION_PORT": str(submission_port),
+                                    "RELAY_SMTP_TLS_CERT": str(certificates / "server.pem"),
+                                    "RELAY_SMTP_TLS_KEY": str(certificates / "server.key")})
     _, key = account_create_with_key(login="typescript", plan="pro")
     _, busy_key = account_create_with_key(login="typescript-busy", plan="pro")
     secret, body, now = new_secret(), '{"type":"message.received"}', int(time.time())
