@@ -192,6 +192,29 @@ def machine() -> str:
     return f"{os.cpu_count()} cores, {mem_kib / 1024 / 1024:.0f} GiB"
 
 
+def in_threads(work, count: int, who: str) -> float:
+    """`work(index)` for each index below `count`, each on a thread of its own, all at once:
+    the seconds they took together. SystemExit naming the first failure, if any failed."""
+    errors: list[Exception] = []
+
+    def guarded(index: int) -> None:
+        try:
+            work(index)
+        except Exception as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=guarded, args=(index,)) for index in range(count)]
+    started = time.monotonic()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.monotonic() - started
+    if errors:
+        raise SystemExit(f"{len(errors)} {who} failed: {errors[0]!r}")
+    return elapsed
+
+
 def record(section: str, command: str, figures: str) -> None:
     """Add a row to the results table of `section` in docs/benchmarks.md."""
     marker = f"<!-- results:{section} -->"

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import psycopg2
 
-from bench.common import (bench_addresses, celery_worker, command_line, cpu_seconds, fresh_database,
+from bench.common import (bench_addresses, celery_worker, command_line, cpu_seconds, fresh_database, in_threads,
                           postgres_cpu_seconds, record, rss_mb, setup_django, spawn, stop, wait_until)
 from tests.ports import free_port
 
@@ -91,26 +91,15 @@ def sender_dns():
 def blast(port: int, addresses: list[str], total: int, connections: int, size: int = 10_240) -> float:
     """Send `total` messages of `size` bytes over `connections` parallel SMTP sessions; messages/s."""
     per_connection = total // connections
-    errors: list[Exception] = []
 
     def sender(index: int) -> None:
-        try:
-            smtp = smtplib.SMTP("127.0.0.1", port, timeout=30)
-            for n in range(per_connection):
-                to = addresses[(index + n) % len(addresses)]
-                smtp.sendmail(SENDER, [to], message(to, index * per_connection + n, size))
-            smtp.quit()
-        except Exception as exc:  # reported below
-            errors.append(exc)
+        smtp = smtplib.SMTP("127.0.0.1", port, timeout=30)
+        for n in range(per_connection):
+            to = addresses[(index + n) % len(addresses)]
+            smtp.sendmail(SENDER, [to], message(to, index * per_connection + n, size))
+        smtp.quit()
 
-    threads = [threading.Thread(target=sender, args=(i,)) for i in range(connections)]
-    started = time.monotonic()
-    [t.start() for t in threads]
-    [t.join() for t in threads]
-    elapsed = time.monotonic() - started
-    if errors:
-        raise SystemExit(f"{len(errors)} sender(s) failed: {errors[0]!r}")
-    return per_connection * connections / elapsed
+    return per_connection * connections / in_threads(sender, connections, "sender(s)")
 
 
 def one_at_a_time(port: int, addresses: list[str], count: int) -> tuple[float, float]:

@@ -14,10 +14,9 @@ import argparse
 import smtplib
 import statistics
 import sys
-import threading
 import time
 
-from bench.common import (bench_addresses, command_line, fresh_database, record, setup_django, spawn, stop,
+from bench.common import (bench_addresses, command_line, fresh_database, in_threads, record, setup_django, spawn, stop,
                           wait_until)
 from bench.smtp_ingest import _answers, blast, message, sender_dns
 
@@ -28,30 +27,19 @@ AUTH_CONNECTIONS = 300
 def submit(logins: list[tuple[str, str]], total: int, connections: int) -> float:
     """Send `total` messages over `connections` signed-in sessions; messages/s."""
     per_connection = total // connections
-    errors: list[Exception] = []
 
     def sender(index: int) -> None:
         username, password = logins[index % len(logins)]
-        try:
-            smtp = smtplib.SMTP("127.0.0.1", SUBMISSION_PORT, timeout=30)
-            smtp.ehlo()
-            smtp.user, smtp.password = username, password
-            smtp.auth("PLAIN", smtp.auth_plain)
-            for n in range(per_connection):
-                to = f"customer{n % 50}@customer.example"
-                smtp.sendmail("app@staging.example", [to], message(to, index * per_connection + n))
-            smtp.quit()
-        except Exception as exc:  # reported below
-            errors.append(exc)
+        smtp = smtplib.SMTP("127.0.0.1", SUBMISSION_PORT, timeout=30)
+        smtp.ehlo()
+        smtp.user, smtp.password = username, password
+        smtp.auth("PLAIN", smtp.auth_plain)
+        for n in range(per_connection):
+            to = f"customer{n % 50}@customer.example"
+            smtp.sendmail("app@staging.example", [to], message(to, index * per_connection + n))
+        smtp.quit()
 
-    threads = [threading.Thread(target=sender, args=(i,)) for i in range(connections)]
-    started = time.monotonic()
-    [t.start() for t in threads]
-    [t.join() for t in threads]
-    elapsed = time.monotonic() - started
-    if errors:
-        raise SystemExit(f"{len(errors)} submitter(s) failed: {errors[0]!r}")
-    return per_connection * connections / elapsed
+    return per_connection * connections / in_threads(sender, connections, "submitter(s)")
 
 
 def connection_ms(login: tuple[str, str] | None) -> float:

@@ -14,11 +14,9 @@ import argparse
 import smtplib
 import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
 
-from bench.common import (bench_addresses, command_line, cpu_seconds, fresh_database, record, setup_django,
+from bench.common import (bench_addresses, command_line, cpu_seconds, fresh_database, in_threads, record, setup_django,
                           spawn, stop, wait_until)
 from tests import dkim_keys, dns_server
 
@@ -33,23 +31,12 @@ def message(to: str, number: int) -> bytes:
 
 def blast(port: int, signed: list[tuple[str, bytes]], connections: int) -> float:
     """Send every (recipient, message) over `connections` parallel sessions; messages/s."""
-    errors: list[Exception] = []
-
     def sender(index: int) -> None:
-        try:
-            with smtplib.SMTP("127.0.0.1", port, timeout=30) as smtp:
-                for to, raw in signed[index::connections]:
-                    smtp.sendmail("bounce@bench.test", [to], raw)
-        except Exception as exc:  # reported below
-            errors.append(exc)
+        with smtplib.SMTP("127.0.0.1", port, timeout=30) as smtp:
+            for to, raw in signed[index::connections]:
+                smtp.sendmail("bounce@bench.test", [to], raw)
 
-    threads = [threading.Thread(target=sender, args=(i,)) for i in range(connections)]
-    started = time.monotonic()
-    [t.start() for t in threads]
-    [t.join() for t in threads]
-    if errors:
-        raise SystemExit(f"{len(errors)} sender(s) failed: {errors[0]!r}")
-    return len(signed) / (time.monotonic() - started)
+    return len(signed) / in_threads(sender, connections, "sender(s)")
 
 
 def main() -> None:

@@ -537,29 +537,21 @@ def tls_context() -> ssl.SSLContext | None:
     return context
 
 
+def _session_options(context: ssl.SSLContext | None) -> dict:
+    """What every port's SMTP session is made with: the size limit, the idle timeout, the name."""
+    return dict(tls_context=context, data_size_limit=settings.RELAY_MAX_MESSAGE_BYTES, enable_SMTPUTF8=True,
+                hostname=settings.RELAY_DOMAINS[0], ident="Relay", timeout=settings.RELAY_SMTP_IDLE_SECONDS,
+                command_call_limit=1000)
+
+
 def make_smtp(handler: RelayHandler, context: ssl.SSLContext | None = None) -> RelaySMTP:
-    return RelaySMTP(
-        handler,
-        tls_context=context,
-        data_size_limit=settings.RELAY_MAX_MESSAGE_BYTES,
-        enable_SMTPUTF8=True,
-        hostname=settings.RELAY_DOMAINS[0],
-        ident="Relay",
-        timeout=settings.RELAY_SMTP_IDLE_SECONDS,
-        command_call_limit=1000,
-    )
+    return RelaySMTP(handler, **_session_options(context))
 
 
 def make_submission(handler: SubmissionHandler, context: ssl.SSLContext | None = None) -> SubmissionSMTP:
     return SubmissionSMTP(
         handler,
-        tls_context=context,
-        data_size_limit=settings.RELAY_MAX_MESSAGE_BYTES,
-        enable_SMTPUTF8=True,
-        hostname=settings.RELAY_DOMAINS[0],
-        ident="Relay",
-        timeout=settings.RELAY_SMTP_IDLE_SECONDS,
-        command_call_limit=1000,
+        **_session_options(context),
         auth_required=True,
         auth_require_tls=True,  # per connection: not on loopback (SubmissionSMTP.connection_made)
         authenticator=lambda *args: AuthResult(success=False),  # never asked: SubmissionSMTP._authenticate
