@@ -2,7 +2,7 @@ from django.apps import AppConfig
 from django.db.models.signals import post_migrate
 
 
-def _sync_schedules(sender, **kwargs) -> None:
+def sync_schedules(sender, **kwargs) -> None:
     from core.schedules import install_schedules
     from relay.backends import keeps_accounts
 
@@ -17,5 +17,5 @@ class ExpiryConfig(AppConfig):
         from expiry.cleanup import on_mailboxes_ended
         from mailboxes.signals import mailboxes_ended
 
-        post_migrate.connect(_sync_schedules, sender=self, dispatch_uid="relay-sync-schedules")
+        post_migrate.connect(sync_schedules, sender=self, dispatch_uid="relay-sync-schedules")
         mailboxes_ended.connect(on_mailboxes_ended, dispatch_uid="relay-expiry-queue-cleanups")
