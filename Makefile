@@ -29,7 +29,7 @@ run: install
 	scripts/run.sh
 
 ## Set up and run the whole test suite, on two cores (tests/parallel.py).
-PARALLEL := -n 2 --dist loadfile
+PARALLEL := -n 3 --dist loadfile
 test: install-dev
 	scripts/test.sh $(PARALLEL)
 

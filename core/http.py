@@ -7,6 +7,7 @@ import ipaddress
 import os
 import socket
 import threading
+import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -112,7 +113,8 @@ class Deadline:
 
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
-        self.passed = False
+        self._cut = False
+        self._ends = float("inf")  # set when the clock starts, on entering
         self._held: list[socket.socket] = []
         self._descriptors: set[int] = set()  # those held: a TLS socket keeps its TCP one's
         self._lock = threading.Lock()
@@ -130,14 +132,22 @@ class Deadline:
             if self.passed:
                 _shut(held)
 
+    @property
+    def passed(self) -> bool:
+        """Whether the time is up: by the clock as well as by the timer, which on a busy
+        machine may fire after a socket's own timeout of the same length has ended a read
+        (that is a timeout all the same, not a failed transport)."""
+        return self._cut or time.monotonic() >= self._ends
+
     def _cut_off(self) -> None:
         with self._lock:
-            self.passed = True
+            self._cut = True
             for held in self._held:
                 _shut(held)
 
     def __enter__(self) -> "Deadline":
         _watched.deadline = self
+        self._ends = time.monotonic() + self.seconds
         self._timer.start()
         return self
 
