@@ -28,7 +28,7 @@ migrate: install
 run: install
 	scripts/run.sh
 
-## Set up and run the whole test suite, on two cores (tests/parallel.py).
+## Set up and run the whole test suite: three xdist workers on two cores (tests/parallel.py).
 PARALLEL := -n 3 --dist loadfile
 test: install-dev
 	scripts/test.sh $(PARALLEL)

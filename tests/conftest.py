@@ -32,6 +32,15 @@ def pytest_configure(config):
         pytest.exit("The suite runs on PostgreSQL and Redis: run it with `make test`.", returncode=2)
 
 
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix):
+    """pytest-django's hook for the test database's settings: under xdist, the database is
+    made from a template migrated once per run (tests/parallel.py)."""
+    from tests.parallel import use_migrated_template
+
+    use_migrated_template()
+
+
 # --- Emptying the database between tests ---------------------------------------------------------
 @pytest.fixture(scope="session", autouse=True)
 def flush_by_delete():

@@ -1,4 +1,5 @@
-"""The suite on both cores (`make test` runs pytest-xdist with `-n 2 --dist loadfile`): a
+"""The suite on both cores (`make test` runs pytest-xdist with `-n 3 --dist loadfile`: three
+workers, as the tests' own processes leave a core idle while they wait on them): a
 pytest plugin (pytest.ini loads it with `-p`) that keeps the xdist workers apart.
 
 - PostgreSQL: pytest-django gives each worker its own test database (`test_relay_gw0`, …).
@@ -7,6 +8,9 @@ pytest plugin (pytest.ini loads it with `-p`) that keeps the xdist workers apart
   follow the broker). A shared server would not do even with a database each: publish and
   subscribe ignore the database number, so one worker's wake-ups would reach the other's
   waiters, and counts of subscriptions (`PUBSUB NUMPAT`) would add up both.
+- Migrations: the first worker migrates a template database once per run, and each
+  worker's test database is made from it (`CREATE DATABASE … TEMPLATE`), its own migrate
+  then finding nothing to do: the migrations ran three times, 6 s of CPU each.
 - Everything else a test starts (Cyrus, NSD, spamd, Chromium, SMTP servers, web processes)
   is under its own temp dir on free ports already. What one file shares with itself (the
   RabbitMQ queues of tests/expiry/test_workers_rabbitmq.py, the namespaces of tests/hosts.py)
@@ -16,9 +20,11 @@ pytest plugin (pytest.ini loads it with `-p`) that keeps the xdist workers apart
 
 Without xdist (`scripts/test.sh tests/…`) this does nothing."""
 import atexit
+import fcntl
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from collections import OrderedDict
@@ -110,3 +116,74 @@ def pytest_xdist_make_scheduler(config, log):
     scheduler = LoadFileScheduling(config, log)
     scheduler.workqueue = LongestFirst()
     return scheduler
+
+
+# --- One migration per run -------------------------------------------------------------------------
+def _template_name(base: str) -> str:
+    return f"test_{base}_template"
+
+
+def _admin_connection(url):
+    """A connection to the server's `postgres` database, in autocommit (CREATE and DROP
+    DATABASE run outside a transaction)."""
+    import psycopg2
+
+    connection = psycopg2.connect(dbname="postgres", user=url.username, password=url.password, host=url.hostname,
+                                  port=url.port or 5432, connect_timeout=10)
+    connection.autocommit = True
+    return connection
+
+
+def _migrated_template(database_url: str) -> str:
+    """The name of this run's template database: migrated by whichever worker comes
+    first (under a file lock), found ready by the others."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    url = urlsplit(database_url)
+    name = _template_name(url.path.lstrip("/"))
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID", "")
+    with open(Path(tempfile.gettempdir(), f"relay-{name}.lock"), "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        lock.seek(0)
+        if lock.read().strip() == run:
+            return name
+        connection = _admin_connection(url)
+        with connection.cursor() as cursor:
+            cursor.execute(f'DROP DATABASE IF EXISTS "{name}"')
+            cursor.execute(f'CREATE DATABASE "{name}"')
+        connection.close()
+        done = subprocess.run([sys.executable, "manage.py", "migrate", "--no-input", "-v", "0"],
+                              cwd=Path(__file__).parent.parent, capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "DATABASE_URL": urlunsplit(url._replace(path=f"/{name}"))})
+        if done.returncode != 0:
+            raise RuntimeError(f"migrating the template database {name} failed:\n{done.stdout}{done.stderr}")
+        lock.seek(0)
+        lock.truncate()
+        lock.write(run)
+        lock.flush()
+    return name
+
+
+def use_migrated_template() -> None:
+    """Under xdist, this worker's test database is to be made from the run's migrated
+    template (tests/conftest.py's django_db_modify_db_settings calls this)."""
+    if _worker:
+        from django.conf import settings
+
+        settings.DATABASES["default"].setdefault("TEST", {})["TEMPLATE"] = _migrated_template(os.environ["DATABASE_URL"])
+
+
+def pytest_sessionfinish(session) -> None:
+    """The controller drops the run's template once every worker is done with it."""
+    if _worker or not session.config.getoption("numprocesses", None):
+        return
+    from urllib.parse import urlsplit
+
+    url = urlsplit(os.environ["DATABASE_URL"])
+    try:
+        connection = _admin_connection(url)
+        with connection.cursor() as cursor:
+            cursor.execute(f'DROP DATABASE IF EXISTS "{_template_name(url.path.lstrip("/"))}"')
+        connection.close()
+    except Exception:
+        pass  # the next run drops it before migrating its own
