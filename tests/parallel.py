@@ -141,7 +141,7 @@ def _migrated_template(database_url: str) -> str:
 
     url = urlsplit(database_url)
     name = _template_name(url.path.lstrip("/"))
-    run = os.environ.get("PYTEST_XDIST_TESTRUNUID", "")
+    run = os.environ["PYTEST_XDIST_TESTRUNUID"]
     with open(Path(tempfile.gettempdir(), f"relay-{name}.lock"), "a+") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         lock.seek(0)
@@ -166,8 +166,9 @@ def _migrated_template(database_url: str) -> str:
 
 def use_migrated_template() -> None:
     """Under xdist, this worker's test database is to be made from the run's migrated
-    template (tests/conftest.py's django_db_modify_db_settings calls this)."""
-    if _worker:
+    template (tests/conftest.py's django_db_modify_db_settings calls this). Without the
+    run's id (an xdist too old to give it) each worker migrates its own, as before."""
+    if _worker and os.environ.get("PYTEST_XDIST_TESTRUNUID"):
         from django.conf import settings
 
         settings.DATABASES["default"].setdefault("TEST", {})["TEMPLATE"] = _migrated_template(os.environ["DATABASE_URL"])
