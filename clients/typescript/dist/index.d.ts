@@ -252,6 +252,9 @@ export interface BoundSandbox extends BoundMailbox {
     release(messageId: number, to: string | string[]): Promise<Sent>;
 }
 export declare function bindSandbox(relay: Relay, sandbox: Sandbox): BoundSandbox;
+/** `fn`'s result with `mailbox`, which is deleted afterwards whether `fn` passes or throws:
+ * `withMailbox`, `withSandbox` and the Playwright fixtures. */
+export declare function deletedAfter<M extends BoundMailbox, T>(mailbox: M, fn: (mailbox: M) => Promise<T> | T): Promise<T>;
 /** Run `fn` with a fresh mailbox, deleted afterwards whether `fn` passes or throws: for
  * Vitest, Jest, node:test or a script. The client comes from RELAY_URL/RELAY_API_KEY unless given. */
 export declare function withMailbox<T>(fn: (mailbox: BoundMailbox) => Promise<T> | T, options?: CreateMailboxOptions & {

@@ -586,11 +586,9 @@ export function bindSandbox(relay, sandbox) {
         release: (messageId, to) => relay.releaseMessage(sandbox.id, messageId, to),
     };
 }
-/** Run `fn` with a fresh mailbox, deleted afterwards whether `fn` passes or throws: for
- * Vitest, Jest, node:test or a script. The client comes from RELAY_URL/RELAY_API_KEY unless given. */
-export async function withMailbox(fn, options = {}) {
-    const relay = options.relay ?? new Relay();
-    const mailbox = bind(relay, await relay.createMailbox(options));
+/** `fn`'s result with `mailbox`, which is deleted afterwards whether `fn` passes or throws:
+ * `withMailbox`, `withSandbox` and the Playwright fixtures. */
+export async function deletedAfter(mailbox, fn) {
     try {
         return await fn(mailbox);
     }
@@ -598,15 +596,15 @@ export async function withMailbox(fn, options = {}) {
         await mailbox.delete();
     }
 }
+/** Run `fn` with a fresh mailbox, deleted afterwards whether `fn` passes or throws: for
+ * Vitest, Jest, node:test or a script. The client comes from RELAY_URL/RELAY_API_KEY unless given. */
+export async function withMailbox(fn, options = {}) {
+    const relay = options.relay ?? new Relay();
+    return deletedAfter(bind(relay, await relay.createMailbox(options)), fn);
+}
 /** Run `fn` with a fresh sandbox, deleted afterwards whether `fn` passes or throws (as
  * `withMailbox`). The client comes from RELAY_URL/RELAY_API_KEY unless given. */
 export async function withSandbox(fn, options = {}) {
     const relay = options.relay ?? new Relay();
-    const sandbox = bindSandbox(relay, await relay.createSandbox(options));
-    try {
-        return await fn(sandbox);
-    }
-    finally {
-        await sandbox.delete();
-    }
+    return deletedAfter(bindSandbox(relay, await relay.createSandbox(options)), fn);
 }

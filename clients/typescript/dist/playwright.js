@@ -8,29 +8,17 @@
  *   test("sign-up", async ({ page, relayMailbox }) => { ... await relayMailbox.waitForCode() ... });
  */
 import { expect, test as base } from "@playwright/test";
-import { bind, bindSandbox, Relay } from "./index.js";
+import { bind, bindSandbox, deletedAfter, Relay } from "./index.js";
 export const test = base.extend({
     // eslint-disable-next-line no-empty-pattern
     relay: async ({}, use) => {
         await use(new Relay());
     },
     relayMailbox: async ({ relay }, use) => {
-        const mailbox = bind(relay, await relay.createMailbox());
-        try {
-            await use(mailbox);
-        }
-        finally {
-            await mailbox.delete();
-        }
+        await deletedAfter(bind(relay, await relay.createMailbox()), use);
     },
     relaySandbox: async ({ relay }, use) => {
-        const sandbox = bindSandbox(relay, await relay.createSandbox());
-        try {
-            await use(sandbox);
-        }
-        finally {
-            await sandbox.delete();
-        }
+        await deletedAfter(bindSandbox(relay, await relay.createSandbox()), use);
     },
 });
 export { expect };

@@ -799,12 +799,9 @@ export function bindSandbox(relay: Relay, sandbox: Sandbox): BoundSandbox {
   };
 }
 
-/** Run `fn` with a fresh mailbox, deleted afterwards whether `fn` passes or throws: for
- * Vitest, Jest, node:test or a script. The client comes from RELAY_URL/RELAY_API_KEY unless given. */
-export async function withMailbox<T>(fn: (mailbox: BoundMailbox) => Promise<T> | T,
-  options: CreateMailboxOptions & { relay?: Relay } = {}): Promise<T> {
-  const relay = options.relay ?? new Relay();
-  const mailbox = bind(relay, await relay.createMailbox(options));
+/** `fn`'s result with `mailbox`, which is deleted afterwards whether `fn` passes or throws:
+ * `withMailbox`, `withSandbox` and the Playwright fixtures. */
+export async function deletedAfter<M extends BoundMailbox, T>(mailbox: M, fn: (mailbox: M) => Promise<T> | T): Promise<T> {
   try {
     return await fn(mailbox);
   } finally {
@@ -812,15 +809,18 @@ export async function withMailbox<T>(fn: (mailbox: BoundMailbox) => Promise<T> |
   }
 }
 
+/** Run `fn` with a fresh mailbox, deleted afterwards whether `fn` passes or throws: for
+ * Vitest, Jest, node:test or a script. The client comes from RELAY_URL/RELAY_API_KEY unless given. */
+export async function withMailbox<T>(fn: (mailbox: BoundMailbox) => Promise<T> | T,
+  options: CreateMailboxOptions & { relay?: Relay } = {}): Promise<T> {
+  const relay = options.relay ?? new Relay();
+  return deletedAfter(bind(relay, await relay.createMailbox(options)), fn);
+}
+
 /** Run `fn` with a fresh sandbox, deleted afterwards whether `fn` passes or throws (as
  * `withMailbox`). The client comes from RELAY_URL/RELAY_API_KEY unless given. */
 export async function withSandbox<T>(fn: (sandbox: BoundSandbox) => Promise<T> | T,
   options: CreateSandboxOptions & { relay?: Relay } = {}): Promise<T> {
   const relay = options.relay ?? new Relay();
-  const sandbox = bindSandbox(relay, await relay.createSandbox(options));
-  try {
-    return await fn(sandbox);
-  } finally {
-    await sandbox.delete();
-  }
+  return deletedAfter(bindSandbox(relay, await relay.createSandbox(options)), fn);
 }

@@ -9,7 +9,7 @@
  */
 import { expect, test as base } from "@playwright/test";
 
-import { bind, bindSandbox, Relay, type BoundMailbox, type BoundSandbox } from "./index.js";
+import { bind, bindSandbox, deletedAfter, Relay, type BoundMailbox, type BoundSandbox } from "./index.js";
 
 export interface RelayFixtures {
   relay: Relay;
@@ -23,20 +23,10 @@ export const test = base.extend<RelayFixtures>({
     await use(new Relay());
   },
   relayMailbox: async ({ relay }, use) => {
-    const mailbox = bind(relay, await relay.createMailbox());
-    try {
-      await use(mailbox);
-    } finally {
-      await mailbox.delete();
-    }
+    await deletedAfter(bind(relay, await relay.createMailbox()), use);
   },
   relaySandbox: async ({ relay }, use) => {
-    const sandbox = bindSandbox(relay, await relay.createSandbox());
-    try {
-      await use(sandbox);
-    } finally {
-      await sandbox.delete();
-    }
+    await deletedAfter(bindSandbox(relay, await relay.createSandbox()), use);
   },
 });
 
