@@ -127,13 +127,18 @@ def test_sending_is_queued(relay):
     assert sent.status == "queued" and sent.id > 0
 
 
-def test_wait_for_delivery_ends_when_every_recipient_is_final(processes, sink, smtp_server):
+def sending_relay(processes, sink, *, login: str) -> Relay:
+    """A client of its own web process, with a worker and a mailer sending through `sink`."""
     processes.env["EMAIL_URL"] = f"smtp://127.0.0.1:{sink[1]}"
     processes.worker("sender")
     processes.mailer("mailer")
     base = processes.start_web()
-    _, key = account_create_with_key(login="deliverer", plan="pro")
-    relay = Relay(base, key)
+    _, key = account_create_with_key(login=login, plan="pro")
+    return Relay(base, key)
+
+
+def test_wait_for_delivery_ends_when_every_recipient_is_final(processes, sink, smtp_server):
+    relay = sending_relay(processes, sink, login="deliverer")
     box = relay.create_mailbox()
     sent = relay.send_message(box.id, to=["ana@example.com", "bo@example.com"], subject="Hello", text="Hi")
     report = relay.wait_for_delivery(box.id, sent.message_id, timeout_seconds=30)
@@ -368,12 +373,7 @@ def test_a_catch_is_found_by_its_envelope_recipient_and_released_to_one_address(
 
     from tests.conftest import SmtpServerThread
 
-    processes.env["EMAIL_URL"] = f"smtp://127.0.0.1:{sink[1]}"
-    processes.worker("sender")
-    processes.mailer("mailer")
-    base = processes.start_web()
-    _, key = account_create_with_key(login="releaser", plan="pro")
-    relay = Relay(base, key)
+    relay = sending_relay(processes, sink, login="releaser")
     submission = SmtpServerThread(submission=True).start()
     sandbox = relay.create_sandbox(ttl_minutes=10)
     try:
