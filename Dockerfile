@@ -12,4 +12,4 @@ RUN DJANGO_SECRET_KEY=build-only-collectstatic-key-not-used-at-run-time-01234567
  && useradd --system relay && chown -R relay var
 USER relay
 EXPOSE 8000 2525
-CMD ["gunicorn", "config.asgi", "--worker-class", "uvicorn_worker.UvicornWorker", "--bind", "0.0.0.0:8000", "--workers", "3", "--limit-request-line", "8190"]
+CMD ["gunicorn", "config.asgi", "--worker-class", "core.serving.UvicornWorker", "--bind", "0.0.0.0:8000", "--workers", "3", "--limit-request-line", "8190"]

@@ -61,7 +61,7 @@ def main() -> None:
     token = access_token(owner)
     # Relay's application with the baseline's route added (bench/baseline_asgi.py), so both
     # are served by the same server and the same workers.
-    server = (["bench.baseline_asgi", "-k", "uvicorn_worker.UvicornWorker"] if args.server == "asgi"
+    server = (["bench.baseline_asgi", "-k", "core.serving.UvicornWorker"] if args.server == "asgi"
               else ["bench.baseline_wsgi"])
     web = spawn("gunicorn", [sys.executable, "-m", "gunicorn", *server, "-w", str(args.workers),
                              "-b", f"127.0.0.1:{PORT}", "--access-logfile", "-"], env={"RELAY_LOG_LEVEL": "WARNING"})

@@ -4,7 +4,7 @@ server and workers: a plain Django view that makes the same primary-key select a
 `GET /api/v1/mailboxes/{id}` and answers it as JSON, without DRF, authentication,
 throttles or serializers. The ratio of the two is what Relay's API costs above Django.
 
-    gunicorn bench.baseline_asgi -k uvicorn_worker.UvicornWorker
+    gunicorn bench.baseline_asgi -k core.serving.UvicornWorker
 """
 import os
 

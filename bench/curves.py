@@ -135,7 +135,7 @@ def search_curve(sizes: list[int], seconds: int) -> tuple[dict, list[str]]:
     key, mailbox = corpus_start(2000)
     port = free_port()
     web = spawn("curve-search-web", [sys.executable, "-m", "gunicorn", "config.asgi", "-k",
-                                     "uvicorn_worker.UvicornWorker", "-w", "2", "-b", f"127.0.0.1:{port}"],
+                                     "core.serving.UvicornWorker", "-w", "2", "-b", f"127.0.0.1:{port}"],
                 env={"RELAY_LOG_LEVEL": "WARNING"})
     wait_until(lambda: _answers(f"http://127.0.0.1:{port}/api/schema/"), 60, "gunicorn")
     # PostgreSQL's CPU counted for this run's database only: others fill theirs on this machine.
@@ -223,7 +223,7 @@ def waits_curve(sizes: list[int], seconds: int) -> tuple[dict, list[str]]:
     port = free_port()
     # Relay's application with the baseline's route (bench/baseline_asgi.py), one set of workers.
     web = spawn("curve-waits-web", [sys.executable, "-m", "gunicorn", "bench.baseline_asgi", "-k",
-                                    "uvicorn_worker.UvicornWorker", "-w", "2", "-b", f"127.0.0.1:{port}"],
+                                    "core.serving.UvicornWorker", "-w", "2", "-b", f"127.0.0.1:{port}"],
                 env={"RELAY_LOG_LEVEL": "WARNING", "RELAY_MAX_OPEN_WAITS": "10000"})
     wait_until(lambda: _answers(f"http://127.0.0.1:{port}/api/schema/"), 60, "gunicorn")
     load = dict(key=key, seconds=seconds, connections=CONNECTIONS, port=port)

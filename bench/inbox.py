@@ -63,7 +63,7 @@ def main() -> None:
     for number in range(1000):
         message_ingest(raw=mail(full.address, f"Order {number}", HOSTILE_HTML).as_bytes(),
                        mail_from="orders@shop.example", recipients=[recipient])
-    spawn("inbox-web", [".venv/bin/python", "-m", "gunicorn", "config.asgi", "-k", "uvicorn_worker.UvicornWorker",
+    spawn("inbox-web", [".venv/bin/python", "-m", "gunicorn", "config.asgi", "-k", "core.serving.UvicornWorker",
                         "-w", "1", "-b", f"127.0.0.1:{WEB}"], env={"RELAY_SUBMISSION_PORT": str(SUBMISSION)},
           ready="Booting worker")
     spawn("inbox-smtp", [".venv/bin/python", "manage.py", "runsmtp", "--port", str(SMTP),

@@ -62,7 +62,7 @@ def main() -> None:
     box = mailbox_create(backend=get_backend(), caller=Caller(owner=owner), local_part=None, domain=None,
                          ttl_ms=3_600_000)[0]
     env = {"RELAY_LOG_LEVEL": "WARNING"}
-    web = spawn("web-cost", [sys.executable, "-m", "gunicorn", "config.asgi", "-k", "uvicorn_worker.UvicornWorker",
+    web = spawn("web-cost", [sys.executable, "-m", "gunicorn", "config.asgi", "-k", "core.serving.UvicornWorker",
                              "-w", "1", "-b", f"127.0.0.1:{PORT}"], env=env)
     smtp = spawn("smtp-cost", [sys.executable, "manage.py", "runsmtp", "--port", str(SMTP_PORT)], env=env,
                  ready="Relay SMTP on")

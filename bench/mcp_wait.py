@@ -315,7 +315,7 @@ def main() -> None:
     memory_path = os.path.join(scratch, "memory") if args.memory_profile else ""
     env = {"RELAY_LOG_LEVEL": "WARNING", "RELAY_MAX_OPEN_WAITS": "10000", "BENCH_ANSWERS": answers_path,
            "BENCH_MEMORY": memory_path}
-    web = spawn("web-mcp", [sys.executable, "-m", "gunicorn", "bench.timed_asgi", "-k", "uvicorn_worker.UvicornWorker",
+    web = spawn("web-mcp", [sys.executable, "-m", "gunicorn", "bench.timed_asgi", "-k", "core.serving.UvicornWorker",
                             "-w", "2", "-b", f"127.0.0.1:{PORT}", "--timeout", "120"], env=env)
     smtp = spawn("smtp-mcp", [sys.executable, "manage.py", "runsmtp", "--port", str(SMTP_PORT)], env=env,
                  ready="Relay SMTP on")

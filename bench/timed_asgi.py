@@ -6,7 +6,7 @@ holds the memory that held waits take (tracemalloc, snapshots on SIGUSR1).
 An answer that carries a message (MCP's `wait_for_code` result, the API's list) adds a line
 `<message id> <time.monotonic()>` to `$BENCH_ANSWERS.<pid>`.
 
-    BENCH_ANSWERS=/tmp/answers gunicorn bench.timed_asgi -k uvicorn_worker.UvicornWorker
+    BENCH_ANSWERS=/tmp/answers gunicorn bench.timed_asgi -k core.serving.UvicornWorker
 """
 import os
 import re

@@ -143,7 +143,7 @@ def main() -> None:
     quiet_ids = [mailbox.id for mailbox in quiet]
     # Hundreds of waiters of one key: this measures the server, not RELAY_MAX_OPEN_WAITS.
     env = {"RELAY_LOG_LEVEL": "WARNING", "RELAY_MAX_OPEN_WAITS": "10000"}
-    web = spawn("web-asgi", [sys.executable, "-m", "gunicorn", "config.asgi", "-k", "uvicorn_worker.UvicornWorker",
+    web = spawn("web-asgi", [sys.executable, "-m", "gunicorn", "config.asgi", "-k", "core.serving.UvicornWorker",
                              "-w", "2", "-b", f"127.0.0.1:{PORT}"], env=env)
     smtp = spawn("smtp-waiting", [sys.executable, "manage.py", "runsmtp", "--port", str(SMTP_PORT)], env=env,
                  ready="Relay SMTP on")

@@ -468,7 +468,7 @@ class Processes:
 
     def web(self, name: str, port: int, env: dict | None = None, workers: int = 1) -> subprocess.Popen:
         """The API under gunicorn with uvicorn workers (ASGI), as docker-compose runs it."""
-        return self._spawn(name, [sys.executable, "-m", "gunicorn", "config.asgi", "-k", "uvicorn_worker.UvicornWorker",
+        return self._spawn(name, [sys.executable, "-m", "gunicorn", "config.asgi", "-k", "core.serving.UvicornWorker",
                                   "-w", str(workers),
                                   "-b", f"127.0.0.1:{port}", "--timeout", "60", *GUNICORN_LIMITS],
                            ready_text=WEB_READY, env=env, ready_count=workers)

@@ -60,7 +60,7 @@ def test_skewed_clocks_and_a_cut_link_end_every_mailbox_once_never_early_never_l
                         env={**moved, **env})
 
     web, smtp = hosts.hosts["web"], hosts.hosts["smtp"]
-    start("web", [sys.executable, "-m", "gunicorn", "config.asgi", "-k", "uvicorn_worker.UvicornWorker", "-w", "1",
+    start("web", [sys.executable, "-m", "gunicorn", "config.asgi", "-k", "core.serving.UvicornWorker", "-w", "1",
                   "-b", f"{web.address}:8000", "--timeout", "60"], WEB_READY,
           RELAY_MIN_TTL_MS="1000", DJANGO_ALLOWED_HOSTS=web.address)
     # Verdicts would ask DNS servers this host cannot reach; they are not what this test is about.
