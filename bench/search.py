@@ -215,7 +215,9 @@ def main() -> None:
         setup_django()
         key, mailbox, index_size, table_size = fill(args.messages, args.contents)
     port = free_port()  # another clone's benchmark may hold the usual one
-    web = spawn("gunicorn", [sys.executable, "-m", "gunicorn", "config.asgi", "-k", os.environ.get("BENCH_WORKER_CLASS", "core.serving.UvicornWorker"),
+    # BENCH_WORKER_CLASS: another gunicorn worker class to compare with Relay's (uvicorn's own, say).
+    worker_class = os.environ.get("BENCH_WORKER_CLASS", "core.serving.UvicornWorker")
+    web = spawn("gunicorn", [sys.executable, "-m", "gunicorn", "config.asgi", "-k", worker_class,
                              "-w", str(args.workers), "-b", f"127.0.0.1:{port}"], env={"RELAY_LOG_LEVEL": "WARNING"})
     wait_until(lambda: _answers(f"http://127.0.0.1:{port}/api/schema/"), 60, "gunicorn")
     load = dict(key=key, seconds=args.seconds, connections=args.connections, port=port)

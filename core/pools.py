@@ -133,7 +133,19 @@ REQUEST_THREADS = RequestThreads(most=64)
 
 class KeptThreadsASGIHandler(ASGIHandler):
     """Django's ASGI handler (config/asgi.py), each request's thread-sensitive calls on a
-    thread of REQUEST_THREADS, kept for the next request, rather than one started for it."""
+    thread of REQUEST_THREADS, kept for the next request, rather than one started for it,
+    and Django's own middleware run on the event loop where it does no I/O
+    (core.middleware)."""
+
+    def load_middleware(self, is_async=False):
+        from core.middleware import ON_THE_LOOP
+
+        named = settings.MIDDLEWARE
+        settings.MIDDLEWARE = [ON_THE_LOOP.get(path, path) for path in named] if is_async else named
+        try:
+            super().load_middleware(is_async=is_async)
+        finally:
+            settings.MIDDLEWARE = named
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
