@@ -3,7 +3,7 @@
 # PostgreSQL and Redis as for the tests (services.sh); a scratch database relay_bench.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-name=${1:?usage: scripts/bench.sh expiry_burst|expiry_lag|api|smtp_ingest|smtp_peers|submission|store_cost|mailer|waiting|dashboard|limiter_burst|broker_burst|search|soak|mcp_wait|mcp_cost|cyrus_read|verdicts|curves [ARGS]}
+name=${1:?usage: scripts/bench.sh expiry_burst|expiry_lag|api|smtp_ingest|smtp_peers|submission|store_cost|mailer|waiting|dashboard|limiter_burst|broker_burst|search|soak|mcp_wait|mcp_cost|cyrus_read|verdicts|curves|parse_cost [ARGS]}
 shift
 . scripts/services.sh
 # The HTTP benchmarks drive load with wrk; install it when missing and this user may.
@@ -33,6 +33,14 @@ if [ "$name" = smtp_peers ] && [ ! -x var/maildev/node_modules/.bin/maildev ]; t
   echo "installing maildev $MAILDEV_VERSION into var/maildev" >&2
   mkdir -p var/maildev
   npm install --prefix var/maildev --no-audit --no-fund --save-exact --loglevel=error "maildev@$MAILDEV_VERSION" >/dev/null
+fi
+# The parse benchmark's peer: fast-mail-parser (Rust) from the package index, in a
+# virtualenv of its own (Relay does not depend on it).
+FAST_MAIL_PARSER_VERSION=0.10.0
+if [ "$name" = parse_cost ] && [ ! -x var/fast-mail-parser/bin/python ]; then
+  echo "installing fast-mail-parser $FAST_MAIL_PARSER_VERSION into var/fast-mail-parser" >&2
+  python3 -m venv var/fast-mail-parser
+  var/fast-mail-parser/bin/pip install -q "fast-mail-parser==$FAST_MAIL_PARSER_VERSION"
 fi
 # Search's million messages take ten minutes to fill: they live in a database of their
 # own, which the other benchmarks' fresh databases leave alone (its --reuse reads them).
