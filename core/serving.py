@@ -37,6 +37,7 @@ from uvicorn_worker import UvicornWorker as _UvicornWorker
 log = logging.getLogger(__name__)
 
 DEFER = 0.005  # seconds a worker leaves a connection to a less busy one
+ACCEPT_RETRY_SECONDS = 1.0  # after accept(2) failed for want of descriptors or buffers
 SLOTS = 64  # workers that take part; any beyond (gunicorn -w 65) accept as they are woken
 
 # One slot per worker, shared by fork: the worker's pid (0: none) and its open connections.
@@ -46,6 +47,12 @@ _open = RawArray(ctypes.c_int, SLOTS)
 # Errors of accept(2) that say nothing about the listening socket: another worker took
 # the connection, or it went away before it was taken.
 _PASSING = (BlockingIOError, InterruptedError, ConnectionAbortedError)
+
+
+def _leave(slot: int | None) -> None:
+    """This process stops counting in `slot` (unless another already holds it)."""
+    if slot is not None and _pids[slot] == os.getpid():
+        _pids[slot] = 0
 
 
 def _alive(pid: int) -> bool:
@@ -81,7 +88,8 @@ class Share:
             if slot != self.slot and pid and _open[slot] < mine:
                 if _alive(pid):
                     return True
-                _pids[slot] = 0  # killed without a word: its count is stale
+                if _pids[slot] == pid:  # killed without a word: its count is stale
+                    _pids[slot] = 0
         return False
 
 
@@ -93,7 +101,7 @@ class Balanced:
     def __init__(self, sock: socket.socket, protocol_factory, ssl, share: Share) -> None:
         self.sock, self.protocol_factory, self.ssl, self.share = sock, protocol_factory, ssl, share
         self.loop = asyncio.get_running_loop()
-        self.closed = False
+        self.closed = self.paused = False
         sock.setblocking(False)
         self.loop.add_reader(sock.fileno(), self._ready)
 
@@ -108,20 +116,38 @@ class Balanced:
     def _deferred(self) -> None:
         if self.closed:
             return
-        self._take()  # if no worker took it meanwhile
-        self.loop.add_reader(self.sock.fileno(), self._ready)
+        try:
+            self._take()  # if no worker took it meanwhile
+        finally:
+            if not self.closed and not self.paused:
+                self.loop.add_reader(self.sock.fileno(), self._ready)
+
+    def _resume(self) -> None:
+        self.paused = False
+        if not self.closed:
+            self.loop.add_reader(self.sock.fileno(), self._ready)
 
     def _take(self) -> None:
         try:
             conn, _ = self.sock.accept()
         except _PASSING:
             return
-        except OSError as error:  # out of descriptors (EMFILE, ENFILE) or buffers: the next wake-up tries again
-            log.warning("could not accept a connection: %s", error)
+        except OSError as error:
+            # Out of descriptors (EMFILE, ENFILE) or buffers: the socket stays readable, so
+            # stop listening for a second rather than spin on it (as asyncio's server does).
+            log.warning("could not accept a connection, trying again in %.0f s: %s", ACCEPT_RETRY_SECONDS, error)
+            self.paused = True
+            self.loop.remove_reader(self.sock.fileno())
+            self.loop.call_later(ACCEPT_RETRY_SECONDS, self._resume)
             return
-        conn.setblocking(False)
-        if conn.family in (socket.AF_INET, socket.AF_INET6):
-            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            conn.setblocking(False)
+            if conn.family in (socket.AF_INET, socket.AF_INET6):
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError as error:  # the client reset it already
+            log.info("a connection closed before it was served: %s", error)
+            conn.close()
+            return
         task = self.loop.create_task(self.loop.connect_accepted_socket(self.protocol_factory, conn, ssl=self.ssl))
         self.share.handing_over.add(task)
         task.add_done_callback(self._handed_over)
@@ -163,6 +189,14 @@ class BalancedServer(Server):
 
         share = Share(self.slot, self.server_state)
         self.servers = [Balanced(sock, create_protocol, config.ssl, share) for sock in sockets]
+        if self.slot is not None:  # counted by the others from now on, as it now takes connections
+            _open[self.slot], _pids[self.slot] = 0, os.getpid()
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        # No longer taking connections: the others stop leaving theirs to it at once, not
+        # after the wait for its open requests (as long as a held wait may take).
+        _leave(self.slot)
+        await super().shutdown(sockets=sockets)
 
 
 class UvicornWorker(_UvicornWorker):
@@ -174,20 +208,20 @@ class UvicornWorker(_UvicornWorker):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        free = sorted(set(range(SLOTS)) - {worker.slot for worker in UvicornWorker._made})
+        # A worker gunicorn has reaped may live on in the set until a collection (its
+        # config holds a bound method of it): its slot is free once its process is gone.
+        held = {worker.slot for worker in UvicornWorker._made if not isinstance(worker.pid, int) or _alive(worker.pid)}
+        free = sorted(set(range(SLOTS)) - held)
         self.slot = free[0] if free else None
         UvicornWorker._made.add(self)
 
     async def _serve(self) -> None:
         self.config.app = self.wsgi
-        if self.slot is not None:
-            _open[self.slot], _pids[self.slot] = 0, os.getpid()
         server = BalancedServer(self.config, self.slot)
         self._install_sigquit_handler()
         try:
             await server.serve(sockets=self.sockets)
         finally:
-            if self.slot is not None:
-                _pids[self.slot] = 0
+            _leave(self.slot)
         if not server.started:
             sys.exit(Arbiter.WORKER_BOOT_ERROR)

@@ -6,6 +6,7 @@ connections read from the kernel with `ss`. And under ASGI, Django's own middlew
 on the event loop (core/middleware.py): a read of the API makes no trip to its request's
 thread for it."""
 import asyncio
+import ctypes
 import os
 import re
 import signal
@@ -13,12 +14,15 @@ import socket
 import subprocess
 import time
 from collections import Counter
+from multiprocessing.sharedctypes import RawArray
 from urllib.parse import urlsplit
 
 import pytest
 from asgiref.sync import SyncToAsync
 from django.core.handlers.asgi import ASGIHandler
+from uvicorn.server import ServerState
 
+from core import serving
 from core.pools import KeptThreadsASGIHandler
 from tests.conftest import wait_until
 
@@ -98,11 +102,12 @@ def test_a_pool_opened_at_once_is_spread_over_the_workers(web, module_processes)
         wait_until(lambda: not holders(port, set(range(1, 65536))), timeout=10, message="the pool to close")
 
 
-def test_a_killed_worker_keeps_no_connection_waiting(web, module_processes):
-    """The killed worker's slot still says it holds nothing; the other must not leave
-    connections to it for longer than its short deferral."""
+def test_new_connections_are_served_while_a_killed_worker_is_replaced(web, module_processes):
+    """A worker killed without a word leaves its slot saying what it held; the survivor
+    serves every new connection meanwhile (delayed by DEFER at most, were the stale count
+    the lowest), and gunicorn replaces the dead one."""
     parts = urlsplit(web)
-    pool = open_pool(web)  # the survivor holds some, so the dead one looks less busy
+    pool = open_pool(web)
     try:
         victim = workers_of(module_processes)[0]
         os.kill(victim, signal.SIGKILL)
@@ -116,6 +121,36 @@ def test_a_killed_worker_keeps_no_connection_waiting(web, module_processes):
             conn.close()
     wait_until(lambda: len(workers_of(module_processes)) == 2 and victim not in workers_of(module_processes),
                timeout=30, message="gunicorn to replace the killed worker")
+
+
+def test_a_dead_workers_stale_count_is_not_less_busy(monkeypatch):
+    """The check a worker makes before leaving a connection to another: a living worker
+    holding fewer is; a dead one holding fewer is not, and its slot is cleared."""
+    pids, counts = RawArray(ctypes.c_int, serving.SLOTS), RawArray(ctypes.c_int, serving.SLOTS)
+    monkeypatch.setattr(serving, "_pids", pids)
+    monkeypatch.setattr(serving, "_open", counts)
+    state = ServerState()
+    state.connections.update(object() for _ in range(5))
+    mine = serving.Share(0, state)
+    pids[0] = os.getpid()
+    mine.publish()
+    assert counts[0] == 5
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    pids[1], counts[1] = gone.pid, 0
+    assert not mine.another_holds_fewer()
+    assert pids[1] == 0, "the dead worker's slot is cleared"
+
+    living = subprocess.Popen(["sleep", "30"])
+    try:
+        pids[2], counts[2] = living.pid, 3
+        assert mine.another_holds_fewer()
+        counts[2] = 5
+        assert not mine.another_holds_fewer(), "as busy is not less busy"
+    finally:
+        living.kill()
+        living.wait()
 
 
 def asgi_get(handler, path: str) -> tuple[int, list[str]]:
