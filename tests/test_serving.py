@@ -153,9 +153,9 @@ def test_a_dead_workers_stale_count_is_not_less_busy(monkeypatch):
         living.wait()
 
 
-def asgi_get(handler, path: str) -> tuple[int, list[str]]:
-    """GET `path` through `handler` in this process: the status, and the calls that went to
-    the request's thread (thread-sensitive ones)."""
+def asgi_get(handler, path: str, method: str = "GET") -> tuple[int, list[str]]:
+    """`method` `path` through `handler` in this process: the status, and the calls that
+    went to the request's thread (thread-sensitive ones)."""
     trips = []
     counted = SyncToAsync.__call__
 
@@ -166,7 +166,7 @@ def asgi_get(handler, path: str) -> tuple[int, list[str]]:
         return await counted(self, *args, **kwargs)
 
     async def get():
-        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method,
                  "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
                  "headers": [(b"host", b"testserver")],
                  "client": ("127.0.0.1", 5000), "server": ("testserver", 80)}
@@ -204,3 +204,12 @@ def test_django_middleware_makes_no_trip_to_the_request_thread_under_asgi(settin
     assert status == 200
     assert len(ours) <= 3, ours
     assert len(djangos) - len(ours) >= 13, (djangos, ours)
+
+
+def test_a_form_post_without_its_csrf_token_is_refused_by_the_check_in_the_request_thread(settings):
+    """What may read a body stays off the loop: an unsafe method's CSRF check (a sign-in
+    form posted without its token) runs in the request's thread, and refuses."""
+    settings.ALLOWED_HOSTS = ["testserver"]
+    status, trips = asgi_get(KeptThreadsASGIHandler(), "/inbox/sign-in", method="POST")
+    assert status == 403
+    assert any("process_view" in trip for trip in trips), trips
