@@ -1,11 +1,8 @@
-"""How the web process serves. gunicorn's workers share new connections by how many each
+"""gunicorn's workers share new connections by how many each
 holds (core/serving.py): a client pool that opens its connections at once finds them
 spread over the workers, not on whichever woke first; and a worker killed without a word
 keeps no connection waiting on it. Against a real gunicorn with two workers, its
-connections read from the kernel with `ss`. And under ASGI, Django's own middleware runs
-on the event loop (core/middleware.py): a read of the API makes no trip to its request's
-thread for it."""
-import asyncio
+connections read from the kernel with `ss`."""
 import ctypes
 import os
 import re
@@ -18,12 +15,9 @@ from multiprocessing.sharedctypes import RawArray
 from urllib.parse import urlsplit
 
 import pytest
-from asgiref.sync import SyncToAsync
-from django.core.handlers.asgi import ASGIHandler
 from uvicorn.server import ServerState
 
 from core import serving
-from core.pools import KeptThreadsASGIHandler
 from tests.conftest import wait_until
 
 pytestmark = pytest.mark.workers
@@ -151,65 +145,3 @@ def test_a_dead_workers_stale_count_is_not_less_busy(monkeypatch):
     finally:
         living.kill()
         living.wait()
-
-
-def asgi_get(handler, path: str, method: str = "GET") -> tuple[int, list[str]]:
-    """`method` `path` through `handler` in this process: the status, and the calls that
-    went to the request's thread (thread-sensitive ones)."""
-    trips = []
-    counted = SyncToAsync.__call__
-
-    async def counting(self, *args, **kwargs):
-        nonlocal trips
-        if self._thread_sensitive:
-            trips.append(getattr(self.func, "__qualname__", repr(self.func)))
-        return await counted(self, *args, **kwargs)
-
-    async def get():
-        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method,
-                 "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
-                 "headers": [(b"host", b"testserver")],
-                 "client": ("127.0.0.1", 5000), "server": ("testserver", 80)}
-        received, sent = asyncio.Event(), []
-
-        async def receive():
-            if received.is_set():
-                await asyncio.Event().wait()  # the client stays connected
-            received.set()
-            return {"type": "http.request", "body": b"", "more_body": False}
-
-        async def send(message):
-            sent.append(message)
-
-        await handler(scope, receive, send)
-        return sent[0]["status"]
-
-    SyncToAsync.__call__ = counting
-    try:
-        status = asyncio.run(get())
-    finally:
-        SyncToAsync.__call__ = counted
-    return status, trips
-
-
-def test_django_middleware_makes_no_trip_to_the_request_thread_under_asgi(settings):
-    """Django's MiddlewareMixin sends each process_request and process_response to the
-    request's thread: 13 trips for Relay's seven; on the loop, what is left is Django's
-    own: its request_started signal, the view (a plain sync view here) and the
-    response's close."""
-    settings.ALLOWED_HOSTS = ["testserver"]
-    status, ours = asgi_get(KeptThreadsASGIHandler(), "/healthz")
-    assert status == 200
-    status, djangos = asgi_get(ASGIHandler(), "/healthz")
-    assert status == 200
-    assert len(ours) <= 3, ours
-    assert len(djangos) - len(ours) >= 13, (djangos, ours)
-
-
-def test_a_form_post_without_its_csrf_token_is_refused_by_the_check_in_the_request_thread(settings):
-    """What may read a body stays off the loop: an unsafe method's CSRF check (a sign-in
-    form posted without its token) runs in the request's thread, and refuses."""
-    settings.ALLOWED_HOSTS = ["testserver"]
-    status, trips = asgi_get(KeptThreadsASGIHandler(), "/inbox/sign-in", method="POST")
-    assert status == 403
-    assert any("process_view" in trip for trip in trips), trips

@@ -1,19 +1,24 @@
 """The web process's Django handler (core.pools.KeptThreadsASGIHandler, config/asgi.py): a
 request's thread-sensitive calls (Django's request signals, the response's close, a view
 that is not pooled) run on one thread, kept for the next request, instead of a thread
-started and joined for each; a thread still busy when its request ends is not kept."""
+started and joined for each; a thread still busy when its request ends is not kept. And
+Django's own middleware runs on the event loop (core/middleware.py): a read makes no trip
+to its request's thread for it, while what may read a body (a form's CSRF check) still
+does."""
 import threading
+from contextlib import contextmanager
 
-from asgiref.sync import async_to_sync
+from asgiref.sync import SyncToAsync, async_to_sync
 from asgiref.testing import ApplicationCommunicator
+from django.core.handlers.asgi import ASGIHandler
 from django.core.signals import request_finished, request_started
 
 from core.pools import KeptThreadsASGIHandler, RequestThreads
 
 
-def _get(app, path: str) -> int:
+def _get(app, path: str, method: str = "GET") -> int:
     async def run() -> int:
-        scope = {"type": "http", "method": "GET", "path": path, "raw_path": path.encode(), "query_string": b"",
+        scope = {"type": "http", "method": method, "path": path, "raw_path": path.encode(), "query_string": b"",
                  "headers": [(b"host", b"localhost")], "http_version": "1.1", "scheme": "http",
                  "server": ("localhost", 80), "client": ("127.0.0.1", 40000), "root_path": ""}
         communicator = ApplicationCommunicator(app, scope)
@@ -25,6 +30,24 @@ def _get(app, path: str) -> int:
         return start["status"]
 
     return async_to_sync(run)()
+
+
+@contextmanager
+def _trips():
+    """The calls sent to the request's thread (thread-sensitive ones) meanwhile, by name."""
+    trips = []
+    counted = SyncToAsync.__call__
+
+    async def counting(self, *args, **kwargs):
+        if self._thread_sensitive:
+            trips.append(getattr(self.func, "__qualname__", repr(self.func)))
+        return await counted(self, *args, **kwargs)
+
+    SyncToAsync.__call__ = counting
+    try:
+        yield trips
+    finally:
+        SyncToAsync.__call__ = counted
 
 
 def test_each_requests_thread_sensitive_calls_share_a_thread_kept_for_the_next_request(db):
@@ -64,3 +87,24 @@ def test_a_thread_still_busy_when_its_request_ends_is_not_kept():
     release.set()
     call.result(timeout=10)
     assert threads.take() is not busy
+
+
+def test_django_middleware_makes_no_trip_to_the_request_thread_under_asgi():
+    """Django's MiddlewareMixin sends each process_request and process_response to the
+    request's thread: 13 trips for Relay's seven; on the loop, what is left is Django's
+    own: its request_started signal, the view (a plain sync view here) and the
+    response's close."""
+    with _trips() as ours:
+        assert _get(KeptThreadsASGIHandler(), "/healthz") == 200
+    with _trips() as djangos:
+        assert _get(ASGIHandler(), "/healthz") == 200
+    assert len(ours) <= 3, ours
+    assert len(djangos) - len(ours) >= 13, (djangos, ours)
+
+
+def test_a_form_post_without_its_csrf_token_is_refused_by_the_check_in_the_request_thread():
+    """What may read a body stays off the loop: an unsafe method's CSRF check (a sign-in
+    form posted without its token) runs in the request's thread, and refuses."""
+    with _trips() as trips:
+        assert _get(KeptThreadsASGIHandler(), "/inbox/sign-in", method="POST") == 403
+    assert any("process_view" in trip for trip in trips), trips
