@@ -4,7 +4,7 @@ search their messages, each read preceded by the write it owes (a due mailbox ex
 the spot, a word search's owed words written); and below the entry, the reads themselves
 as a caller may see them, none of which writes."""
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 
@@ -16,7 +16,7 @@ from accounts.identity import Caller
 from mailboxes.errors import InvalidRequest, MailboxExpired, NotFound
 from mailboxes.lifecycle import mailboxes_expire_due
 from mailboxes.mail_format import NOT_ONE_LINE, breaks_line
-from mailboxes.messages import contents_index_all_words
+from mailboxes.messages import ANY_WORDS_OWED, contents_index_all_words
 from mailboxes.models import Mailbox, MailboxStatus, Message, MessageContent
 from core.clock import db_now
 from core.storage import (clock_read, clock_sql, json_list_has, keeps_search_words, under_words_plan, words_match,
@@ -108,8 +108,8 @@ def _message_search_pages(*, caller: Caller | None, mailbox: Mailbox | None = No
     as an OwnerWordSearch, the owed words written first."""
     if (words and mailbox is None and after is None and caller is not None and caller.owner is not None
             and not any(filters.values()) and keeps_search_words()):
-        contents_index_all_words(messages=lambda: messages_in_scope(caller=caller))
-        return OwnerWordSearch(owner_id=caller.owner.id, words=words)
+        return OwnerWordSearch(owner_id=caller.owner.id, words=words,
+                               write_owed=lambda: contents_index_all_words(messages=messages_in_scope(caller=caller)))
     return message_search(caller=caller, mailbox=mailbox, words=words, after=after, **filters)
 
 
@@ -287,19 +287,32 @@ def _has_envelope_recipient(address: str) -> Q:
 
 class OwnerWordSearch:
     """An owner's search for words alone across all their mailboxes, read a page at a time
-    by one written-out statement (the ORM's building cost more than PostgreSQL's answer)."""
+    by one written-out statement (the ORM's building cost more than PostgreSQL's answer),
+    which also asks whether any words are owed: in one statement the two see one snapshot,
+    so where none is owed its matches are all there are, and the search needs no trip of
+    its own to ask first. Where some are owed, `write_owed` writes them and the page is read
+    again."""
 
     PAGE = (f"SELECT m.*, count(*) OVER () AS relay_total FROM {Message._meta.db_table} m"
             f" JOIN {MessageContent._meta.db_table} c ON c.id = m.content_id"
             " WHERE m.owner_id = %s AND c.words @@ websearch_to_tsquery('simple', %s)"
             " ORDER BY m.received_at DESC, m.id DESC LIMIT %s OFFSET %s")
+    # Always one row, even for no match: the flag, beside each of the page's rows (all
+    # NULL but the flag when there are none).
+    PAGE_UNLESS_OWED = (f"SELECT p.*, o.owed AS relay_owed FROM (SELECT EXISTS ({ANY_WORDS_OWED}) AS owed) o"
+                        f" LEFT JOIN ({PAGE}) p ON true")
 
-    def __init__(self, *, owner_id: int, words: str) -> None:
-        self.owner_id, self.words = owner_id, words
+    def __init__(self, *, owner_id: int, words: str, write_owed: Callable[[], object] = lambda: None) -> None:
+        self.owner_id, self.words, self.write_owed = owner_id, words, write_owed
 
     def page_with_total(self, offset: int, limit: int) -> list[Message]:
         """Messages offset to offset + limit, each with `relay_total`: how many match in all."""
-        return list(Message.objects.raw(under_words_plan(self.PAGE), [self.owner_id, self.words, limit, offset]))
+        parameters = [self.owner_id, self.words, limit, offset]
+        rows = list(Message.objects.raw(under_words_plan(self.PAGE_UNLESS_OWED), parameters))
+        if rows[0].relay_owed:
+            self.write_owed()
+            rows = list(Message.objects.raw(under_words_plan(self.PAGE), parameters))
+        return [row for row in rows if row.id is not None]
 
 
 def messages_in_scope(*, caller: Caller | None, mailbox: Mailbox | None = None) -> QuerySet:

@@ -231,6 +231,31 @@ def test_smtp_leaves_the_words_owed_and_a_search_writes_them_first(client_pro, i
         assert cursor.fetchone() == (True,)
 
 
+def test_an_owners_word_search_asks_whether_words_are_owed_in_its_own_statement(client_pro, make_client, inbox):
+    # The inbox's mail came over SMTP and owes its words: the first search writes them.
+    assert subjects(client_pro.get("/api/v1/messages", {"q": "code"})) == ["Welcome aboard", "Your login code"]
+    # Nothing owed now: the search's one statement both asks and answers (no trip to ask first).
+    with CaptureQueriesContext(connection) as queries:
+        assert subjects(client_pro.get("/api/v1/messages", {"q": "invoice"})) == ["Invoice 7"]
+    asked = [q["sql"] for q in queries.captured_queries if "words IS NULL" in q["sql"]]
+    assert len(asked) == 1 and "relay_total" in asked[0]
+    # Another owner's message owes its words: alice's matches are still all there, and a
+    # search with none is still an empty page (the statement's one row is the flag alone).
+    bob = make_client("bob", plan="pro")
+    [owed_elsewhere] = deliver(shop_mail("Invoice 8", "Bob's invoice."),
+                               create_via_api(bob, ttl_ms=3_600_000).json()["address"])
+    assert not _words_written(owed_elsewhere)
+    assert subjects(client_pro.get("/api/v1/messages", {"q": "invoice"})) == ["Invoice 7"]
+    nothing = client_pro.get("/api/v1/messages", {"q": "absent"})
+    assert nothing.status_code == 200 and nothing.json()["count"] == 0 and nothing.json()["results"] == []
+    # One of alice's own owes them: found, counted with the rest, its words written.
+    [owed] = deliver(shop_mail("Invoice 9", "A second invoice."), inbox["first"]["address"])
+    assert not _words_written(owed)
+    body = client_pro.get("/api/v1/messages", {"q": "invoice"}).json()
+    assert sorted(row["subject"] for row in body["results"]) == ["Invoice 7", "Invoice 9"] and body["count"] == 2
+    assert _words_written(owed)
+
+
 def test_a_waiting_search_finds_a_message_whose_words_are_owed(client_pro, inbox):
     mailbox = inbox["first"]
     [owed] = deliver(shop_mail("Reset", "Your reset token is QX7731."), mailbox["address"])
