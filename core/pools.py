@@ -135,7 +135,8 @@ class KeptThreadsASGIHandler(ASGIHandler):
     """Django's ASGI handler (config/asgi.py), each request's thread-sensitive calls on a
     thread of REQUEST_THREADS, kept for the next request, rather than one started for it,
     and Django's own middleware run on the event loop where it does no I/O
-    (core.middleware)."""
+    (core.middleware). A request's objects are freed as soon as it is answered, not left
+    in reference cycles for the garbage collector (`listen_for_disconnect`, `let_go`)."""
 
     def load_middleware(self, is_async=False):
         from core.middleware import ON_THE_LOOP
@@ -147,6 +148,19 @@ class KeptThreadsASGIHandler(ASGIHandler):
         finally:
             settings.MIDDLEWARE = named
 
+    async def listen_for_disconnect(self, receive):
+        """Django's, but a disconnect returns rather than raising RequestAborted, which
+        handle() ignores either way: the exception kept on the task held handle()'s frame
+        through its traceback, and with it the request, in a cycle."""
+        message = await receive()
+        if message["type"] != "http.disconnect":
+            raise AssertionError(f"Invalid ASGI message after request body: {message['type']}")
+
+    async def run_get_response(self, request):
+        response = await super().run_get_response(request)
+        let_go(request, response)
+        return response
+
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             raise ValueError(f"Django can only handle ASGI/HTTP connections, not {scope['type']}.")
@@ -156,6 +170,30 @@ class KeptThreadsASGIHandler(ASGIHandler):
                 await self.handle(scope, receive, send)
         finally:
             REQUEST_THREADS.give_back(thread)
+
+
+def let_go(request, response) -> None:
+    """Break the reference cycles a request's objects form once every middleware is done
+    with them (the response rendered, only to be sent), so that reference counting frees
+    them at once. Left to the garbage collector, every request's few hundred objects made
+    it run a collection every few requests, pausing the event loop and every request on
+    it for up to tens of milliseconds (docs/benchmarks.md, "Garbage a request leaves").
+    The cycles: the request and what the message and authentication middleware hang on
+    it (the message storage, the user's lazy loaders), each naming the request again;
+    DRF's view (which holds its own `get` as `head`, Django's View.setup), its Request
+    (whose parser context names both) and its Response (whose renderer context names all
+    three): the view is done with, and forgets all it held."""
+    for name in ("_messages", "user", "auser"):
+        request.__dict__.pop(name, None)
+    rendered = getattr(response, "renderer_context", None)
+    if isinstance(rendered, dict):
+        parsed = getattr(rendered.get("request"), "parser_context", None)
+        if isinstance(parsed, dict):
+            parsed.clear()
+        view = rendered.get("view")
+        if view is not None:
+            vars(view).clear()
+        rendered.clear()
 
 
 def usable_connections() -> None:

@@ -5,6 +5,8 @@ started and joined for each; a thread still busy when its request ends is not ke
 Django's own middleware runs on the event loop (core/middleware.py): a read makes no trip
 to its request's thread for it, while what may read a body (a form's CSRF check) still
 does."""
+import asyncio
+import gc
 import threading
 from contextlib import contextmanager
 
@@ -108,3 +110,66 @@ def test_a_form_post_without_its_csrf_token_is_refused_by_the_check_in_the_reque
     with _trips() as trips:
         assert _get(KeptThreadsASGIHandler(), "/inbox/sign-in", method="POST") == 403
     assert any("process_view" in trip for trip in trips), trips
+
+
+def _cyclic_garbage_of_requests(app, path: str, count: int) -> list:
+    """The objects `count` requests to `path` leave in reference cycles, driven as uvicorn
+    drives them: the client's disconnect is what receive() gives once the response is
+    complete (Django's handler listens for it meanwhile)."""
+
+    async def one() -> int:
+        answered = asyncio.Event()
+        asked = False
+
+        async def receive():
+            nonlocal asked
+            if not asked:
+                asked = True
+                return {"type": "http.request", "body": b"", "more_body": False}
+            await answered.wait()
+            return {"type": "http.disconnect"}
+
+        statuses = []
+
+        async def send(message):
+            if message["type"] == "http.response.start":
+                statuses.append(message["status"])
+            elif not message.get("more_body"):
+                answered.set()
+
+        scope = {"type": "http", "method": "GET", "path": path, "raw_path": path.encode(), "query_string": b"",
+                 "headers": [(b"host", b"localhost")], "http_version": "1.1", "scheme": "http",
+                 "server": ("localhost", 80), "client": ("127.0.0.1", 40000), "root_path": ""}
+        await app(scope, receive, send)
+        return statuses[0]
+
+    async def run() -> list[int]:
+        return [await one() for _ in range(count)]
+
+    async_to_sync(run)()  # the first requests load what stays loaded
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        statuses = async_to_sync(run)()
+        gc.collect()
+        garbage = [type(thing).__qualname__ for thing in gc.garbage]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert set(statuses) == {401}, statuses
+    return garbage
+
+
+def test_a_requests_objects_are_freed_once_it_is_answered_not_left_in_cycles_for_the_collector(db):
+    """Left in reference cycles, each request's objects waited for a collection, which ran
+    every few requests and paused every request of the process (docs/benchmarks.md,
+    "Garbage a request leaves"). Django's own handler leaves them there: the disconnect's
+    RequestAborted holding the handler's frame, the message storage and the user's
+    loaders naming the request, DRF's view, Request and Response naming each other."""
+    ours = _cyclic_garbage_of_requests(KeptThreadsASGIHandler(), "/api/v1/mailboxes", 20)
+    djangos = _cyclic_garbage_of_requests(ASGIHandler(), "/api/v1/mailboxes", 20)
+    for kind in ("ASGIRequest", "Request", "Response", "RequestAborted", "FallbackStorage"):
+        assert djangos.count(kind) >= 20, (kind, djangos.count(kind))
+    assert len(ours) < 20, sorted(ours)
