@@ -340,9 +340,9 @@ def contents_index_words(*, messages: QuerySet | None = None, skip_locked: bool 
 
 
 # Written out: every word search asks it, and building it with the ORM cost more than
-# PostgreSQL's answer (docs/benchmarks.md, "Message search"); an owner's words-alone
-# search asks it inside its own statement (relay.reading.OwnerWordSearch).
-ANY_WORDS_OWED = f"SELECT 1 FROM {MessageContent._meta.db_table} WHERE words IS NULL LIMIT 1"
+# PostgreSQL's answer (docs/benchmarks.md, "Message search"). An owner's words-alone
+# search asks of its owner's alone, inside its own statement (relay.reading.OwnerWordSearch).
+_ANY_WORDS_OWED = f"SELECT 1 FROM {MessageContent._meta.db_table} WHERE words IS NULL LIMIT 1"
 
 
 def contents_index_all_words(*, messages: "QuerySet | Callable[[], QuerySet]") -> int:
@@ -352,7 +352,7 @@ def contents_index_all_words(*, messages: "QuerySet | Callable[[], QuerySet]") -
     if not keeps_search_words():
         return 0
     with connection.cursor() as cursor:
-        cursor.execute(ANY_WORDS_OWED)
+        cursor.execute(_ANY_WORDS_OWED)
         if cursor.fetchone() is None:
             return 0
     if callable(messages):

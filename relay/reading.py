@@ -16,7 +16,7 @@ from accounts.identity import Caller
 from mailboxes.errors import InvalidRequest, MailboxExpired, NotFound
 from mailboxes.lifecycle import mailboxes_expire_due
 from mailboxes.mail_format import NOT_ONE_LINE, breaks_line
-from mailboxes.messages import ANY_WORDS_OWED, contents_index_all_words
+from mailboxes.messages import contents_index_all_words
 from mailboxes.models import Mailbox, MailboxStatus, Message, MessageContent
 from core.clock import db_now
 from core.storage import (clock_read, clock_sql, json_list_has, keeps_search_words, under_words_plan, words_match,
@@ -288,10 +288,11 @@ def _has_envelope_recipient(address: str) -> Q:
 class OwnerWordSearch:
     """An owner's search for words alone across all their mailboxes, read a page at a time
     by one written-out statement (the ORM's building cost more than PostgreSQL's answer),
-    which also asks whether any words are owed: in one statement the two see one snapshot,
-    so where none is owed its matches are all there are, and the search needs no trip of
-    its own to ask first. Where some are owed, `write_owed` writes them and the page is read
-    again."""
+    which also asks whether any of the owner's messages owe their words: in one statement
+    the two see one snapshot, so where none is owed its matches are all there are, and the
+    search needs no trip of its own to ask first. Where some are owed, `write_owed` writes
+    them and the page is read again. Words other owners' mail owes (a second's worth
+    while mail arrives) are not this search's to wait for."""
 
     PAGE = (f"SELECT m.*, count(*) OVER () AS relay_total FROM {Message._meta.db_table} m"
             f" JOIN {MessageContent._meta.db_table} c ON c.id = m.content_id"
@@ -299,7 +300,9 @@ class OwnerWordSearch:
             " ORDER BY m.received_at DESC, m.id DESC LIMIT %s OFFSET %s")
     # Always one row, even for no match: the flag, beside each of the page's rows (all
     # NULL but the flag when there are none).
-    PAGE_UNLESS_OWED = (f"SELECT p.*, o.owed AS relay_owed FROM (SELECT EXISTS ({ANY_WORDS_OWED}) AS owed) o"
+    OWED = (f"SELECT 1 FROM {MessageContent._meta.db_table} c JOIN {Message._meta.db_table} m"
+            " ON m.content_id = c.id WHERE c.words IS NULL AND m.owner_id = %s")
+    PAGE_UNLESS_OWED = (f"SELECT p.*, o.owed AS relay_owed FROM (SELECT EXISTS ({OWED}) AS owed) o"
                         f" LEFT JOIN ({PAGE}) p ON true")
 
     def __init__(self, *, owner_id: int, words: str, write_owed: Callable[[], object] = lambda: None) -> None:
@@ -308,7 +311,7 @@ class OwnerWordSearch:
     def page_with_total(self, offset: int, limit: int) -> list[Message]:
         """Messages offset to offset + limit, each with `relay_total`: how many match in all."""
         parameters = [self.owner_id, self.words, limit, offset]
-        rows = list(Message.objects.raw(under_words_plan(self.PAGE_UNLESS_OWED), parameters))
+        rows = list(Message.objects.raw(under_words_plan(self.PAGE_UNLESS_OWED), [self.owner_id, *parameters]))
         if rows[0].relay_owed:
             self.write_owed()
             rows = list(Message.objects.raw(under_words_plan(self.PAGE), parameters))

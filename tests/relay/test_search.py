@@ -239,15 +239,21 @@ def test_an_owners_word_search_asks_whether_words_are_owed_in_its_own_statement(
         assert subjects(client_pro.get("/api/v1/messages", {"q": "invoice"})) == ["Invoice 7"]
     asked = [q["sql"] for q in queries.captured_queries if "words IS NULL" in q["sql"]]
     assert len(asked) == 1 and "relay_total" in asked[0]
-    # Another owner's message owes its words: alice's matches are still all there, and a
-    # search with none is still an empty page (the statement's one row is the flag alone).
+    # Another owner's message owes its words: not alice's search's to write. Her matches
+    # are still all there in one statement, and a search with none is still an empty page
+    # (the statement's one row is the flag alone).
     bob = make_client("bob", plan="pro")
     [owed_elsewhere] = deliver(shop_mail("Invoice 8", "Bob's invoice."),
                                create_via_api(bob, ttl_ms=3_600_000).json()["address"])
-    assert not _words_written(owed_elsewhere)
-    assert subjects(client_pro.get("/api/v1/messages", {"q": "invoice"})) == ["Invoice 7"]
+    with CaptureQueriesContext(connection) as queries:
+        assert subjects(client_pro.get("/api/v1/messages", {"q": "invoice"})) == ["Invoice 7"]
+    assert len([q for q in queries.captured_queries if "words IS NULL" in q["sql"]]) == 1
     nothing = client_pro.get("/api/v1/messages", {"q": "absent"})
     assert nothing.status_code == 200 and nothing.json()["count"] == 0 and nothing.json()["results"] == []
+    assert not _words_written(owed_elsewhere)
+    # Bob's search writes them.
+    assert subjects(bob.get("/api/v1/messages", {"q": "invoice"})) == ["Invoice 8"]
+    assert _words_written(owed_elsewhere)
     # One of alice's own owes them: found, counted with the rest, its words written.
     [owed] = deliver(shop_mail("Invoice 9", "A second invoice."), inbox["first"]["address"])
     assert not _words_written(owed)
