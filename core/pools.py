@@ -182,7 +182,10 @@ def let_go(request, response) -> None:
     it (the message storage, the user's lazy loaders), each naming the request again;
     DRF's view (which holds its own `get` as `head`, Django's View.setup), its Request
     (whose parser context names both) and its Response (whose renderer context names all
-    three): the view is done with, and forgets all it held."""
+    three): the view is done with, and forgets all it held. A streamed response (an event
+    stream) is not answered yet: what it streams may still read its request."""
+    if response.streaming:
+        return
     for name in ("_messages", "user", "auser"):
         request.__dict__.pop(name, None)
     rendered = getattr(response, "renderer_context", None)
