@@ -210,8 +210,8 @@ def main() -> None:
     parser.add_argument("--reuse", action="store_true",
                         help="search the messages an earlier run filled (with a new key), instead of filling again")
     args = parser.parse_args()
-    words = [word for word in args.words.split(",") if word]
-    if not words or set(words) - {"zebra", "quartz"}:
+    searched = [word for word in args.words.split(",") if word]
+    if not searched or set(searched) - {"zebra", "quartz"}:
         parser.error("--words takes zebra, quartz or both")
     if args.reuse:
         setup_django()
@@ -239,9 +239,9 @@ def main() -> None:
     try:
         wrk(f"/api/v1/mailboxes/{mailbox.id}", **{**load, "seconds": 3})  # warm up every worker
         single = measured(f"/api/v1/mailboxes/{mailbox.id}")
-        searches = {word: measured(f"/api/v1/messages?q={word}") for word in words}
+        searches = {word: measured(f"/api/v1/messages?q={word}") for word in searched}
         # One connection: the time a search takes when nothing else queues with it.
-        alone = measured("/api/v1/messages?q=quartz", connections=1) if "quartz" in words else None
+        alone = measured("/api/v1/messages?q=quartz", connections=1) if "quartz" in searched else None
     finally:
         stop(web)
     stored, words = ingest_cost(args.ingest) if args.ingest else (0.0, 0.0)

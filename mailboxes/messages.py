@@ -341,7 +341,8 @@ def contents_index_words(*, messages: QuerySet | None = None, skip_locked: bool 
 
 # Written out: every word search asks it, and building it with the ORM cost more than
 # PostgreSQL's answer (docs/benchmarks.md, "Message search"). An owner's words-alone
-# search asks of its owner's alone, inside its own statement (relay.reading.OwnerWordSearch).
+# search asks instead, of that owner's messages only, in its own statement
+# (relay.reading.OwnerWordSearch).
 _ANY_WORDS_OWED = f"SELECT 1 FROM {MessageContent._meta.db_table} WHERE words IS NULL LIMIT 1"
 
 

@@ -298,10 +298,10 @@ class OwnerWordSearch:
             f" JOIN {MessageContent._meta.db_table} c ON c.id = m.content_id"
             " WHERE m.owner_id = %s AND c.words @@ websearch_to_tsquery('simple', %s)"
             " ORDER BY m.received_at DESC, m.id DESC LIMIT %s OFFSET %s")
-    # Always one row, even for no match: the flag, beside each of the page's rows (all
-    # NULL but the flag when there are none).
     OWED = (f"SELECT 1 FROM {MessageContent._meta.db_table} c JOIN {Message._meta.db_table} m"
             " ON m.content_id = c.id WHERE c.words IS NULL AND m.owner_id = %s")
+    # Always one row, even for no match: the flag, beside each of the page's rows (all
+    # NULL but the flag when there are none).
     PAGE_UNLESS_OWED = (f"SELECT p.*, o.owed AS relay_owed FROM (SELECT EXISTS ({OWED}) AS owed) o"
                         f" LEFT JOIN ({PAGE}) p ON true")
 
