@@ -135,8 +135,8 @@ class KeptThreadsASGIHandler(ASGIHandler):
     """Django's ASGI handler (config/asgi.py), each request's thread-sensitive calls on a
     thread of REQUEST_THREADS, kept for the next request, rather than one started for it,
     and Django's own middleware run on the event loop where it does no I/O
-    (core.middleware). A request's objects are freed as soon as it is answered, not left
-    in reference cycles for the garbage collector (`listen_for_disconnect`, `let_go`)."""
+    (core.middleware). An API request's objects are freed as soon as it is answered, not
+    left in reference cycles for the garbage collector (`listen_for_disconnect`, `let_go`)."""
 
     def load_middleware(self, is_async=False):
         from core.middleware import ON_THE_LOOP
@@ -183,7 +183,9 @@ def let_go(request, response) -> None:
     DRF's view (which holds its own `get` as `head`, Django's View.setup), its Request
     (whose parser context names both) and its Response (whose renderer context names all
     three): the view is done with, and forgets all it held. A streamed response (an event
-    stream) is not answered yet: what it streams may still read its request."""
+    stream) is not answered yet: what it streams may still read its request. A plain
+    Django view's own cycle (its `head`) is out of reach here: the response does not
+    name it; the inbox's pages leave it to the collector."""
     if response.streaming:
         return
     for name in ("_messages", "user", "auser"):

@@ -294,16 +294,18 @@ class OwnerWordSearch:
     them and the page is read again. Words other owners' mail owes (a second's worth
     while mail arrives) are not this search's to wait for."""
 
-    PAGE = (f"SELECT m.*, count(*) OVER () AS relay_total FROM {Message._meta.db_table} m"
-            f" JOIN {MessageContent._meta.db_table} c ON c.id = m.content_id"
-            " WHERE m.owner_id = %s AND c.words @@ websearch_to_tsquery('simple', %s)"
-            " ORDER BY m.received_at DESC, m.id DESC LIMIT %s OFFSET %s")
+    _PAGE = (f"SELECT m.*, count(*) OVER () AS relay_total FROM {Message._meta.db_table} m"
+             f" JOIN {MessageContent._meta.db_table} c ON c.id = m.content_id"
+             " WHERE {unless}m.owner_id = %s AND c.words @@ websearch_to_tsquery('simple', %s)"
+             " ORDER BY m.received_at DESC, m.id DESC LIMIT %s OFFSET %s")
+    PAGE = _PAGE.replace("{unless}", "")
     OWED = (f"SELECT 1 FROM {MessageContent._meta.db_table} c JOIN {Message._meta.db_table} m"
             " ON m.content_id = c.id WHERE c.words IS NULL AND m.owner_id = %s")
     # Always one row, even for no match: the flag, beside each of the page's rows (all
-    # NULL but the flag when there are none).
+    # NULL but the flag when there are none); no page is read when words are owed.
     PAGE_UNLESS_OWED = (f"SELECT p.*, o.owed AS relay_owed FROM (SELECT EXISTS ({OWED}) AS owed) o"
-                        f" LEFT JOIN ({PAGE}) p ON true")
+                        f" LEFT JOIN LATERAL ({_PAGE.replace('{unless}', 'NOT o.owed AND ')}) p ON true"
+                        " ORDER BY p.received_at DESC, p.id DESC")
 
     def __init__(self, *, owner_id: int, words: str, write_owed: Callable[[], object] = lambda: None) -> None:
         self.owner_id, self.words, self.write_owed = owner_id, words, write_owed
