@@ -103,7 +103,8 @@ def test_a_token_expired_by_the_databases_clock_is_refused_while_this_hosts_cloc
 def test_a_cached_token_lapses_when_the_database_says_it_expired(db, settings):
     settings.RELAY_KEY_CACHE_SECONDS = 60
     account, _ = account_create_with_key(login="brief", email="brief@example.com")
-    token = access_token(account, expires_in=timedelta(seconds=1))
+    # Long enough to be live at its first use on a slow machine (1 s was not, once).
+    token = access_token(account, expires_in=timedelta(seconds=4))
     with time_machine.travel(db_now() - timedelta(hours=1)):
         assert whoami(token).status_code == 200  # now cached, for far longer than it lives
         assert identity._token_cache.entries, "the token was not cached: this test would prove nothing"
