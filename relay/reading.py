@@ -4,7 +4,7 @@ search their messages, each read preceded by the write it owes (a due mailbox ex
 the spot, a word search's owed words written); and below the entry, the reads themselves
 as a caller may see them, none of which writes."""
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 
@@ -104,12 +104,11 @@ def message_search(*, caller: Caller | None, mailbox: Mailbox | None = None, wor
 
 def _message_search_pages(*, caller: Caller | None, mailbox: Mailbox | None = None, words: str = "",
                           after: int | None = None, **filters) -> "QuerySet | OwnerWordSearch":
-    """What a client pages through: message_search's rows, or an owner's words-alone search
-    as an OwnerWordSearch, the owed words written first."""
+    """What a client pages through: message_search's rows (the owed words written first), or
+    an owner's words-alone search as an OwnerWordSearch, which writes those it finds owed."""
     if (words and mailbox is None and after is None and caller is not None and caller.owner is not None
             and not any(filters.values()) and keeps_search_words()):
-        return OwnerWordSearch(owner_id=caller.owner.id, words=words,
-                               write_owed=lambda: contents_index_all_words(messages=messages_in_scope(caller=caller)))
+        return OwnerWordSearch(owner_id=caller.owner.id, words=words)
     return message_search(caller=caller, mailbox=mailbox, words=words, after=after, **filters)
 
 
@@ -290,8 +289,8 @@ class OwnerWordSearch:
     by one written-out statement (the ORM's building cost more than PostgreSQL's answer),
     which also asks whether any of the owner's messages owe their words: in one statement
     the two see one snapshot, so where none is owed its matches are all there are, and the
-    search needs no trip of its own to ask first. Where some are owed, `write_owed` writes
-    them and the page is read again. Words other owners' mail owes (a second's worth
+    search needs no trip of its own to ask first. Where some are owed, they are written
+    and the page is read again. Words other owners' mail owes (a second's worth
     while mail arrives) are not this search's to wait for."""
 
     PAGE = (f"SELECT m.*, count(*) OVER () AS relay_total FROM {Message._meta.db_table} m"
@@ -307,15 +306,15 @@ class OwnerWordSearch:
     PAGE_UNLESS_OWED = (f"SELECT p.*, o.owed AS relay_owed FROM (SELECT EXISTS ({OWED}) AS owed) o"
                         f" LEFT JOIN ({PAGE}) p ON true")
 
-    def __init__(self, *, owner_id: int, words: str, write_owed: Callable[[], object] = lambda: None) -> None:
-        self.owner_id, self.words, self.write_owed = owner_id, words, write_owed
+    def __init__(self, *, owner_id: int, words: str) -> None:
+        self.owner_id, self.words = owner_id, words
 
     def page_with_total(self, offset: int, limit: int) -> list[Message]:
         """Messages offset to offset + limit, each with `relay_total`: how many match in all."""
         parameters = [self.owner_id, self.words, limit, offset]
         rows = list(Message.objects.raw(under_words_plan(self.PAGE_UNLESS_OWED), [self.owner_id, *parameters]))
         if rows[0].relay_owed:
-            self.write_owed()
+            contents_index_all_words(messages=Message.objects.filter(owner_id=self.owner_id))  # OWED's scope
             return list(Message.objects.raw(under_words_plan(self.PAGE), parameters))
         # A join's rows keep no order SQL promises.
         return sorted((row for row in rows if row.id is not None), key=lambda row: (row.received_at, row.id),

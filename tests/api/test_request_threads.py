@@ -18,12 +18,15 @@ from django.core.signals import request_finished, request_started
 from core.pools import KeptThreadsASGIHandler, RequestThreads
 
 
+def _scope(path: str, method: str = "GET") -> dict:
+    return {"type": "http", "method": method, "path": path, "raw_path": path.encode(), "query_string": b"",
+            "headers": [(b"host", b"localhost")], "http_version": "1.1", "scheme": "http",
+            "server": ("localhost", 80), "client": ("127.0.0.1", 40000), "root_path": ""}
+
+
 def _get(app, path: str, method: str = "GET") -> int:
     async def run() -> int:
-        scope = {"type": "http", "method": method, "path": path, "raw_path": path.encode(), "query_string": b"",
-                 "headers": [(b"host", b"localhost")], "http_version": "1.1", "scheme": "http",
-                 "server": ("localhost", 80), "client": ("127.0.0.1", 40000), "root_path": ""}
-        communicator = ApplicationCommunicator(app, scope)
+        communicator = ApplicationCommunicator(app, _scope(path, method))
         await communicator.send_input({"type": "http.request", "body": b""})
         start = await communicator.receive_output(30)
         while (await communicator.receive_output(30)).get("more_body"):
@@ -137,10 +140,7 @@ def _cyclic_garbage_of_requests(app, path: str, count: int) -> list:
             elif not message.get("more_body"):
                 answered.set()
 
-        scope = {"type": "http", "method": "GET", "path": path, "raw_path": path.encode(), "query_string": b"",
-                 "headers": [(b"host", b"localhost")], "http_version": "1.1", "scheme": "http",
-                 "server": ("localhost", 80), "client": ("127.0.0.1", 40000), "root_path": ""}
-        await app(scope, receive, send)
+        await app(_scope(path), receive, send)
         return statuses[0]
 
     async def run() -> list[int]:
