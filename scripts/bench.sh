@@ -5,6 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 name=${1:?usage: scripts/bench.sh expiry_burst|expiry_lag|api|smtp_ingest|smtp_peers|submission|store_cost|mailer|waiting|dashboard|limiter_burst|broker_burst|search|soak|mcp_wait|mcp_cost|cyrus_read|verdicts|curves|parse_cost [ARGS]}
 shift
+# Run straight from a fresh clone too, not only through `make bench`: the tools and the
+# packages the benchmarks import (a no-op once installed).
+make --no-print-directory -s install-dev
 . scripts/services.sh
 # The HTTP benchmarks drive load with wrk; install it when missing and this user may.
 if ! command -v wrk >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
