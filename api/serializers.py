@@ -1,10 +1,15 @@
 """Shapes of the mailbox and message routes: input serializers check the format, the
 services the domain's rules."""
 import json
+from collections.abc import Mapping
+from datetime import datetime
 
+from django.conf import settings
 from django.urls import reverse
+from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
-from rest_framework import serializers
+from rest_framework import ISO_8601, serializers
+from rest_framework.settings import api_settings
 
 from api.fields import (
     DomainField,
@@ -156,24 +161,97 @@ class EventsQuerySerializer(serializers.Serializer):
 
 class RenderedOnce:
     """For a serializer of plain values: `represent(instance)` renders from fields bound once
-    per class (DRF deep-copies every field per serializer); the fields keep no state."""
+    per class (DRF deep-copies every field per serializer); the fields keep no state. Each
+    field of a plain kind (integer, text, boolean, UUID, ISO 8601 time, a list of text) reads
+    its attribute and renders its value without DRF's generic steps, and the time zone a
+    page's times are shown in is asked once for the page: DRF's per-field work was most of a
+    search's rendering (docs/benchmarks.md). Anything else, or a value of another kind,
+    renders through the field itself; tests/api/test_rendering.py holds the two equal."""
 
     @classmethod
     def represent(cls, instance) -> dict:
-        fields = cls.__dict__.get("_fields_bound_once")
-        if fields is None:  # a race builds them twice, harmlessly
-            fields = [(name, field) for name, field in cls().fields.items() if not field.write_only]
-            cls._fields_bound_once = fields
-        represented = {}
-        for name, field in fields:
-            value = field.get_attribute(instance)
-            represented[name] = None if value is None else field.to_representation(value)
-        return represented
+        return cls.represent_many((instance,))[0]
 
     @classmethod
     def represent_many(cls, instances) -> list[dict]:
         """What `Serializer(instances, many=True).data` holds."""
-        return [cls.represent(instance) for instance in instances]
+        fields = cls.__dict__.get("_fields_rendered_once")
+        if fields is None:  # a race builds them twice, harmlessly
+            fields = [_FieldRendering(name, field) for name, field in cls().fields.items() if not field.write_only]
+            cls._fields_rendered_once = fields
+        shown_in = timezone.get_current_timezone() if settings.USE_TZ else None
+        represented = []
+        for instance in instances:
+            mapping = isinstance(instance, Mapping)  # read by key, as DRF reads one
+            represented.append({field.name: field.render(instance, mapping, shown_in) for field in fields})
+        return represented
+
+
+class _FieldRendering:
+    """One field of a RenderedOnce serializer: its value read and rendered as the field
+    itself would (Field.get_attribute, then None or to_representation)."""
+
+    __slots__ = ("name", "field", "attribute", "plain")
+
+    def __init__(self, name: str, field: serializers.Field) -> None:
+        self.name, self.field = name, field
+        # A source of one attribute is read with getattr; a dotted one or "*" by the field.
+        self.attribute = field.source_attrs[0] if len(field.source_attrs) == 1 else None
+        self.plain = _PLAIN_RENDERINGS.get(type(field))
+        if type(field) is serializers.UUIDField and field.uuid_format != "hex_verbose":
+            self.plain = None
+        if type(field) is serializers.DateTimeField and (
+                hasattr(field, "timezone") or getattr(field, "format", api_settings.DATETIME_FORMAT) != ISO_8601):
+            self.plain = None
+        if type(field) is serializers.ListField and type(field.child) is not serializers.CharField:
+            self.plain = None
+
+    def render(self, instance, mapping: bool, shown_in):
+        value = self.field.get_attribute(instance) if mapping else self._read(instance)
+        if value is None:
+            return None
+        if self.plain is not None:
+            rendered = self.plain(value, shown_in)
+            if rendered is not _NOT_PLAIN:
+                return rendered
+        return self.field.to_representation(value)
+
+    def _read(self, instance):
+        if self.attribute is None:
+            return self.field.get_attribute(instance)
+        try:
+            value = getattr(instance, self.attribute)
+        except Exception:  # the field says what such an attribute means (None, or its error)
+            return self.field.get_attribute(instance)
+        return self.field.get_attribute(instance) if callable(value) else value
+
+
+_NOT_PLAIN = object()  # a value of another kind than the field's plain one: the field renders it
+
+
+def _time_shown(value, shown_in):
+    # DateTimeField.to_representation in ISO 8601 for an aware time, UTC as "Z".
+    if type(value) is not datetime or value.tzinfo is None or shown_in is None:
+        return _NOT_PLAIN
+    try:
+        shown = value.astimezone(shown_in).isoformat()
+    except OverflowError:  # the field's own error for it
+        return _NOT_PLAIN
+    return shown[:-6] + "Z" if shown.endswith("+00:00") else shown
+
+
+def _texts(value, shown_in):
+    return [None if item is None else str(item) for item in value]
+
+
+_PLAIN_RENDERINGS = {
+    serializers.IntegerField: lambda value, shown_in: int(value),
+    serializers.CharField: lambda value, shown_in: str(value),
+    serializers.BooleanField: lambda value, shown_in: value if type(value) is bool else _NOT_PLAIN,
+    serializers.UUIDField: lambda value, shown_in: str(value),
+    serializers.DateTimeField: _time_shown,
+    serializers.ListField: _texts,
+}
 
 
 # Plain fields, not a ModelSerializer, which introspects the model for every instance.

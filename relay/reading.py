@@ -7,6 +7,8 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
+from typing import NamedTuple
+from uuid import UUID
 
 from django.core.exceptions import ValidationError
 from django.db import connection
@@ -17,7 +19,7 @@ from mailboxes.errors import InvalidRequest, MailboxExpired, NotFound
 from mailboxes.lifecycle import mailboxes_expire_due
 from mailboxes.mail_format import NOT_ONE_LINE, breaks_line
 from mailboxes.messages import contents_index_all_words
-from mailboxes.models import Mailbox, MailboxStatus, Message, MessageContent
+from mailboxes.models import Mailbox, MailboxStatus, Message, MessageContent, shown_sender
 from core.clock import db_now
 from core.storage import (clock_read, clock_sql, json_list_has, keeps_search_words, under_words_plan, words_match,
                           words_plan)
@@ -284,6 +286,42 @@ def _has_envelope_recipient(address: str) -> Q:
     return caught | Q(envelope_to=address)
 
 
+class ListedMessage(NamedTuple):
+    """A message as a list shows it (api.serializers.MessageSummarySerializer's fields), read
+    by OwnerWordSearch's written-out statement as plain values: building a page of model
+    instances through a raw queryset cost more of a search's CPU than the statement
+    (docs/benchmarks.md). tests/relay/test_search.py holds its rendering to the model's."""
+
+    id: int
+    mailbox_id: UUID
+    from_header: str
+    envelope_from: str
+    to_header: str
+    envelope_to: str
+    rcpt_to_json: str  # the column as the database sends it; rcpt_to is the list
+    subject: str
+    received_at: datetime
+    size: int
+    is_read: bool
+    has_attachments: bool
+    authenticated: bool
+    direction: str
+    thread_id: int | None
+    relay_total: int  # how many match in all
+
+    @property
+    def sender(self) -> str:
+        return shown_sender(self.from_header, self.envelope_from)
+
+    @property
+    def rcpt_to(self) -> list[str]:
+        return json.loads(self.rcpt_to_json)
+
+
+_LISTED_COLUMNS = ", ".join("m.rcpt_to::text" if name == "rcpt_to_json" else f"m.{name}"
+                            for name in ListedMessage._fields if name != "relay_total")
+
+
 class OwnerWordSearch:
     """An owner's search for words alone across all their mailboxes, read a page at a time
     by one written-out statement (the ORM's building cost more than PostgreSQL's answer),
@@ -293,7 +331,7 @@ class OwnerWordSearch:
     and the page is read again. Words other owners' mail owes (a second's worth
     while mail arrives) are not this search's to wait for."""
 
-    PAGE = (f"SELECT m.*, count(*) OVER () AS relay_total FROM {Message._meta.db_table} m"
+    PAGE = (f"SELECT {_LISTED_COLUMNS}, count(*) OVER () AS relay_total FROM {Message._meta.db_table} m"
             f" JOIN {MessageContent._meta.db_table} c ON c.id = m.content_id"
             " WHERE m.owner_id = %s AND c.words @@ websearch_to_tsquery('simple', %s)"
             " ORDER BY m.received_at DESC, m.id DESC LIMIT %s OFFSET %s")
@@ -309,16 +347,19 @@ class OwnerWordSearch:
     def __init__(self, *, owner_id: int, words: str) -> None:
         self.owner_id, self.words = owner_id, words
 
-    def page_with_total(self, offset: int, limit: int) -> list[Message]:
+    def page_with_total(self, offset: int, limit: int) -> list[ListedMessage]:
         """Messages offset to offset + limit, each with `relay_total`: how many match in all."""
         parameters = [self.owner_id, self.words, limit, offset]
-        rows = list(Message.objects.raw(under_words_plan(self.PAGE_UNLESS_OWED), [self.owner_id, *parameters]))
-        if rows[0].relay_owed:
-            contents_index_all_words(messages=Message.objects.filter(owner_id=self.owner_id))  # OWED's scope
-            return list(Message.objects.raw(under_words_plan(self.PAGE), parameters))
+        with connection.cursor() as cursor:
+            cursor.execute(under_words_plan(self.PAGE_UNLESS_OWED), [self.owner_id, *parameters])
+            rows = cursor.fetchall()
+            if rows[0][-1]:  # relay_owed
+                contents_index_all_words(messages=Message.objects.filter(owner_id=self.owner_id))  # OWED's scope
+                cursor.execute(under_words_plan(self.PAGE), parameters)
+                return [ListedMessage._make(row) for row in cursor.fetchall()]
         # A join's rows keep no order SQL promises.
-        return sorted((row for row in rows if row.id is not None), key=lambda row: (row.received_at, row.id),
-                      reverse=True)
+        page = [ListedMessage._make(row[:-1]) for row in rows if row[0] is not None]
+        return sorted(page, key=lambda listed: (listed.received_at, listed.id), reverse=True)
 
 
 def messages_in_scope(*, caller: Caller | None, mailbox: Mailbox | None = None) -> QuerySet:

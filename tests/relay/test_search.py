@@ -14,6 +14,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from accounts.identity import Caller
+from api.serializers import MessageSummarySerializer
 from mailboxes.models import Mailbox, Message, MessageContent
 from relay.reading import message_search
 from relay.reading import OwnerWordSearch, words_search_plan
@@ -444,3 +445,22 @@ def test_a_search_with_more_than_words_or_in_one_mailbox_goes_through_the_orm(cl
     with CaptureQueriesContext(connection) as queries:
         assert subjects(client_pro.get(f"/api/v1/mailboxes/{box}/messages", {"q": "your"})) == ["Your login code"]
     assert not any("count(*) OVER () AS relay_total" in q["sql"] for q in queries.captured_queries)
+
+
+def test_an_owners_word_search_renders_each_message_as_a_list_of_the_models_does(client_pro, inbox):
+    # Every field the list shows, and those read from more than one column (the sender) or
+    # decoded (a sandbox catch's recipients), held to DRF's rendering of the model itself.
+    Message.objects.filter(subject="Your login code").update(rcpt_to=["a@x.example", "b@x.example"], thread=None,
+                                                             is_read=True)
+    Message.objects.filter(subject="Welcome aboard").update(from_header="")
+    with CaptureQueriesContext(connection) as queries:
+        response = client_pro.get("/api/v1/messages", {"q": "your"})
+    assert any("count(*) OVER () AS relay_total" in query["sql"] for query in queries.captured_queries)
+    results = response.json()["results"]
+    ids = [row["id"] for row in results]
+    messages = sorted(Message.objects.filter(id__in=ids), key=lambda message: ids.index(message.id))
+    assert len(results) == 3
+    assert results == MessageSummarySerializer(messages, many=True).data
+    shown = {row["subject"]: row for row in results}
+    assert shown["Your login code"]["rcpt_to"] == ["a@x.example", "b@x.example"]
+    assert shown["Welcome aboard"]["from"] == "hello@app.example"  # the envelope sender, with no From header
