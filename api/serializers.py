@@ -159,14 +159,15 @@ class EventsQuerySerializer(serializers.Serializer):
     pass
 
 
+# Each field of a plain kind (integer, text, boolean, UUID, ISO 8601 time, a list of text)
+# reads its attribute and renders its value without DRF's generic steps, and the time zone a
+# page's times are shown in is asked once for the page: DRF's per-field work was most of a
+# search's rendering (docs/benchmarks.md). Anything else, or a value of another kind, renders
+# through the field itself; tests/api/test_rendering.py holds the two equal. (A comment: the
+# schema shows this class's docstring for each serializer without one of its own.)
 class RenderedOnce:
     """For a serializer of plain values: `represent(instance)` renders from fields bound once
-    per class (DRF deep-copies every field per serializer); the fields keep no state. Each
-    field of a plain kind (integer, text, boolean, UUID, ISO 8601 time, a list of text) reads
-    its attribute and renders its value without DRF's generic steps, and the time zone a
-    page's times are shown in is asked once for the page: DRF's per-field work was most of a
-    search's rendering (docs/benchmarks.md). Anything else, or a value of another kind,
-    renders through the field itself; tests/api/test_rendering.py holds the two equal."""
+    per class (DRF deep-copies every field per serializer); the fields keep no state."""
 
     @classmethod
     def represent(cls, instance) -> dict:
