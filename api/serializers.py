@@ -5,10 +5,12 @@ from collections.abc import Mapping
 from datetime import datetime
 
 from django.conf import settings
+from django.core.exceptions import ObjectDoesNotExist
 from django.urls import reverse
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import ISO_8601, serializers
+from rest_framework.fields import SkipField
 from rest_framework.settings import api_settings
 
 from api.fields import (
@@ -160,11 +162,13 @@ class EventsQuerySerializer(serializers.Serializer):
 
 
 # Each field of a plain kind (integer, text, boolean, UUID, ISO 8601 time, a list of text)
-# reads its attribute and renders its value without DRF's generic steps, and the time zone a
-# page's times are shown in is asked once for the page: DRF's per-field work was most of a
-# search's rendering (docs/benchmarks.md). Anything else, or a value of another kind, renders
-# through the field itself; tests/api/test_rendering.py holds the two equal. (A comment: the
-# schema shows this class's docstring for each serializer without one of its own.)
+# renders its value without DRF's generic steps, and the time zone a page's times are shown
+# in is asked once for the page: DRF's per-field work was most of a search's rendering
+# (docs/benchmarks.md). A field's value is read with getattr where its source is one
+# attribute of an object and the field reads no way of its own; a mapping's by key, as DRF
+# reads it. Anything else, or a value of another kind, goes through the field itself;
+# tests/api/test_rendering.py holds the two equal. (A comment: the schema shows this class's
+# docstring for each serializer without one of its own.)
 class RenderedOnce:
     """For a serializer of plain values: `represent(instance)` renders from fields bound once
     per class (DRF deep-copies every field per serializer); the fields keep no state."""
@@ -180,11 +184,20 @@ class RenderedOnce:
         if fields is None:  # a race builds them twice, harmlessly
             fields = [_FieldRendering(name, field) for name, field in cls().fields.items() if not field.write_only]
             cls._fields_rendered_once = fields
-        shown_in = timezone.get_current_timezone() if settings.USE_TZ else None
+        # Times are shown in the current time zone, in ISO 8601 unless the settings say otherwise.
+        default_format = api_settings.DATETIME_FORMAT
+        iso = isinstance(default_format, str) and default_format.lower() == ISO_8601
+        shown_in = timezone.get_current_timezone() if settings.USE_TZ and iso else None
         represented = []
         for instance in instances:
             mapping = isinstance(instance, Mapping)  # read by key, as DRF reads one
-            represented.append({field.name: field.render(instance, mapping, shown_in) for field in fields})
+            fields_shown = {}
+            for field in fields:
+                try:
+                    fields_shown[field.name] = field.render(instance, mapping, shown_in)
+                except SkipField:  # left out, as DRF leaves it
+                    pass
+            represented.append(fields_shown)
         return represented
 
 
@@ -196,14 +209,15 @@ class _FieldRendering:
 
     def __init__(self, name: str, field: serializers.Field) -> None:
         self.name, self.field = name, field
-        # A source of one attribute is read with getattr; a dotted one or "*" by the field.
-        self.attribute = field.source_attrs[0] if len(field.source_attrs) == 1 else None
+        # A source of one attribute is read with getattr, unless the field reads its own way;
+        # a dotted one, or "*", by the field.
+        plain_read = type(field).get_attribute is serializers.Field.get_attribute
+        self.attribute = field.source_attrs[0] if plain_read and len(field.source_attrs) == 1 else None
         self.plain = _PLAIN_RENDERINGS.get(type(field))
         if type(field) is serializers.UUIDField and field.uuid_format != "hex_verbose":
             self.plain = None
-        if type(field) is serializers.DateTimeField and (
-                hasattr(field, "timezone") or getattr(field, "format", api_settings.DATETIME_FORMAT) != ISO_8601):
-            self.plain = None
+        if type(field) is serializers.DateTimeField and (hasattr(field, "timezone") or hasattr(field, "format")):
+            self.plain = None  # a zone or format of its own
         if type(field) is serializers.ListField and type(field.child) is not serializers.CharField:
             self.plain = None
 
@@ -222,7 +236,7 @@ class _FieldRendering:
             return self.field.get_attribute(instance)
         try:
             value = getattr(instance, self.attribute)
-        except Exception:  # the field says what such an attribute means (None, or its error)
+        except (AttributeError, KeyError, ObjectDoesNotExist):  # the field says what these mean
             return self.field.get_attribute(instance)
         return self.field.get_attribute(instance) if callable(value) else value
 
@@ -232,7 +246,7 @@ _NOT_PLAIN = object()  # a value of another kind than the field's plain one: the
 
 def _time_shown(value, shown_in):
     # DateTimeField.to_representation in ISO 8601 for an aware time, UTC as "Z".
-    if type(value) is not datetime or value.tzinfo is None or shown_in is None:
+    if type(value) is not datetime or value.utcoffset() is None or shown_in is None:
         return _NOT_PLAIN
     try:
         shown = value.astimezone(shown_in).isoformat()

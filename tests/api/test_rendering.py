@@ -2,11 +2,16 @@
 (api.serializers.RenderedOnce) are what DRF's own rendering of the same serializer gives,
 for every state and label a mailbox has and every kind of message a list shows, in any time
 zone, and for a row given as a mapping."""
-from datetime import timedelta
+from datetime import datetime, timedelta, tzinfo
+from datetime import timezone as dt_timezone
+from types import SimpleNamespace
 
+from django.conf import settings
+from django.test import override_settings
 from django.utils import timezone
+from rest_framework import serializers
 
-from api.serializers import MailboxSerializer, MessageSummarySerializer
+from api.serializers import MailboxSerializer, MessageSummarySerializer, RenderedOnce
 from mailboxes.models import Mailbox, Message
 from tests.helpers import create_mailbox, deliver, earlier, expire_now
 from tests.mail_corpus import mail
@@ -53,3 +58,40 @@ def test_times_render_as_drf_renders_them_in_another_time_zone_and_a_mapping_by_
            "is_read": 0, "has_attachments": False, "authenticated": True, "direction": "in", "thread_id": None}
     assert MessageSummarySerializer.represent(row) == MessageSummarySerializer(row).data
     assert MessageSummarySerializer.represent(row)["is_read"] is False
+
+    class Row(dict):  # a mapping with an attribute of a field's name: read by key, as DRF reads it
+        subject = "an attribute, not the key"
+
+    assert MessageSummarySerializer.represent(Row(row))["subject"] == "By key"
+    assert MessageSummarySerializer.represent(Row(row)) == MessageSummarySerializer(Row(row)).data
+
+
+class _NoOffset(tzinfo):
+    """A zone that does not know its offset: DRF counts such a time as naive."""
+
+    def utcoffset(self, when):
+        return None
+
+
+class _Doubled(serializers.IntegerField):
+    def get_attribute(self, instance):  # a field that reads its own way
+        return 2 * super().get_attribute(instance)
+
+
+class _Shaped(RenderedOnce, serializers.Serializer):
+    id = _Doubled()
+    size = serializers.IntegerField()
+    absent = serializers.CharField(required=False)  # DRF leaves it out when the row has none
+    received_at = serializers.DateTimeField()
+
+
+def test_fields_of_their_own_rows_without_a_field_and_other_time_formats_render_as_drf_renders_them(client_pro):
+    row = SimpleNamespace(id=21, size=3, received_at=datetime(2026, 11, 29, 12, 0, tzinfo=_NoOffset()))
+    with timezone.override("Asia/Kathmandu"):
+        assert _Shaped.represent(row) == _Shaped(row).data
+        assert _Shaped.represent(row)["id"] == 42 and "absent" not in _Shaped.represent(row)
+        row.received_at = datetime(2026, 11, 29, 12, 0, tzinfo=dt_timezone.utc)
+        assert _Shaped.represent(row)["received_at"] == "2026-11-29T17:45:00+05:45"
+        with override_settings(REST_FRAMEWORK={**settings.REST_FRAMEWORK, "DATETIME_FORMAT": "%d.%m.%Y %H:%M"}):
+            assert _Shaped.represent(row) == _Shaped(row).data
+            assert _Shaped.represent(row)["received_at"] == "29.11.2026 17:45"
