@@ -3,7 +3,6 @@ mailbox, stored in statements written out (the ORM's building was most of SMTP's
 then marked read, deleted, their search words written."""
 import logging
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -346,18 +345,15 @@ def contents_index_words(*, messages: QuerySet | None = None, skip_locked: bool 
 _ANY_WORDS_OWED = f"SELECT 1 FROM {MessageContent._meta.db_table} WHERE words IS NULL LIMIT 1"
 
 
-def contents_index_all_words(*, messages: "QuerySet | Callable[[], QuerySet]") -> int:
-    """contents_index_words for every content of `messages` (or of what a function of none
-    returns, made only when words are owed) that owes its words, batch by batch: what a
-    word search calls first (one read of the owed index when none are owed)."""
+def contents_index_all_words(*, messages: QuerySet) -> int:
+    """contents_index_words for every content of `messages` that owes its words, batch by
+    batch: what a word search calls first (one read of the owed index when none are owed)."""
     if not keeps_search_words():
         return 0
     with connection.cursor() as cursor:
         cursor.execute(_ANY_WORDS_OWED)
         if cursor.fetchone() is None:
             return 0
-    if callable(messages):
-        messages = messages()
     total = 0
     while indexed := contents_index_words(messages=messages):
         total += indexed
