@@ -7,6 +7,7 @@ takes BODY_LIMIT, so that no client makes the web process receive and parse mega
 JSON for a route that needs a few hundred bytes. A body over its route's limit is a 413
 before a byte of it is read (by its Content-Length) or as soon as it passes the limit (a
 chunked body, which Django would otherwise read whole)."""
+import asyncio
 import gc
 import json
 import os
@@ -27,18 +28,81 @@ from core.pools import KeptThreadsASGIHandler  # noqa: E402 (needs Django set up
 
 django_app = KeptThreadsASGIHandler()
 
-from api.agents.server import http_app  # noqa: E402 (needs Django set up)
 from api.errors import MESSAGES, error_body  # noqa: E402
 
-mcp_app = http_app()
 
-# What the process holds from here on lives as long as it does (modules, the URLconf and
-# the views it imports, the MCP server): moved out of the collector's sight, so that a
-# full collection scans only what requests leave behind, and answers due meanwhile do not
-# wait for a long one (docs/benchmarks.md, "MCP waits").
+def _lasting() -> None:
+    """Move what the process holds now, and keeps as long as it lives, out of the
+    collector's sight, so that a full collection scans only what requests leave behind and
+    answers due meanwhile do not wait for a long one (docs/benchmarks.md, "MCP waits")."""
+    gc.collect()
+    gc.freeze()
+
+
+def _mcp_built():
+    from api.agents.server import http_app
+
+    app = http_app()
+    _lasting()
+    return app
+
+
+class BuiltOnFirstUse:
+    """The MCP server (api/agents/server.py), imported and built at the first request to
+    `/mcp`, off the event loop, and its lifespan (the SDK's session manager) run from then
+    until the process's ends. The SDK and the tools' models cost a web process more CPU to
+    import and build (0.7-0.9 s) than all of Django and Relay; a process that never serves
+    MCP never pays it, and one that does pays it once, at its first MCP request."""
+
+    def __init__(self, build) -> None:
+        self.build = build
+        self.app = None
+        self.starting: asyncio.Future | None = None
+        self.lifespan_inbox: asyncio.Queue | None = None
+        self.lifespan: asyncio.Task | None = None
+
+    async def __call__(self, scope, receive, send):
+        if self.app is None:
+            if self.starting is None or (self.starting.done() and (self.starting.cancelled()
+                                                                   or self.starting.exception() is not None)):
+                self.starting = asyncio.ensure_future(self._start())
+            # Shielded: a client that leaves while it is built does not stop it for the rest.
+            await asyncio.shield(self.starting)
+        await self.app(scope, receive, send)
+
+    async def _start(self) -> None:
+        app = await asyncio.to_thread(self.build)
+        inbox, started = asyncio.Queue(), asyncio.get_running_loop().create_future()
+
+        async def send(message):
+            if message["type"].startswith("lifespan.startup") and not started.done():
+                started.set_result(message)
+
+        def ended(task: asyncio.Task) -> None:
+            if not started.done():
+                failure = None if task.cancelled() else task.exception()
+                started.set_exception(failure or RuntimeError("the MCP server's lifespan ended before it started"))
+
+        lifespan = asyncio.ensure_future(app({"type": "lifespan", "asgi": {"version": "3.0"}, "state": {}},
+                                             inbox.get, send))
+        lifespan.add_done_callback(ended)
+        await inbox.put({"type": "lifespan.startup"})
+        message = await started
+        if message["type"] != "lifespan.startup.complete":
+            raise RuntimeError(f"the MCP server did not start: {message.get('message', '')}")
+        self.app, self.lifespan_inbox, self.lifespan = app, inbox, lifespan
+
+    async def stop(self) -> None:
+        """End the MCP server's lifespan, if it was ever started."""
+        if self.lifespan is not None:
+            await self.lifespan_inbox.put({"type": "lifespan.shutdown"})
+            await self.lifespan
+
+
+mcp_app = BuiltOnFirstUse(_mcp_built)
+
 get_resolver().url_patterns  # noqa: B018 (imports every view now rather than at the first request)
-gc.collect()
-gc.freeze()
+_lasting()
 
 
 async def refuse_websocket(scope, receive, send):
@@ -48,13 +112,26 @@ async def refuse_websocket(scope, receive, send):
         await send({"type": "websocket.close", "code": 1008})
 
 
+async def lifespan(receive, send) -> None:
+    """The process's lifespan: nothing to start; at the end, the MCP server's, if it ran."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await mcp_app.stop()
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
 async def routed(scope, receive, send):
-    """`/mcp` is the MCP server (api/agents/server.py), which also owns the lifespan (its
-    session manager runs for as long as the process); everything else is Django's, but
-    for WebSocket upgrades, which nothing serves."""
+    """`/mcp` is the MCP server, built at its first request; everything else is Django's,
+    but for WebSocket upgrades, which nothing serves."""
     if scope["type"] == "websocket":
         await refuse_websocket(scope, receive, send)
-    elif scope["type"] == "lifespan" or scope.get("path", "").rstrip("/") == "/mcp":
+    elif scope["type"] == "lifespan":
+        await lifespan(receive, send)
+    elif scope.get("path", "").rstrip("/") == "/mcp":
         await mcp_app(scope, receive, send)
     else:
         await django_app(scope, receive, send)
