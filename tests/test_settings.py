@@ -152,3 +152,25 @@ def test_an_error_page_shows_no_local_variable_such_as_a_key_being_used(rf, sett
             page = ExceptionReporter(rf.post("/api/v1/mailboxes/x/messages"), *sys.exc_info()).get_traceback_html()
     assert "header folding failed" in page  # the page is there, with its traceback
     assert marker not in page
+
+
+WORKER_START = """
+import sys
+from config.celery import app
+app.loader.import_default_modules()  # what a worker does at start, where Celery's Django fixup may check
+print("config.urls" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize("skip_checks, checked", [(None, False), ("", True)])
+def test_a_worker_starts_without_djangos_checks_unless_asked(skip_checks, checked):
+    """`manage.py migrate` runs Django's system checks before any worker starts; a worker
+    does not run them again (they import the URLconf and every view) unless
+    CELERY_SKIP_CHECKS is set empty."""
+    env = {key: value for key, value in os.environ.items() if key != "CELERY_SKIP_CHECKS"}
+    if skip_checks is not None:
+        env["CELERY_SKIP_CHECKS"] = skip_checks
+    result = subprocess.run([sys.executable, "-c", WORKER_START], cwd=ROOT, env=env, capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split()[-1] == str(checked)
