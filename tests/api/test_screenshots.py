@@ -26,12 +26,22 @@ def static_names_the_live_server_finds(settings):
                          "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"}}
 
 
-@pytest.fixture
-def browser():
+@pytest.fixture(scope="module")
+def chromium():
+    """One browser for the module: starting Chromium costs more than most tests here."""
     driver = headless_chromium(WIDTH)
     SHOTS.mkdir(parents=True, exist_ok=True)
     yield driver
     driver.quit()
+
+
+@pytest.fixture
+def browser(chromium, live_server):
+    """The module's browser, as a new one finds the site: no cookie of an earlier test."""
+    yield chromium
+    chromium.get(f"{live_server.url}/healthz")
+    chromium.delete_all_cookies()
+    assert chromium.get_cookies() == []
 
 
 def shot(browser, name: str) -> None:
