@@ -92,7 +92,7 @@ def test_the_readme_commands_work_as_written_and_ctrl_c_stops_cleanly(stack):
     result = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=ROOT, env=stack.env,
                             capture_output=True, text=True, timeout=180)
     out = result.stdout
-    assert result.returncode == 0, out[-3000:] + result.stderr[-3000:]
+    assert result.returncode == 0, f"{out[-3000:]}{result.stderr[-3000:]}\nmake run's log:\n{stack.output()[-6000:]}"
     assert out.startswith("Welcome\n")  # the quick start: an anonymous mailbox, a mail over SMTP, its wait
     assert '"status":"active"' in out and "Your code is 4821." in out  # created, mailed, read
     assert '"envelope_from":"me@example.com"' in out
