@@ -1,5 +1,5 @@
-"""The suite on both cores (`make test` runs pytest-xdist with `-n 3 --dist loadfile`: three
-workers, as the tests' own processes leave a core idle while they wait on them): a
+"""The suite on both cores (`make test` runs pytest-xdist with `-n 4 --dist loadfile`: four
+workers, as the tests' own processes leave the cores idle while they wait on them): a
 pytest plugin (pytest.ini loads it with `-p`) that keeps the xdist workers apart.
 
 - PostgreSQL: pytest-django gives each worker its own test database (`test_relay_gw0`, …).
