@@ -150,7 +150,10 @@ def test_many_workers_and_two_beats_clean_up_a_thousand_mailboxes_promptly(proce
     assert dead == always | permanent
     assert all(rows[name].cleanup_attempts == 4 and "503" in rows[name].cleanup_last_error for name in always)
     assert all(rows[name].cleanup_attempts == 1 for name in permanent)
-    assert all(rows[name].cleanup_attempts == times + 1 for name, (_, times) in transient.items())
+    attempts = {name: (rows[name].cleanup_attempts, times + 1) for name, (_, times) in transient.items()}
+    assert all(made == expected for made, expected in attempts.values()), {
+        name: (made, expected, rows[name].cleanup_last_error) for name, (made, expected) in attempts.items()
+        if made != expected}
     assert_each_deprovisioned_once_and_never_early(stalwart, mailboxes)
     assert sorted(stalwart.destroyed_names()) == sorted(set(rows) - dead)
 
