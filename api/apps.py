@@ -11,6 +11,7 @@ class ApiConfig(AppConfig):
 
     def ready(self) -> None:
         from api import metrics  # noqa: F401 (registers its deploy check)
+        from api.agents import checks  # noqa: F401 (registers the MCP server's check)
 
 
 class RelayAdminConfig(admin_apps.AdminConfig):

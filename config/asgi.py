@@ -8,10 +8,13 @@ JSON for a route that needs a few hundred bytes. A body over its route's limit i
 before a byte of it is read (by its Content-Length) or as soon as it passes the limit (a
 chunked body, which Django would otherwise read whole)."""
 import asyncio
+import contextlib
 import gc
 import json
+import logging
 import os
 import re
+import time
 
 import django
 from django.conf import settings
@@ -29,6 +32,8 @@ from core.pools import KeptThreadsASGIHandler  # noqa: E402 (needs Django set up
 django_app = KeptThreadsASGIHandler()
 
 from api.errors import MESSAGES, error_body  # noqa: E402
+
+logger = logging.getLogger(__name__)
 
 
 def _lasting() -> None:
@@ -50,53 +55,89 @@ def _mcp_built():
 class BuiltOnFirstUse:
     """The MCP server (api/agents/server.py), imported and built at the first request to
     `/mcp`, off the event loop, and its lifespan (the SDK's session manager) run from then
-    until the process's ends. The SDK and the tools' models cost a web process more CPU to
+    until the process's end. The SDK and the tools' models cost a web process more CPU to
     import and build (0.7-0.9 s) than all of Django and Relay; a process that never serves
-    MCP never pays it, and one that does pays it once, at its first MCP request."""
+    MCP never pays it, and one that does pays it once, at its first MCP request. A build
+    that fails (Django's check `api.E001` catches that at `migrate`) answers 503 and is
+    tried again after RETRY_SECONDS; a session manager that ends on its own is built again
+    at the next request."""
+
+    RETRY_SECONDS = 5
 
     def __init__(self, build) -> None:
         self.build = build
         self.app = None
         self.starting: asyncio.Future | None = None
+        self.failed_at: float | None = None
+        self.stopping = False
         self.lifespan_inbox: asyncio.Queue | None = None
         self.lifespan: asyncio.Task | None = None
 
     async def __call__(self, scope, receive, send):
         if self.app is None:
-            if self.starting is None or (self.starting.done() and (self.starting.cancelled()
-                                                                   or self.starting.exception() is not None)):
+            if self.starting is None:
+                if self.stopping or (self.failed_at is not None
+                                     and time.monotonic() - self.failed_at < self.RETRY_SECONDS):
+                    return await _unavailable(send, self.RETRY_SECONDS)
                 self.starting = asyncio.ensure_future(self._start())
-            # Shielded: a client that leaves while it is built does not stop it for the rest.
-            await asyncio.shield(self.starting)
+            try:
+                # Shielded: a client that leaves while it is built does not stop it for the rest.
+                await asyncio.shield(self.starting)
+            except Exception:
+                return await _unavailable(send, self.RETRY_SECONDS)
         await self.app(scope, receive, send)
 
     async def _start(self) -> None:
-        app = await asyncio.to_thread(self.build)
-        inbox, started = asyncio.Queue(), asyncio.get_running_loop().create_future()
+        try:
+            app = await asyncio.to_thread(self.build)
+            inbox, started = asyncio.Queue(), asyncio.get_running_loop().create_future()
 
-        async def send(message):
-            if message["type"].startswith("lifespan.startup") and not started.done():
-                started.set_result(message)
+            async def send(message):
+                if message["type"].startswith("lifespan.startup") and not started.done():
+                    started.set_result(message)
 
-        def ended(task: asyncio.Task) -> None:
-            if not started.done():
-                failure = None if task.cancelled() else task.exception()
-                started.set_exception(failure or RuntimeError("the MCP server's lifespan ended before it started"))
+            def ended(task: asyncio.Task) -> None:
+                if not started.done():
+                    failure = None if task.cancelled() else task.exception()
+                    started.set_exception(failure or RuntimeError("the MCP server's lifespan ended before it started"))
+                elif self.lifespan is task and not self.stopping:
+                    logger.error("the MCP server's session manager ended on its own; it is built again at the next "
+                                 "/mcp request")
+                    self.app = self.lifespan = None
 
-        lifespan = asyncio.ensure_future(app({"type": "lifespan", "asgi": {"version": "3.0"}, "state": {}},
-                                             inbox.get, send))
-        lifespan.add_done_callback(ended)
-        await inbox.put({"type": "lifespan.startup"})
-        message = await started
-        if message["type"] != "lifespan.startup.complete":
-            raise RuntimeError(f"the MCP server did not start: {message.get('message', '')}")
-        self.app, self.lifespan_inbox, self.lifespan = app, inbox, lifespan
+            lifespan = asyncio.ensure_future(app({"type": "lifespan", "asgi": {"version": "3.0"}, "state": {}},
+                                                 inbox.get, send))
+            lifespan.add_done_callback(ended)
+            await inbox.put({"type": "lifespan.startup"})
+            message = await started
+            if message["type"] != "lifespan.startup.complete":
+                raise RuntimeError(f"the MCP server did not start: {message.get('message', '')}")
+            self.app, self.lifespan_inbox, self.lifespan, self.failed_at = app, inbox, lifespan, None
+        except Exception:
+            logger.exception("the MCP server could not be built; /mcp answers 503 and tries again in %s s",
+                             self.RETRY_SECONDS)
+            self.failed_at = time.monotonic()
+            raise
+        finally:
+            self.starting = None
 
     async def stop(self) -> None:
-        """End the MCP server's lifespan, if it was ever started."""
-        if self.lifespan is not None:
+        """End the MCP server's lifespan, if it was started (waiting for a build under way)."""
+        self.stopping = True
+        if self.starting is not None:
+            with contextlib.suppress(Exception, asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self.starting), 30)
+        if self.lifespan is not None and not self.lifespan.done():
             await self.lifespan_inbox.put({"type": "lifespan.shutdown"})
-            await self.lifespan
+            with contextlib.suppress(Exception):
+                await self.lifespan
+
+
+async def _unavailable(send, retry_after: int) -> None:
+    body = json.dumps(error_body(503, "The MCP server is not available on this web process; try again shortly."))
+    await send({"type": "http.response.start", "status": 503, "headers": [
+        (b"content-type", b"application/json"), (b"retry-after", str(retry_after).encode())]})
+    await send({"type": "http.response.body", "body": body.encode()})
 
 
 mcp_app = BuiltOnFirstUse(_mcp_built)

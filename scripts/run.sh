@@ -90,7 +90,7 @@ start() {
 }
 # Keep-alive past a client's usual idle pause (uvicorn's own is 5 s): a client that sends
 # on a connection at the instant the server closes it gets an error it cannot retry safely.
-# The lifespan runs /mcp's session manager for as long as the process (config/asgi.py).
+# The lifespan ends /mcp's session manager, which the first /mcp request starts (config/asgi.py).
 start web    $BIN/uvicorn config.asgi:application --host 127.0.0.1 --port "$WEB_PORT" --lifespan on --timeout-keep-alive 65
 start worker $BIN/celery -A config worker -Q celery,sweep --loglevel=INFO --concurrency=2 --hostname "worker@%h"
 # Link checks on a worker of their own (docs/checks.md, "The link-check queue"): a message's
