@@ -28,8 +28,8 @@ migrate: install
 run: install
 	scripts/run.sh
 
-## Set up and run the whole test suite: four xdist workers on two cores (tests/parallel.py).
-PARALLEL := -n 4 --dist loadfile
+## Set up and run the whole test suite: three xdist workers on two cores (tests/parallel.py).
+PARALLEL := -n 3 --dist loadfile
 test: install-dev
 	scripts/test.sh $(PARALLEL)
 

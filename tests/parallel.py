@@ -1,5 +1,5 @@
-"""The suite on both cores (`make test` runs pytest-xdist with `-n 4 --dist loadfile`: four
-workers, as the tests' own processes leave the cores idle while they wait on them): a
+"""The suite on both cores (`make test` runs pytest-xdist with `-n 3 --dist loadfile`: three
+workers, as the tests' own processes leave a core idle while they wait on them): a
 pytest plugin (pytest.ini loads it with `-p`) that keeps the xdist workers apart.
 
 - PostgreSQL: pytest-django gives each worker its own test database (`test_relay_gw0`, …).
@@ -93,7 +93,8 @@ if _worker:
 FILE_SECONDS = Path(__file__).with_name("file_seconds.json")
 # Files that run one after the other on one worker, as if they were one: the expiry engine's
 # distributed tests on each broker each start three workers and two beats, and the two at
-# once, beside the other longest files, were the busiest stretch of a run.
+# once (with four xdist workers), beside the other longest files, were the busiest stretch
+# of a run.
 ONE_AFTER_THE_OTHER = {"tests/expiry/test_workers_redis.py": "tests/expiry/test_workers_*.py",
                        "tests/expiry/test_workers_rabbitmq.py": "tests/expiry/test_workers_*.py"}
 
