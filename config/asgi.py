@@ -58,7 +58,7 @@ class BuiltOnFirstUse:
     until the process's end. The SDK and the tools' models cost a web process more CPU to
     import and build (0.7-0.9 s) than all of Django and Relay; a process that never serves
     MCP never pays it, and one that does pays it once, at its first MCP request. A build
-    that fails (Django's check `api.E001` catches that at `migrate`) answers 503 and is
+    that fails (Django's check `relay.E001` catches that at `migrate`) answers 503 and is
     tried again after RETRY_SECONDS; a session manager that ends on its own is built again
     at the next request."""
 
