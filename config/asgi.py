@@ -133,11 +133,17 @@ class BuiltOnFirstUse:
                 await self.lifespan
 
 
+async def _error_answer(send, status: int, message: str, headers: list) -> None:
+    """An error in the API's JSON shape, answered before Django or the MCP server sees the request."""
+    body = json.dumps(error_body(status, message)).encode()
+    await send({"type": "http.response.start", "status": status, "headers": [
+        (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *headers]})
+    await send({"type": "http.response.body", "body": body})
+
+
 async def _unavailable(send, retry_after: int) -> None:
-    body = json.dumps(error_body(503, "The MCP server is not available on this web process; try again shortly."))
-    await send({"type": "http.response.start", "status": 503, "headers": [
-        (b"content-type", b"application/json"), (b"retry-after", str(retry_after).encode())]})
-    await send({"type": "http.response.body", "body": body.encode()})
+    await _error_answer(send, 503, "The MCP server is not available on this web process; try again shortly.",
+                        [(b"retry-after", str(retry_after).encode())])
 
 
 mcp_app = BuiltOnFirstUse(_mcp_built)
@@ -188,11 +194,8 @@ def limit_for(path: str) -> int:
 
 
 async def _too_large(send, limit: int) -> None:
-    body = json.dumps(error_body(413, f"{MESSAGES[413]} This route takes at most {limit} bytes.")).encode()
-    await send({"type": "http.response.start", "status": 413, "headers": [
-        (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-        (b"connection", b"close")]})
-    await send({"type": "http.response.body", "body": body})
+    await _error_answer(send, 413, f"{MESSAGES[413]} This route takes at most {limit} bytes.",
+                        [(b"connection", b"close")])
 
 
 def with_body_limits(app):
