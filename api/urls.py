@@ -2,7 +2,7 @@ from django.urls import path, register_converter
 from django.views.decorators.csrf import csrf_exempt
 
 from api import account_views, check_views, domain_views, suppression_views, views, waiting, webhook_views
-from core.pools import DNS_CHECKS, SPAM_CHECKS, in_pool, pooled
+from core.pools import DNS_CHECKS, SPAM_CHECKS, in_pool, pooled, rendered_where_made
 
 
 class RowIdConverter:
@@ -20,7 +20,7 @@ class RowIdConverter:
 register_converter(RowIdConverter, "rowid")
 
 _messages = views.MessageCollectionView.as_view()
-_messages_in_pool = in_pool(_messages)
+_messages_in_pool = in_pool(rendered_where_made(_messages))
 
 
 @csrf_exempt

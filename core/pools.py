@@ -2,15 +2,22 @@
 database connections, instead of a new thread and connection per request; and the pools
 of the calls that wait on a server someone else chose, each bounded (SECURITY.md,
 "Outside calls"), so that no such call holds a thread the other routes need."""
+import asyncio
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from functools import wraps
+from functools import partial, wraps
+from inspect import iscoroutinefunction
 
 from asgiref.sync import ThreadSensitiveContext, sync_to_async
 from django.conf import settings
-from django.core.handlers.asgi import ASGIHandler
-from django.db import connections
+from django.core import signals
+from django.core.cache import close_caches
+from django.core.exceptions import RequestAborted
+from django.core.handlers.asgi import ASGIHandler, get_script_prefix
+from django.core.handlers.base import reset_urlconf
+from django.db import close_old_connections, connections, reset_queries
+from django.urls import set_script_prefix
 from django.views.decorators.csrf import csrf_exempt
 
 # Only the ASGI web process pools (config/asgi.py): under WSGI a view keeps its own thread,
@@ -93,10 +100,12 @@ class _RequestThread(ThreadPoolExecutor):
         super().__init__(max_workers=1, thread_name_prefix="request")
         self._counting = threading.Lock()
         self.pending = 0
+        self.calls = 0  # ever submitted: whether a request ran anything here
 
     def submit(self, fn, /, *args, **kwargs):
         with self._counting:
             self.pending += 1
+            self.calls += 1
         future = super().submit(fn, *args, **kwargs)
         future.add_done_callback(self._done)
         return future
@@ -135,8 +144,10 @@ class KeptThreadsASGIHandler(ASGIHandler):
     """Django's ASGI handler (config/asgi.py), each request's thread-sensitive calls on a
     thread of REQUEST_THREADS, kept for the next request, rather than one started for it,
     and Django's own middleware run on the event loop where it does no I/O
-    (core.middleware). An API request's objects are freed as soon as it is answered, not
-    left in reference cycles for the garbage collector (`listen_for_disconnect`, `let_go`)."""
+    (core.middleware), and Django's request signals there only when they have something
+    to do there (`handle`). An API request's objects are freed as soon as it is answered,
+    not left in reference cycles for the garbage collector (`listen_for_disconnect`,
+    `let_go`)."""
 
     def load_middleware(self, is_async=False):
         from core.middleware import ON_THE_LOOP
@@ -167,9 +178,100 @@ class KeptThreadsASGIHandler(ASGIHandler):
         thread = REQUEST_THREADS.take()
         try:
             async with ThreadSensitiveContext(executor=thread):
-                await self.handle(scope, receive, send)
+                await self.handle(scope, receive, send, thread=thread)
         finally:
             REQUEST_THREADS.give_back(thread)
+
+    async def handle(self, scope, receive, send, thread: _RequestThread | None = None):
+        """Django 5.2's ASGIHandler.handle, but for two of its trips to the request's
+        thread: the request_started signal and the response's close (which sends
+        request_finished), left out or made on the loop where they have nothing to do
+        there (`_on_the_loop`). With the rendering done where a pooled view ran
+        (rendered_where_made), an API request makes no trip to its thread at all, where
+        it made three; each costs the web process tens of microseconds of CPU and a
+        wait for the thread (docs/benchmarks.md, "A request's trips to its thread")."""
+        try:
+            body_file = await self.read_body(receive)
+        except RequestAborted:
+            return
+        set_script_prefix(get_script_prefix(scope))
+        calls = thread.calls if thread is not None else None
+        if not (_closed_after_each_request() and _on_the_loop(signals.request_started, self.__class__)):
+            await signals.request_started.asend(sender=self.__class__, scope=scope)
+        request, error_response = self.create_request(scope, body_file)
+        if request is None:
+            body_file.close()
+            await self.send_response(error_response, send)
+            await sync_to_async(error_response.close)()
+            return
+
+        async def process_request(request, send):
+            response = await self.run_get_response(request)
+            try:
+                await self.send_response(response, send)
+            except asyncio.CancelledError:
+                pass  # the client went away while it was sent
+            return response
+
+        # Django's: listen for the client's disconnect while the response is made, and
+        # cancel the view if it goes.
+        tasks = [asyncio.create_task(self.listen_for_disconnect(receive)),
+                 asyncio.create_task(process_request(request, send))]
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in tasks:
+            if task.done():
+                try:
+                    task.result()
+                except RequestAborted:
+                    pass
+                except AssertionError:
+                    body_file.close()
+                    raise
+            else:
+                task.cancel()
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    pass
+        try:
+            response = tasks[1].result()
+        except asyncio.CancelledError:
+            await signals.request_finished.asend(sender=self.__class__)
+        else:
+            # The response's own closers are the request's (its uploads' files) unless the
+            # view added some (a file it streams).
+            if (thread is not None and thread.calls == calls
+                    and all(closer == request.close for closer in response._resource_closers)
+                    and _on_the_loop(signals.request_finished, self.__class__)):
+                response.close()
+            else:
+                await sync_to_async(response.close)()
+        body_file.close()
+
+
+# Django's own receivers of its request signals. Two act on the database connections of
+# the thread they run on: on the event loop's, which never opens one, they find none. The
+# other two act on the request's context, the same on any thread.
+_DJANGOS_OWN = frozenset({reset_queries, close_old_connections, close_caches, reset_urlconf})
+
+
+def _on_the_loop(signal, sender) -> bool:
+    """Whether `signal` may be sent on the event loop (or, for request_started, not at
+    all): it has no receiver but Django's own. request_started's act on connections of
+    the request's thread, and a kept thread holds none when its next request starts if
+    connections close after each request (_closed_after_each_request): the last request
+    that ran anything on it ended with request_finished there. request_finished's are
+    sent on the loop only for a request that ran nothing on its thread (a pooled view,
+    core.pools.pooled): that thread holds no connection to close. Any other receiver
+    (another app's) is sent as Django sends it."""
+    sync_receivers, async_receivers = signal._live_receivers(sender)
+    return not async_receivers and _DJANGOS_OWN.issuperset(sync_receivers)
+
+
+def _closed_after_each_request() -> bool:
+    """Whether request_finished closes every database connection a request's thread
+    opened (CONN_MAX_AGE 0, as in the web process: config/settings.py)."""
+    return all(database.get("CONN_MAX_AGE") == 0 for database in settings.DATABASES.values())
 
 
 def let_go(request, response) -> None:
@@ -188,6 +290,7 @@ def let_go(request, response) -> None:
     name it; the inbox's pages leave it to the collector."""
     if response.streaming:
         return
+    response.__dict__.pop("render", None)  # rendered_where_made's, which names the response
     for name in ("_messages", "user", "auser"):
         request.__dict__.pop(name, None)
     rendered = getattr(response, "renderer_context", None)
@@ -226,10 +329,40 @@ def in_pool(function, executor: BoundedPool | None = None):
     return sync_to_async(call, thread_sensitive=False)
 
 
+async def _as_rendered(response):
+    return response
+
+
+def rendered_where_made(view):
+    """`view`, its response rendered on the thread that made it. Django's handler renders
+    a response that has a `render` (DRF's, a template's) after the middleware's views
+    hooks, and a sync `render` on the request's thread: a trip there for every API
+    request, only to encode JSON. Rendered here, its `render` is left as a coroutine
+    that gives it back as it is, which the handler awaits on the loop; `let_go` drops it.
+    Relay's middleware has no process_template_response, which would have run before.
+    Only in the ASGI web process, whose handler awaits it: Django's sync handler (WSGI,
+    the test client) would call it."""
+    if not SERVING_ASGI:
+        return view
+
+    @wraps(view)
+    def rendering(request, *args, **kwargs):
+        response = view(request, *args, **kwargs)
+        render = getattr(response, "render", None)
+        if callable(render) and not iscoroutinefunction(render):
+            render()
+            response.render = partial(_as_rendered, response)
+        return response
+
+    return rendering
+
+
 def _pooled(view, pool):
-    """The coroutine running `view`: in the shared pool, or in `pool`'s threads (a
-    BoundedPool, or a function of the request and the route's arguments choosing one or
-    None); PoolFull when that one is full (api.middleware answers it)."""
+    """The coroutine running `view`, its response rendered there: in the shared pool, or in
+    `pool`'s threads (a BoundedPool, or a function of the request and the route's
+    arguments choosing one or None); PoolFull when that one is full (api.middleware
+    answers it)."""
+    view = rendered_where_made(view)
     shared = in_pool(view)
     choose = pool if callable(pool) and not isinstance(pool, BoundedPool) else (lambda request, kwargs: pool)
 
