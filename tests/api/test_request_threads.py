@@ -67,7 +67,10 @@ def _trips():
         SyncToAsync.__call__ = counted
 
 
-def test_each_requests_thread_sensitive_calls_share_a_thread_kept_for_the_next_request(db):
+@contextmanager
+def _signals_seen():
+    """Django's request signals received meanwhile, by a receiver of another app's: each
+    as (its name, the thread it ran on)."""
     seen = []
 
     def started(**kwargs):
@@ -79,11 +82,16 @@ def test_each_requests_thread_sensitive_calls_share_a_thread_kept_for_the_next_r
     request_started.connect(started)
     request_finished.connect(finished)
     try:
-        app = KeptThreadsASGIHandler()
-        statuses = [_get(app, "/api/v1/mailboxes") for _ in range(3)]
+        yield seen
     finally:
         request_started.disconnect(started)
         request_finished.disconnect(finished)
+
+
+def test_each_requests_thread_sensitive_calls_share_a_thread_kept_for_the_next_request(db):
+    with _signals_seen() as seen:
+        app = KeptThreadsASGIHandler()
+        statuses = [_get(app, "/api/v1/mailboxes") for _ in range(3)]
     assert statuses == [401, 401, 401]
     assert [event for event, _ in seen] == ["started", "finished"] * 3
     threads = {thread for _, thread in seen}
@@ -154,25 +162,12 @@ def test_a_pooled_views_response_rendered_in_the_pool_is_sent_whole(db, pooled_r
 
 
 def test_another_apps_receiver_of_the_request_signals_still_runs_on_the_request_thread(db, pooled_route):
-    loop_thread, seen = [], []
-
-    def started(**kwargs):
-        seen.append(("started", threading.get_ident()))
-
-    def finished(**kwargs):
-        seen.append(("finished", threading.get_ident()))
-
-    request_started.connect(started)
-    request_finished.connect(finished)
-    try:
-        with _trips() as trips:
-            assert _get(KeptThreadsASGIHandler(), pooled_route) == 401
-    finally:
-        request_started.disconnect(started)
-        request_finished.disconnect(finished)
+    with _signals_seen() as seen, _trips() as trips:
+        assert _get(KeptThreadsASGIHandler(), pooled_route) == 401
     assert [event for event, _ in seen] == ["started", "finished"]
     assert len(trips) == 2, trips
-    assert len({thread for _, thread in seen}) == 1 and threading.get_ident() not in {thread for _, thread in seen}
+    threads = {thread for _, thread in seen}
+    assert len(threads) == 1 and threading.get_ident() not in threads
 
 
 def test_a_view_that_opened_a_connection_on_its_thread_leaves_it_closed(transactional_db, settings):
