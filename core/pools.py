@@ -5,6 +5,7 @@ of the calls that wait on a server someone else chose, each bounded (SECURITY.md
 import asyncio
 import os
 import threading
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial, wraps
 from inspect import iscoroutinefunction
@@ -13,7 +14,7 @@ from asgiref.sync import ThreadSensitiveContext, sync_to_async
 from django.conf import settings
 from django.core import signals
 from django.core.cache import close_caches
-from django.core.exceptions import RequestAborted
+from django.core.exceptions import ImproperlyConfigured, RequestAborted
 from django.core.handlers.asgi import ASGIHandler, get_script_prefix
 from django.core.handlers.base import reset_urlconf
 from django.db import close_old_connections, connections, reset_queries
@@ -129,10 +130,14 @@ class RequestThreads:
     def take(self) -> _RequestThread:
         return self.free.pop() if self.free else _RequestThread()
 
-    def give_back(self, thread: _RequestThread) -> None:
-        if thread.pending == 0 and len(self.free) < self.most:
+    def give_back(self, thread: _RequestThread, *, finished: bool = True) -> None:
+        """`thread` kept for another request, unless its request did not finish (its
+        request_finished may not have run there, to close what it opened) or a call of
+        it is still under way."""
+        if finished and thread.pending == 0 and len(self.free) < self.most:
             self.free.append(thread)
         else:
+            thread.submit(connections.close_all)  # after what it still runs, not left to the collector
             thread.shutdown(wait=False)
 
 
@@ -158,6 +163,13 @@ class KeptThreadsASGIHandler(ASGIHandler):
             super().load_middleware(is_async=is_async)
         finally:
             settings.MIDDLEWARE = named
+        if self._template_response_middleware:
+            # It would run before a response is rendered; rendered_where_made renders
+            # a pooled view's response in its pool, before any middleware sees it.
+            raise ImproperlyConfigured(
+                "core.pools.KeptThreadsASGIHandler renders a pooled view's response where the view ran: "
+                "no middleware may have process_template_response, and "
+                + ", ".join(type(hook.__self__).__name__ for hook in self._template_response_middleware) + " has")
 
     async def listen_for_disconnect(self, receive):
         """Django's, but a disconnect returns rather than raising RequestAborted, which
@@ -175,12 +187,13 @@ class KeptThreadsASGIHandler(ASGIHandler):
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             raise ValueError(f"Django can only handle ASGI/HTTP connections, not {scope['type']}.")
-        thread = REQUEST_THREADS.take()
+        thread, finished = REQUEST_THREADS.take(), False
         try:
             async with ThreadSensitiveContext(executor=thread):
                 await self.handle(scope, receive, send, thread=thread)
+            finished = True
         finally:
-            REQUEST_THREADS.give_back(thread)
+            REQUEST_THREADS.give_back(thread, finished=finished)
 
     async def handle(self, scope, receive, send, thread: _RequestThread | None = None):
         """Django 5.2's ASGIHandler.handle, but for two of its trips to the request's
@@ -290,7 +303,6 @@ def let_go(request, response) -> None:
     name it; the inbox's pages leave it to the collector."""
     if response.streaming:
         return
-    response.__dict__.pop("render", None)  # rendered_where_made's, which names the response
     for name in ("_messages", "user", "auser"):
         request.__dict__.pop(name, None)
     rendered = getattr(response, "renderer_context", None)
@@ -329,8 +341,8 @@ def in_pool(function, executor: BoundedPool | None = None):
     return sync_to_async(call, thread_sensitive=False)
 
 
-async def _as_rendered(response):
-    return response
+async def _as_rendered(response: weakref.ref):
+    return response()
 
 
 def rendered_where_made(view):
@@ -338,10 +350,11 @@ def rendered_where_made(view):
     a response that has a `render` (DRF's, a template's) after the middleware's views
     hooks, and a sync `render` on the request's thread: a trip there for every API
     request, only to encode JSON. Rendered here, its `render` is left as a coroutine
-    that gives it back as it is, which the handler awaits on the loop; `let_go` drops it.
-    Relay's middleware has no process_template_response, which would have run before.
-    Only in the ASGI web process, whose handler awaits it: Django's sync handler (WSGI,
-    the test client) would call it."""
+    that gives it back as it is, which the handler awaits on the loop; it names the
+    response weakly, so the response is not left in a cycle. No middleware may have
+    process_template_response, which would have run before (KeptThreadsASGIHandler's
+    load_middleware refuses one). Only in the ASGI web process, whose handler awaits it:
+    Django's sync handler (WSGI, the test client) would call it."""
     if not SERVING_ASGI:
         return view
 
@@ -350,8 +363,9 @@ def rendered_where_made(view):
         response = view(request, *args, **kwargs)
         render = getattr(response, "render", None)
         if callable(render) and not iscoroutinefunction(render):
-            render()
-            response.render = partial(_as_rendered, response)
+            response = render()  # another response, if a post-render callback made one
+            if callable(getattr(response, "render", None)):
+                response.render = partial(_as_rendered, weakref.ref(response))
         return response
 
     return rendering

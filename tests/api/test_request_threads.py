@@ -8,6 +8,8 @@ does. Django's request signals go to that thread only when they have something t
 there: a request that ran nothing on it (a pooled view) makes no trip at all."""
 import asyncio
 import gc
+import hashlib
+import inspect
 import json
 import threading
 from contextlib import contextmanager
@@ -20,6 +22,9 @@ from django.core.handlers.asgi import ASGIHandler
 from django.core.signals import request_finished, request_started
 from django.db import connections
 from django.db.backends.signals import connection_created
+from django.http import HttpResponseNotModified, StreamingHttpResponse
+from django.template import engines
+from django.template.response import SimpleTemplateResponse
 from django.urls import path
 
 import core.pools
@@ -30,6 +35,9 @@ def _scope(path: str, method: str = "GET") -> dict:
     return {"type": "http", "method": method, "path": path, "raw_path": path.encode(), "query_string": b"",
             "headers": [(b"host", b"localhost")], "http_version": "1.1", "scheme": "http",
             "server": ("localhost", 80), "client": ("127.0.0.1", 40000), "root_path": ""}
+
+# The first 16 hex digits of the SHA-256 of Django 5.2's ASGIHandler.handle's source.
+DJANGOS_HANDLE = "98faeb5bef800331"
 
 
 async def _answer(app, path: str, method: str = "GET") -> dict:
@@ -134,11 +142,48 @@ def pooled_route(settings, monkeypatch):
     from api.views import MailboxCollectionView
 
     monkeypatch.setattr(core.pools, "SERVING_ASGI", True)
-    settings.DATABASES["default"]["CONN_MAX_AGE"] = 0
+    monkeypatch.setitem(settings.DATABASES["default"], "CONN_MAX_AGE", 0)
     urls = ModuleType("pooled_urls")
-    urls.urlpatterns = [path("mailboxes", core.pools.pooled(MailboxCollectionView.as_view()))]
+    urls.urlpatterns = [path("mailboxes", core.pools.pooled(MailboxCollectionView.as_view())),
+                        path("streamed", core.pools.pooled_page(_streamed)),
+                        path("replaced", core.pools.pooled_page(_replaced_once_rendered))]
     settings.ROOT_URLCONF = urls
     return "/mailboxes"
+
+
+class _Chunks:
+    """What a pooled view streams, with a close of its own (as a file has), and where that
+    close ran."""
+
+    def __init__(self) -> None:
+        self.left, self.closed_on = [b"a chunk"], None
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self) -> bytes:
+        if not self.left:
+            raise StopAsyncIteration
+        return self.left.pop()
+
+    def close(self) -> None:
+        self.closed_on = threading.get_ident()
+
+
+def _streamed(request):
+    _CHUNKS[0] = _Chunks()
+    return StreamingHttpResponse(_CHUNKS[0])
+
+
+_CHUNKS = [None]
+
+
+def _replaced_once_rendered(request):
+    """A response whose post-render callback answers with another (as a conditional
+    GET's 304 would)."""
+    response = SimpleTemplateResponse(engines["django"].from_string("rendered"))
+    response.add_post_render_callback(lambda rendered: HttpResponseNotModified())
+    return response
 
 
 def test_a_pooled_api_request_makes_no_trip_to_its_thread(db, pooled_route):
@@ -161,6 +206,10 @@ def test_a_pooled_views_response_rendered_in_the_pool_is_sent_whole(db, pooled_r
     assert json.loads(sent["body"])["code"] == "unauthorized"
 
 
+def test_the_response_a_post_render_callback_made_is_the_one_sent(db, pooled_route):
+    assert _get(KeptThreadsASGIHandler(), "/replaced") == 304
+
+
 def test_another_apps_receiver_of_the_request_signals_still_runs_on_the_request_thread(db, pooled_route):
     with _signals_seen() as seen, _trips() as trips:
         assert _get(KeptThreadsASGIHandler(), pooled_route) == 401
@@ -170,11 +219,82 @@ def test_another_apps_receiver_of_the_request_signals_still_runs_on_the_request_
     assert len(threads) == 1 and threading.get_ident() not in threads
 
 
-def test_a_view_that_opened_a_connection_on_its_thread_leaves_it_closed(transactional_db, settings):
+def test_another_apps_receiver_of_request_finished_alone_runs_on_the_request_thread(db, pooled_route):
+    finished = []
+
+    def on_finished(**kwargs):
+        finished.append(threading.get_ident())
+
+    request_finished.connect(on_finished)
+    try:
+        with _trips() as trips:
+            assert _get(KeptThreadsASGIHandler(), pooled_route) == 401
+    finally:
+        request_finished.disconnect(on_finished)
+    assert trips == ["HttpResponseBase.close"]
+    assert len(finished) == 1 and finished[0] != threading.get_ident()
+
+
+def test_connections_kept_past_a_request_still_get_request_started_on_the_thread(db, pooled_route, monkeypatch, settings):
+    """With CONN_MAX_AGE above 0 a kept thread may hold a connection grown old between
+    requests, which request_started's close_old_connections closes."""
+    monkeypatch.setitem(settings.DATABASES["default"], "CONN_MAX_AGE", 60)
+    with _trips() as trips:
+        assert _get(KeptThreadsASGIHandler(), pooled_route) == 401
+    assert any("asend" in trip for trip in trips), trips
+
+
+def test_a_response_with_closers_of_its_own_is_closed_on_the_request_thread(db, pooled_route):
+    """What it streams may close as a file does, which may block: not on the loop."""
+    with _trips() as trips:
+        assert _get(KeptThreadsASGIHandler(), "/streamed") == 200
+    assert trips == ["HttpResponseBase.close"], trips
+    assert _CHUNKS[0].closed_on not in (None, threading.get_ident())
+
+
+def test_a_request_that_did_not_finish_does_not_keep_its_thread(transactional_db, settings, monkeypatch):
+    """Its request_finished may not have run on the thread, to close the connection its
+    view opened there; the next request on a kept thread would not send request_started."""
+    monkeypatch.setitem(settings.DATABASES["default"], "CONN_MAX_AGE", 0)
+    while REQUEST_THREADS.free:
+        REQUEST_THREADS.free.pop().shutdown(wait=False)
+
+    asked = False
+
+    async def receive():
+        nonlocal asked
+        if asked:
+            await asyncio.Event().wait()  # the client stays
+        asked = True
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send_failing(message):
+        raise OSError("the connection broke")
+
+    async def failing():
+        with pytest.raises(OSError):
+            await KeptThreadsASGIHandler()(_scope("/readyz"), receive, send_failing)
+
+    async_to_sync(failing)()
+    assert REQUEST_THREADS.free == []
+    _get(KeptThreadsASGIHandler(), "/readyz")
+    assert len(REQUEST_THREADS.free) == 1
+
+
+def test_the_handlers_copy_is_of_this_djangos_handle():
+    """KeptThreadsASGIHandler.handle is Django 5.2's ASGIHandler.handle but for the request
+    signals: a Django whose handle changed needs the copy made again."""
+    source = inspect.getsource(ASGIHandler.handle)
+    assert hashlib.sha256(source.encode()).hexdigest()[:16] == DJANGOS_HANDLE, (
+        "django.core.handlers.asgi.ASGIHandler.handle changed: compare core.pools.KeptThreadsASGIHandler.handle "
+        "with it, then record the new digest here")
+
+
+def test_a_view_that_opened_a_connection_on_its_thread_leaves_it_closed(transactional_db, settings, monkeypatch):
     """/readyz asks the database from its request's thread; the response's close, sent
     there, closes that connection (CONN_MAX_AGE 0 in the web process), so a kept thread
     holds none when its next request starts, which then needs no request_started trip."""
-    settings.DATABASES["default"]["CONN_MAX_AGE"] = 0  # as in the web process
+    monkeypatch.setitem(settings.DATABASES["default"], "CONN_MAX_AGE", 0)  # as in the web process
     opened = []
 
     def connected(sender, connection, **kwargs):
