@@ -364,7 +364,7 @@ def rendered_where_made(view):
         render = getattr(response, "render", None)
         if callable(render) and not iscoroutinefunction(render):
             response = render()  # another response, if a post-render callback made one
-            if callable(getattr(response, "render", None)):
+            if callable(getattr(response, "render", None)) and getattr(response, "is_rendered", False):
                 response.render = partial(_as_rendered, weakref.ref(response))
         return response
 
