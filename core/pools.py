@@ -137,7 +137,8 @@ class RequestThreads:
         if finished and thread.pending == 0 and len(self.free) < self.most:
             self.free.append(thread)
         else:
-            thread.submit(connections.close_all)  # after what it still runs, not left to the collector
+            if thread.calls:  # it may hold a connection: closed after what it still runs, not left to the collector
+                thread.submit(connections.close_all)
             thread.shutdown(wait=False)
 
 

@@ -95,8 +95,8 @@ FILE_SECONDS = Path(__file__).with_name("file_seconds.json")
 # distributed tests on each broker each start three workers and two beats, and the two at
 # once (with four xdist workers), beside the other longest files, were the busiest stretch
 # of a run.
-ONE_AFTER_THE_OTHER = {"tests/expiry/test_workers_redis.py": "tests/expiry/test_workers_*.py",
-                       "tests/expiry/test_workers_rabbitmq.py": "tests/expiry/test_workers_*.py"}
+ONE_AFTER_THE_OTHER = {path: "tests/expiry/test_workers_*.py"
+                       for path in ("tests/expiry/test_workers_redis.py", "tests/expiry/test_workers_rabbitmq.py")}
 
 
 class LongestFirst(OrderedDict):
